@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what the test suite needs on a fresh machine, pinned, and caches it:
+#   - kcat (Debian package; a librdkafka client for end-to-end tests)
+#   - versitygw (a real S3-compatible server, built from the Go module proxy)
+# Prints the path of the versitygw binary on its last line.
+set -euo pipefail
+
+VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
+TOOLS_DIR="${BLOOMGATE_TOOLS_DIR:-$HOME/.cache/bloomgate-tools}"
+vgw_dir="$TOOLS_DIR/versitygw-$VERSITYGW_VERSION"
+
+if ! command -v kcat >/dev/null 2>&1; then
+  echo "deps: installing kcat (Debian package)" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq kcat >&2
+fi
+
+if [ ! -x "$vgw_dir/versitygw" ]; then
+  echo "deps: building versitygw $VERSITYGW_VERSION (about 2-3 minutes, cached in $vgw_dir)" >&2
+  mkdir -p "$vgw_dir"
+  GOBIN="$vgw_dir" GOFLAGS=-mod=mod go install "github.com/versity/versitygw/cmd/versitygw@$VERSITYGW_VERSION" >&2
+fi
+echo "$vgw_dir/versitygw"
