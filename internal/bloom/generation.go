@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"io"
 	"math"
 	"time"
 )
@@ -143,4 +144,15 @@ func (g *Generation) Stats() GenerationStats {
 	st.Fill = float64(ones) / float64(bitsTotal)
 	st.EstFPR = 1 - pass
 	return st
+}
+
+// WriteTo encodes the generation in binary format v1. Only the owning
+// goroutine may call it; use Shard.Snapshot to encode concurrently.
+func (g *Generation) WriteTo(w io.Writer) (int64, error) {
+	views := make([]filterView, len(g.subs))
+	for i, f := range g.subs {
+		views[i] = filterView{pages: f.pages, nblocks: f.nblocks, k: f.k, capacity: f.capacity, fpr: f.fpr, ones: f.ones}
+	}
+	m := g.meta()
+	return encodeGeneration(w, &m, views)
 }
