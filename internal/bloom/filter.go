@@ -18,7 +18,7 @@ const (
 // one 512-bit block. Its bits live in 64 KiB pages so that snapshots are
 // copy-on-write. A Filter belongs to one goroutine.
 type Filter struct {
-	pages    [][]uint64
+	pages    []*[pageWords]uint64 // the last page may be used in part
 	nblocks  uint64
 	k        uint32
 	capacity uint64
@@ -45,10 +45,9 @@ func NewFilter(capacity uint64, fpr float64) (*Filter, error) {
 }
 
 func newFilter(capacity uint64, fpr float64, k int, nblocks uint64) *Filter {
-	words := nblocks * blockWords
-	npages := (words + pageWords - 1) / pageWords
+	npages := (nblocks + pageBlocks - 1) / pageBlocks
 	f := &Filter{
-		pages:     make([][]uint64, npages),
+		pages:     make([]*[pageWords]uint64, npages),
 		nblocks:   nblocks,
 		k:         uint32(k),
 		capacity:  capacity,
@@ -56,8 +55,7 @@ func newFilter(capacity uint64, fpr float64, k int, nblocks uint64) *Filter {
 		pageEpoch: make([]uint32, npages),
 	}
 	for i := range f.pages {
-		n := min(uint64(pageWords), words-uint64(i)*pageWords)
-		f.pages[i] = make([]uint64, n)
+		f.pages[i] = new([pageWords]uint64)
 	}
 	return f
 }
@@ -150,9 +148,8 @@ func (f *Filter) writable(pi, off uint64) *[blockWords]uint64 {
 		// before our writes.
 		f.cow = false
 	} else if f.pageEpoch[pi] != f.epoch {
-		p := make([]uint64, len(f.pages[pi]))
-		copy(p, f.pages[pi])
-		f.pages[pi] = p
+		p := *f.pages[pi]
+		f.pages[pi] = &p
 		f.pageEpoch[pi] = f.epoch
 	}
 	return (*[blockWords]uint64)(f.pages[pi][off : off+blockWords])
@@ -161,7 +158,7 @@ func (f *Filter) writable(pi, off uint64) *[blockWords]uint64 {
 // filterView is an immutable view of a filter's bits taken by snapshot.
 type filterView struct {
 	f        *Filter
-	pages    [][]uint64
+	pages    []*[pageWords]uint64
 	nblocks  uint64
 	k        uint32
 	capacity uint64
@@ -177,7 +174,7 @@ func (f *Filter) snapshot() filterView {
 	f.cow = true
 	return filterView{
 		f:        f,
-		pages:    append([][]uint64(nil), f.pages...),
+		pages:    append([]*[pageWords]uint64(nil), f.pages...),
 		nblocks:  f.nblocks,
 		k:        f.k,
 		capacity: f.capacity,
@@ -232,10 +229,15 @@ func estimateKeys(ones, nblocks uint64, k int) uint64 {
 	return uint64(math.Round(-float64(nblocks) * math.Log1p(-fill) / (1 - q)))
 }
 
-func popcountPages(pages [][]uint64) uint64 {
+// pageSlice is the used part of page i of a filter with nblocks blocks.
+func pageSlice(pages []*[pageWords]uint64, i int, nblocks uint64) []uint64 {
+	return pages[i][:min(pageWords, (nblocks-uint64(i)*pageBlocks)*blockWords)]
+}
+
+func popcountPages(pages []*[pageWords]uint64, nblocks uint64) uint64 {
 	var n uint64
-	for _, p := range pages {
-		for _, w := range p {
+	for i := range pages {
+		for _, w := range pageSlice(pages, i, nblocks) {
 			n += uint64(bits.OnesCount64(w))
 		}
 	}

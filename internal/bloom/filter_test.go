@@ -100,7 +100,7 @@ func TestFilterOnesCount(t *testing.T) {
 	for i := 0; i < 12_000; i++ {
 		f.Add(Hash{r.Uint64(), r.Uint64()})
 	}
-	if got := popcountPages(f.pages); got != f.ones {
+	if got := popcountPages(f.pages, f.nblocks); got != f.ones {
 		t.Fatalf("incremental ones %d, popcount %d", f.ones, got)
 	}
 }

@@ -70,7 +70,7 @@ func (c *countingWriter) write(b []byte) error {
 }
 
 func encodeGeneration(w io.Writer, m *genMeta, views []filterView) (int64, error) {
-	bw := bufio.NewWriterSize(w, 1<<20)
+	bw := bufio.NewWriterSize(w, 256<<10)
 	cw := &countingWriter{w: bw}
 
 	hdr := make([]byte, 0, 8+2+2+4+hdrFixed+len(views)*hdrPerSub+4)
@@ -112,7 +112,8 @@ func encodeGeneration(w io.Writer, m *genMeta, views []filterView) (int64, error
 		ch      [chunkHdr]byte
 	)
 	for _, v := range views {
-		for _, p := range v.pages {
+		for i := range v.pages {
+			p := pageSlice(v.pages, i, v.nblocks)
 			if !littleEndian {
 				swapped = append(swapped[:0], p...)
 				for i := range swapped {
@@ -199,9 +200,10 @@ func (d *decoder) read(section string, b []byte) error {
 	return nil
 }
 
-// DecodeGeneration reads one generation in binary format v1. It never
-// allocates more than the declared bitset size, and rejects a declared size
-// above maxBytes (≤ 0: MaxFilterBytes) with ErrTooLarge before allocating.
+// DecodeGeneration reads one generation in binary format v1. It allocates
+// the declared bitsets (rounded up to 64 KiB pages) page by page as their
+// chunks arrive, and rejects a declared size above maxBytes (≤ 0:
+// MaxFilterBytes) with ErrTooLarge before allocating any.
 // Format problems are *FormatError wrapping ErrCorrupt,
 // ErrUnsupportedVersion or ErrTooLarge; a non-nil error means a nil
 // Generation.
@@ -209,7 +211,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
 		maxBytes = MaxFilterBytes
 	}
-	d := &decoder{r: bufio.NewReaderSize(r, 1<<20)}
+	d := &decoder{r: bufio.NewReaderSize(r, 256<<10)}
 
 	var pre [16]byte
 	if err := d.read("header", pre[:]); err != nil {
@@ -264,7 +266,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 			return nil, d.fail("header", fmt.Sprintf("sub-filter %d: capacity %d, fpr %v, k %d, blocks %d, set bits %d",
 				i, capacity, fpr, k, nb, ones), ErrCorrupt)
 		}
-		total += nb * 64
+		total += (nb + pageBlocks - 1) / pageBlocks * pageBytes // allocated in whole pages
 		sumInserts += ins
 		if total > uint64(maxBytes) {
 			return nil, d.fail("header", fmt.Sprintf("bitsets of %d+ bytes, limit %d", total, maxBytes), ErrTooLarge)
@@ -283,9 +285,8 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 		ch     [chunkHdr]byte
 	)
 	for _, f := range g.subs {
-		words := f.nblocks * blockWords
-		npages := (words + pageWords - 1) / pageWords
-		f.pages = make([][]uint64, 0, npages)
+		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
+		f.pages = make([]*[pageWords]uint64, 0, npages)
 		f.pageEpoch = make([]uint32, npages)
 		for i := range npages {
 			chunkOff := d.off
@@ -293,7 +294,8 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 				return nil, err
 			}
 			kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
-			p := make([]uint64, min(pageWords, words-i*pageWords))
+			page := new([pageWords]uint64)
+			p := page[:min(pageWords, (f.nblocks-i*pageBlocks)*blockWords)]
 			raw := pageAsBytes(p)
 			var payload []byte
 			switch {
@@ -337,10 +339,10 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 					p[j] = bits.ReverseBytes64(p[j])
 				}
 			}
-			f.pages = append(f.pages, p)
+			f.pages = append(f.pages, page)
 			chunks++
 		}
-		if popcountPages(f.pages) != f.ones {
+		if popcountPages(f.pages, f.nblocks) != f.ones {
 			return nil, d.fail("chunk", "set-bit count differs from header", ErrCorrupt)
 		}
 	}
