@@ -109,7 +109,7 @@ func classifyS3(err error) error {
 		return nil
 	}
 	var re *awshttp.ResponseError
-	if errors.As(err, &re) {
+	if errors.As(err, &re) && re.HTTPStatusCode() != 0 { // 0: no response at all
 		switch code := re.HTTPStatusCode(); {
 		case code == http.StatusNotFound:
 			var nb *types.NoSuchBucket
