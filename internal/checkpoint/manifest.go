@@ -214,3 +214,5 @@ func validRelKey(k string) error {
 	}
 	return nil
 }
+
+func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }
