@@ -71,6 +71,7 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.AdvertisedHost, "advertised-host", "", "`host` clients are told to connect to (default: the listen host, 127.0.0.1 for a wildcard)")
 	fs.Var(&topics, "topic", "topic to create at start, `NAME:PARTITIONS` (repeatable or comma-separated)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` that keeps topics, records and committed offsets across restarts (default: memory only)")
+	fs.BoolVar(&cfg.SyncWrites, "sync-writes", false, "fsync every produced batch (with --data-dir): survive power loss, not only a crash")
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", false, "let clients create unknown topics")
 	fs.IntVar(&cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics")
 	fs.DurationVar(&sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted")
