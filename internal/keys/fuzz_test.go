@@ -80,3 +80,31 @@ func FuzzNormalizeURL(f *testing.F) {
 		}
 	})
 }
+
+// FuzzExtract: arbitrary specs, headers, keys and values never panic, and
+// the error contract holds.
+func FuzzExtract(f *testing.F) {
+	f.Add("header:id,key", "id", []byte("h"), []byte("k"), []byte(`{}`), "lower")
+	f.Add("json:a.b,header:x", "x", []byte(""), []byte(nil), []byte(`{"a":{"b":1}}`), "trim")
+	f.Add("key", "", []byte(nil), []byte("\xff"), []byte(nil), "url")
+	known := map[string]bool{}
+	for _, r := range Reasons() {
+		known[r] = true
+	}
+	f.Fuzz(func(t *testing.T, spec, hname string, hval, key, value []byte, norm string) {
+		e, err := NewExtractor(spec, norm, 128)
+		if err != nil {
+			return
+		}
+		out, err := e.Extract([]byte("pre"), key, value, []kafka.Header{{Key: hname, Value: hval}})
+		if err != nil {
+			if !known[ReasonOf(err)] || string(out) != "pre" {
+				t.Fatalf("bad error contract: %v, %q", err, out)
+			}
+			return
+		}
+		if len(out) == 3 || len(out)-3 > 128 {
+			t.Fatalf("key of %d bytes", len(out)-3)
+		}
+	})
+}
