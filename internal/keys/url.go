@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -198,73 +199,103 @@ func appendPercentNormalized(dst []byte, s string, allowed func(byte) bool) []by
 }
 
 // removeDotSegments resolves "." and ".." segments of the path in
-// dst[at:] in place (RFC 3986 section 5.2.4).
+// dst[at:] in place (RFC 3986 section 5.2.4). The output is never longer
+// than the input, so it is written over the input left to right.
 func removeDotSegments(dst []byte, at int) []byte {
-	p := string(dst[at:])
-	if !strings.Contains(p, ".") {
-		return dst
-	}
-	segs := strings.Split(p, "/")
-	if segs[0] != "" {
+	p := dst[at:]
+	if len(p) == 0 || p[0] != '/' || !hasDotSegment(p) {
 		// A relative path cannot occur with an authority; keep it as is.
 		return dst
 	}
-	out := make([]string, 0, len(segs))
-	for i, s := range segs[1:] {
-		last := i == len(segs)-2
-		switch s {
-		case ".":
+	w, n := 0, len(p)
+	for r := 0; r < n; {
+		e := r + 1
+		for e < n && p[e] != '/' {
+			e++
+		}
+		seg, last := p[r+1:e], e == n
+		switch {
+		case len(seg) == 1 && seg[0] == '.':
 			if last {
-				out = append(out, "")
+				p[w] = '/'
+				w++
 			}
-		case "..":
-			if len(out) > 0 {
-				out = out[:len(out)-1]
+		case len(seg) == 2 && seg[0] == '.' && seg[1] == '.':
+			for w > 0 { // drop the last output segment, "/name"
+				w--
+				if p[w] == '/' {
+					break
+				}
 			}
 			if last {
-				out = append(out, "")
+				p[w] = '/'
+				w++
 			}
 		default:
-			out = append(out, s)
+			w += copy(p[w:], p[r:e])
 		}
+		r = e
 	}
-	dst = dst[:at]
-	for _, s := range out {
-		dst = append(dst, '/')
-		dst = append(dst, s...)
-	}
-	return dst
+	return dst[:at+w]
 }
 
-// appendQuery appends "?" and the normalized, sorted, non-empty parameters
-// of the raw query, or nothing if none remain.
+func hasDotSegment(p []byte) bool {
+	n := len(p)
+	for i := 0; i+1 < n; i++ {
+		if p[i] != '/' || p[i+1] != '.' {
+			continue
+		}
+		if i+2 == n || p[i+2] == '/' {
+			return true
+		}
+		if p[i+2] == '.' && (i+3 == n || p[i+3] == '/') {
+			return true
+		}
+	}
+	return false
+}
+
+// appendQuery appends "?" and the normalized, non-empty parameters of the
+// raw query, stably sorted by name, or nothing if none remain.
 func appendQuery(dst []byte, rawQuery string) []byte {
-	var params []string
+	q := len(dst)
+	dst = append(dst, '?')
+	var stack [16][2]int
+	params := stack[:0] // [start, end) of each parameter in dst
 	for p := range strings.SplitSeq(rawQuery, "&") {
 		if p == "" {
 			continue
 		}
-		params = append(params, string(appendPercentNormalized(nil, p, isQueryChar)))
+		if len(params) > 0 {
+			dst = append(dst, '&')
+		}
+		s := len(dst)
+		dst = appendPercentNormalized(dst, p, isQueryChar)
+		params = append(params, [2]int{s, len(dst)})
 	}
 	if len(params) == 0 {
+		return dst[:q]
+	}
+	name := func(r [2]int) []byte {
+		b := dst[r[0]:r[1]]
+		if i := bytes.IndexByte(b, '='); i >= 0 {
+			return b[:i]
+		}
+		return b
+	}
+	cmp := func(a, b [2]int) int { return bytes.Compare(name(a), name(b)) }
+	if slices.IsSortedFunc(params, cmp) {
 		return dst
 	}
-	slices.SortStableFunc(params, func(a, b string) int {
-		return strings.Compare(paramName(a), paramName(b))
-	})
-	dst = append(dst, '?')
-	for i, p := range params {
+	slices.SortStableFunc(params, cmp)
+	scratch := slices.Clone(dst[q+1:])
+	base := q + 1
+	dst = dst[:base]
+	for i, r := range params {
 		if i > 0 {
 			dst = append(dst, '&')
 		}
-		dst = append(dst, p...)
+		dst = append(dst, scratch[r[0]-base:r[1]-base]...)
 	}
 	return dst
-}
-
-func paramName(p string) string {
-	if i := strings.IndexByte(p, '='); i >= 0 {
-		return p[:i]
-	}
-	return p
 }

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -92,4 +93,49 @@ func TestNormalizeURLRejects(t *testing.T) {
 			t.Errorf("NormalizeURL(%q) changed dst on error: %q", in, out)
 		}
 	}
+}
+
+// referenceRemoveDotSegments is the RFC 3986 5.2.4 algorithm on split
+// segments, the straightforward form of the in-place version.
+func referenceRemoveDotSegments(p string) string {
+	segs := strings.Split(p, "/")
+	var out []string
+	for i, s := range segs[1:] {
+		last := i == len(segs)-2
+		switch s {
+		case ".":
+			if last {
+				out = append(out, "")
+			}
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, s)
+		}
+	}
+	var b strings.Builder
+	for _, s := range out {
+		b.WriteString("/" + s)
+	}
+	return b.String()
+}
+
+func FuzzRemoveDotSegments(f *testing.F) {
+	for _, s := range []string{"/a/./b/../c", "/..", "/.", "/a/..//x", "/a/b/..", "/./../a/.", "/a.b/..c/.d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if !strings.HasPrefix(p, "/") {
+			return
+		}
+		got := string(removeDotSegments([]byte("h:"+p), 2))[2:]
+		if want := referenceRemoveDotSegments(p); got != want {
+			t.Fatalf("removeDotSegments(%q) = %q, want %q", p, got, want)
+		}
+	})
 }
