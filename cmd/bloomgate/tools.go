@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,6 +39,19 @@ func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr i
 	return false, exitOK
 }
 
+type userList []broker.User
+
+func (l *userList) String() string { return fmt.Sprintf("%d users", len(*l)) }
+
+func (l *userList) Set(v string) error {
+	parts := strings.SplitN(v, ":", 3)
+	if len(parts) != 3 || parts[1] == "" {
+		return errors.New("want MECHANISM:USER:PASSWORD, e.g. SCRAM-SHA-256:alice:secret")
+	}
+	*l = append(*l, broker.User{Mechanism: strings.ToUpper(parts[0]), Username: parts[1], Password: parts[2]})
+	return nil
+}
+
 type topicList []broker.TopicSpec
 
 func (l *topicList) String() string {
@@ -62,10 +76,12 @@ func (l *topicList) Set(v string) error {
 func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 	var (
-		topics  topicList
-		cfg     broker.Config
-		level   string
-		sessMin time.Duration
+		topics          topicList
+		users           userList
+		cfg             broker.Config
+		level           string
+		sessMin         time.Duration
+		tlsCert, tlsKey string
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "TCP `address` to listen on (port 0: any free port)")
 	fs.StringVar(&cfg.AdvertisedHost, "advertised-host", "", "`host` clients are told to connect to (default: the listen host, 127.0.0.1 for a wildcard)")
@@ -75,6 +91,9 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", false, "let clients create unknown topics")
 	fs.IntVar(&cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics")
 	fs.DurationVar(&sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted")
+	fs.Var(&users, "user", "SASL user, `MECHANISM:USER:PASSWORD` with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable; enables SASL)")
+	fs.StringVar(&tlsCert, "tls-cert-file", "", "PEM server certificate `file`: serve TLS (with --tls-key-file)")
+	fs.StringVar(&tlsKey, "tls-key-file", "", "PEM server key `file`")
 	fs.StringVar(&level, "log-level", "warn", "log `level` on stderr: debug, info, warn, error")
 	header := `Usage: bloomgate broker [flags]
 
@@ -93,7 +112,15 @@ Flags:
 		return exitCode(stderr, "broker", usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", level)})
 	}
 	cfg.Topics = topics
+	cfg.Users = users
 	cfg.GroupMinSessionTimeout = sessMin
+	if tlsCert != "" || tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+		if err != nil {
+			return exitCode(stderr, "broker", usageError{fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)})
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	b, err := broker.New(cfg)
 	if err != nil {
