@@ -216,3 +216,39 @@ func TestS3Unavailable(t *testing.T) {
 		t.Fatalf("cancellation counted as failure (%v -> %v)", before, got)
 	}
 }
+
+// TestS3AccessDeniedIsNotCorruption: a store refusing reads must not make
+// Restore fall back to older state (or report "no usable checkpoint", which
+// a caller may answer by starting empty).
+func TestS3AccessDeniedIsNotCorruption(t *testing.T) {
+	srv := s3test.Start(t)
+	s3test.SetEnv(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint())
+	ctx := context.Background()
+	s := openT(t, s3test.URLFor(proxy.Endpoint(), "denied"), faultOptions())
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := p.Commit(ctx, state{offset: int64(i), gens: []Generation{gen(1, false, uint64(i), 1000)}}.checkpoint()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"/gens/", "/manifests/"} {
+		proxy.Inject(func(r *http.Request) s3test.Fault {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, path) {
+				return s3test.Fault{Status: http.StatusForbidden}
+			}
+			return s3test.Fault{}
+		})
+		q := s.Partition("g", "t", 0)
+		_, err := q.Restore(ctx, loadAll(new([][32]byte)))
+		if err == nil || errors.Is(err, ErrNoUsableCheckpoint) || errors.Is(err, ErrCorrupt) {
+			t.Fatalf("restore with %s denied: %v", path, err)
+		}
+		if got := counter(t, q.m.fallbacks); got != 0 {
+			t.Fatalf("%s denied: %v fallbacks", path, got)
+		}
+	}
+}

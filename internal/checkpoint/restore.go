@@ -26,8 +26,8 @@ import (
 // If a manifest or its objects are corrupt or missing, or load fails, the
 // failure is logged, counted in bloomgate_checkpoint_restore_fallbacks_total,
 // and the previous manifest is tried. If the store is unreachable (errors
-// wrapping ErrUnavailable) or ctx ends, Restore returns that error at once:
-// an outage is not a reason to fall back to older state.
+// wrapping ErrUnavailable), refuses access, or ctx ends, Restore returns
+// that error at once: an outage is not a reason to fall back to older state.
 //
 // ErrNoCheckpoint: no checkpoint exists (or only empty claims).
 // ErrNoUsableCheckpoint: checkpoints exist, none could be loaded.
@@ -77,7 +77,8 @@ func (p *Partition) Restore(ctx context.Context,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		var se *storageError
+		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 		}
 		lastErr = err
@@ -239,7 +240,7 @@ func (v *verifyingReader) open() error {
 		return fmt.Errorf("%w: object %s is missing", ErrCorrupt, v.key)
 	}
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", v.key, err)
+		return &storageError{fmt.Errorf("opening %s: %w", v.key, err)}
 	}
 	return nil
 }
@@ -281,7 +282,7 @@ func (v *verifyingReader) Read(b []byte) (int, error) {
 		}
 		v.resumes++
 		if v.resumes >= v.s.retry.attempts {
-			v.err = fmt.Errorf("%w: reading %s: %d resumes: %w", ErrUnavailable, v.key, v.resumes, err)
+			v.err = &storageError{fmt.Errorf("%w: reading %s: %d resumes: %w", ErrUnavailable, v.key, v.resumes, err)}
 			return n, v.err
 		}
 		if serr := sleep(v.ctx, v.s.retry.backoff(v.resumes)); serr != nil {
@@ -315,3 +316,10 @@ func (v *verifyingReader) close() {
 		v.rc = nil
 	}
 }
+
+// storageError marks a failure to talk to the store (unreachable, access
+// denied, ...) as opposed to bad data: Restore does not fall back on it.
+type storageError struct{ err error }
+
+func (e *storageError) Error() string { return e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }

@@ -292,7 +292,7 @@ func (p *Partition) readManifest(ctx context.Context, seq uint64) (*Manifest, er
 		if errors.Is(err, errNotExist) {
 			return nil, fmt.Errorf("%w: manifest %d vanished: %w", ErrCorrupt, seq, err)
 		}
-		return nil, fmt.Errorf("reading manifest %d: %w", seq, err)
+		return nil, &storageError{fmt.Errorf("reading manifest %d: %w", seq, err)}
 	}
 	m, err := decodeManifest(data)
 	if err != nil {
