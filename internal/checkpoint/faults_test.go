@@ -252,3 +252,39 @@ func TestS3AccessDeniedIsNotCorruption(t *testing.T) {
 		}
 	}
 }
+
+// TestS3StalledDownload: a server that stops sending mid-body is detected
+// by the per-read watchdog and the download resumes.
+func TestS3StalledDownload(t *testing.T) {
+	srv := s3test.Start(t)
+	s3test.SetEnv(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint())
+	ctx := context.Background()
+	o := faultOptions()
+	o.RequestTimeout = 300 * time.Millisecond
+	o.Compression = encodingNone
+	s := openT(t, s3test.URLFor(proxy.Endpoint(), "stall"), o)
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	st := state{offset: 1, gens: []Generation{gen(1, false, 1, 2<<20)}}
+	if _, err := p.Commit(ctx, st.checkpoint()); err != nil {
+		t.Fatal(err)
+	}
+	var stalled atomic.Bool
+	proxy.Inject(func(r *http.Request) s3test.Fault {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/gens/") && stalled.CompareAndSwap(false, true) {
+			return s3test.Fault{TruncateBody: 256 << 10, Stall: 20 * time.Second}
+		}
+		return s3test.Fault{}
+	})
+	start := time.Now()
+	restoreT(t, s, st)
+	if !stalled.Load() {
+		t.Fatal("no stall injected")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("restore took %s: stall not detected", d)
+	}
+}

@@ -225,15 +225,27 @@ type verifyingReader struct {
 	rc      io.ReadCloser
 	err     error // sticky: io.EOF after successful verification
 	resumes int
+	// stall cancels the current body when one Read waits longer than
+	// RequestTimeout (a server that stops sending without closing).
+	stall  *time.Timer
+	cancel context.CancelFunc
 }
 
 func (v *verifyingReader) open() error {
 	err := v.s.retry.do(v.ctx, func(ctx context.Context) error {
-		rc, err := v.s.bkt.Get(v.ctx, v.key, v.off)
+		// The body outlives this attempt: its own context, cancelled by
+		// close or by the stall watchdog.
+		bctx, cancel := context.WithCancel(v.ctx)
+		rc, err := v.s.bkt.Get(bctx, v.key, v.off)
 		if err != nil {
+			cancel()
 			return err
 		}
-		v.rc = rc
+		v.rc, v.cancel = rc, cancel
+		if t := v.s.retry.timeout; t > 0 {
+			v.stall = time.AfterFunc(t, cancel)
+			v.stall.Stop()
+		}
 		return nil
 	})
 	if errors.Is(err, errNotExist) {
@@ -256,7 +268,13 @@ func (v *verifyingReader) Read(b []byte) (int, error) {
 				return 0, err
 			}
 		}
+		if v.stall != nil {
+			v.stall.Reset(v.s.retry.timeout)
+		}
 		n, err := v.rc.Read(b)
+		if v.stall != nil {
+			v.stall.Stop()
+		}
 		if n > 0 {
 			v.off += int64(n)
 			v.crc.Write(b[:n])
@@ -311,9 +329,17 @@ func (v *verifyingReader) verify() error {
 }
 
 func (v *verifyingReader) close() {
+	if v.stall != nil {
+		v.stall.Stop()
+		v.stall = nil
+	}
 	if v.rc != nil {
 		v.rc.Close()
 		v.rc = nil
+	}
+	if v.cancel != nil {
+		v.cancel()
+		v.cancel = nil
 	}
 }
 
