@@ -305,6 +305,9 @@ func testFencing(t *testing.T, url string) {
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie commit: %v, want ErrFenced", err)
 	}
+	if !a.Fenced() || b.Fenced() || b.Last().Seq != 3 {
+		t.Fatalf("fenced a=%v b=%v, b last seq %d", a.Fenced(), b.Fenced(), b.Last().Seq)
+	}
 	if got := counter(t, a.m.fenced); got != 1 {
 		t.Fatalf("fenced_total = %v", got)
 	}

@@ -196,7 +196,17 @@ func TestS3Unavailable(t *testing.T) {
 	if _, err := p.Commit(ctx, state{offset: 1, gens: []Generation{gen(1, false, 1, 1000)}}.checkpoint()); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	noBucket := openT(t, strings.Replace(srv.URL("x"), "s3://"+s3test.Bucket, "s3://no-such-bucket", 1), o)
+	if err := noBucket.Ping(ctx); err == nil {
+		t.Fatal("ping of a missing bucket succeeded")
+	}
 	srv.Stop()
+	if err := s.Ping(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ping of a stopped server: %v", err)
+	}
 	q := s.Partition("g", "t", 0)
 	_, err := q.Restore(ctx, loadAll(new([][32]byte)))
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoUsableCheckpoint) || errors.Is(err, ErrNoCheckpoint) {
