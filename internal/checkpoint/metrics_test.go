@@ -3,8 +3,11 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -85,5 +88,46 @@ func TestInspectJSONAndEmptyFile(t *testing.T) {
 	if len(back.Partitions) != 1 || back.Partitions[0].InputOffset != 7 || back.Partitions[0].Filter.Window != "24h0m0s" ||
 		len(back.Partitions[0].Generations) != 1 || back.Partitions[0].Generations[0].EstKeys != 9 {
 		t.Fatalf("json report: %s", b)
+	}
+}
+
+// TestInspectTextGolden pins the human report (and serves as its example).
+func TestInspectTextGolden(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, "mem://inspect-golden/prefix", Options{})
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	s.opts.now = func() time.Time { return now }
+	p := s.Partition("orders-dedup", "orders", 0)
+	if err := p.Claim(ctx, "worker-1/4242"); err != nil {
+		t.Fatal(err)
+	}
+	st := state{offset: 1200345, gens: []Generation{gen(1, true, 1, 20000), gen(2, true, 2, 20000), gen(3, false, 3, 5000)}}
+	cp := st.checkpoint()
+	cp.Owner = "worker-1/4242"
+	cp.OutputOffsets = map[string]map[int]int64{"orders-unique": {0: 1100000}, "orders-dups": {0: 100345}}
+	if _, err := p.Commit(ctx, cp); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(95 * time.Second)
+	rep, err := Inspect(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := rep.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "inspect.txt")
+	if *update {
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.String() != string(want) {
+		t.Fatalf("inspect text changed:\n%s", b.String())
 	}
 }
