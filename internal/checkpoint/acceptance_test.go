@@ -145,6 +145,42 @@ func testLifecycle(t *testing.T, url string) {
 		t.Errorf("failures_total = %v", f)
 	}
 	restoreT(t, s, st)
+
+	// A loader may open and read generations in parallel.
+	var mu sync.Mutex
+	read := 0
+	_, err = s.Partition("g", "t", 0).Restore(ctx, func(m *Manifest, open func(context.Context, GenerationRef) (io.ReadCloser, error)) error {
+		var wg sync.WaitGroup
+		errs := make([]error, len(m.Generations))
+		for i, g := range m.Generations {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := open(ctx, g)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				n, err := io.Copy(io.Discard, r)
+				if err == nil {
+					err = r.Close()
+				}
+				errs[i] = err
+				mu.Lock()
+				read += int(n)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	want := 0
+	for _, g := range st.gens {
+		want += int(g.Source.(*randSource).size)
+	}
+	if err != nil || read != want {
+		t.Fatalf("parallel restore: %v, %d bytes", err, read)
+	}
 }
 
 // fixURL turns "base-suffix" into a valid location for each scheme: the

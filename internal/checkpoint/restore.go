@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -95,7 +96,10 @@ func (p *Partition) Restore(ctx context.Context,
 func (p *Partition) load(ctx context.Context, m *Manifest,
 	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
 ) error {
-	var opened []*objectReader
+	var (
+		mu     sync.Mutex // open may be called from several goroutines
+		opened []*objectReader
+	)
 	open := func(octx context.Context, g GenerationRef) (io.ReadCloser, error) {
 		if err := validRelKey(g.Key); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -104,10 +108,14 @@ func (p *Partition) load(ctx context.Context, m *Manifest,
 		if err != nil {
 			return nil, err
 		}
+		mu.Lock()
 		opened = append(opened, r)
+		mu.Unlock()
 		return r, nil
 	}
 	err := load(m, open)
+	mu.Lock()
+	defer mu.Unlock()
 	for _, r := range opened {
 		if cerr := r.Close(); cerr != nil && err == nil {
 			err = cerr
