@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,4 +270,41 @@ func TestAbsFileURL(t *testing.T) {
 			t.Errorf("absFileURL(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestExampleFile: the example file names every setting and, apart from the
+// example values, holds the defaults.
+func TestExampleFile(t *testing.T) {
+	file := filepath.Join("testdata", "bloomgate.example.yaml")
+	cfg, err := Load([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	if err := want.Validate(); err == nil {
+		t.Fatal("defaults without brokers validated")
+	}
+	want.Brokers, want.Input, want.Output, want.Key = []string{"127.0.0.1:9092"}, "orders", "orders-deduped", "json:order_id"
+	want.ConfigFile = file
+	want.OnMissingKey = OnMissingForward
+	want.CheckpointURL = absFileURL(want.CheckpointURL)
+	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("example file:\n got %+v\nwant %+v", *cfg, want)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	def.FlagSet("run").VisitAll(func(f *flag.Flag) {
+		name := f.Name
+		for _, p := range []string{"tls-", "sasl-"} {
+			if rest, ok := strings.CutPrefix(name, p); ok {
+				name = rest
+			}
+		}
+		if f.Name != "config" && !strings.Contains(string(data), name+":") {
+			t.Errorf("example file lacks %s", f.Name)
+		}
+	})
 }

@@ -18,6 +18,15 @@
 // on the raw bytes; the document is never decoded into Go values. The url
 // normalization parses the URL with net/url and allocates.
 //
+// JSON values: a string field yields its unescaped text, a number its raw
+// text as written (so 12, 12.0 and 1.2e1 are different keys, and the number
+// 12 equals the string "12"), true/false their text. A null field or an
+// empty string is ReasonEmpty, an absent field ReasonMissing. An object or
+// array is refused (ReasonUnsupportedType) rather than keyed by its raw text:
+// the same object can be written with other spacing or key order, so its raw
+// text is no stable identity, and a path that ends on an object is almost
+// always a mistake in the key spec.
+//
 // A record whose key cannot be extracted yields an *Error whose Reason is
 // one of the Reason* constants; the set is small and fixed so it can be used
 // as a metric label and as the bloomgate-error header value.
