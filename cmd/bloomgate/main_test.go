@@ -274,3 +274,20 @@ func TestBrokerDataDirSurvivesKill(t *testing.T) {
 		t.Fatalf("after kill -9 and restart the broker holds %d records, want 5000", total)
 	}
 }
+
+func TestLoadgenWithSASL(t *testing.T) {
+	addr, _ := startBroker(t, "--topic", "t:1", "--user", "SCRAM-SHA-256:alice:pw")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "100", "--quiet",
+		"--sasl-mechanism", "scram-sha-256", "--sasl-username", "alice")
+	cmd.Env = append(os.Environ(), "BLOOMGATE_SASL_PASSWORD=pw")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "events=100 ") {
+		t.Fatalf("loadgen with SASL: %v\n%s", err, out)
+	}
+	bad := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "1", "--quiet",
+		"--sasl-mechanism", "scram-sha-256", "--sasl-username", "alice", "--sasl-password", "wrong")
+	if err := bad.Run(); err == nil {
+		t.Fatal("loadgen with a wrong password succeeded")
+	}
+}

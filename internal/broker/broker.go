@@ -94,6 +94,9 @@ type Config struct {
 	// TLS, if set, serves TLS with this server configuration.
 	TLS *tls.Config
 	// Users, if any, enable SASL: clients must authenticate as one of them.
+	// kafka-go and franz-go clients work; librdkafka 2.0 (Debian's kcat)
+	// refuses to authenticate because kfake advertises SaslHandshake from
+	// version 1 only, while librdkafka requires version 0 in the range.
 	Users []User
 	// Logger receives the broker's warnings and errors. Default: discard.
 	Logger *slog.Logger
