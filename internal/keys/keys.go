@@ -25,7 +25,9 @@
 // array is refused (ReasonUnsupportedType) rather than keyed by its raw text:
 // the same object can be written with other spacing or key order, so its raw
 // text is no stable identity, and a path that ends on an object is almost
-// always a mistake in the key spec.
+// always a mistake in the key spec. Values nesting arrays and objects deeper
+// than 512 levels are malformed_json: the validator is recursive, and such
+// input must not exhaust the stack.
 //
 // A record whose key cannot be extracted yields an *Error whose Reason is
 // one of the Reason* constants; the set is small and fixed so it can be used
@@ -278,6 +280,11 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 				reason = ReasonEmpty
 			}
 		case fromJSON:
+			if len(value) > maxJSONDepth && tooDeep(value) {
+				// gjson validates recursively: a value of millions of '['
+				// would exhaust the goroutine stack, a fatal error.
+				return dst[:start], e.errs[errKey{i, ReasonMalformedJSON}]
+			}
 			if !validated && !e.lazyJSON {
 				if !gjson.ValidBytes(value) {
 					return dst[:start], e.errs[errKey{i, ReasonMalformedJSON}]
@@ -318,6 +325,39 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 		}
 	}
 	return dst, nil
+}
+
+// maxJSONDepth is the deepest nesting of arrays and objects accepted in a
+// JSON value; deeper values are malformed_json.
+const maxJSONDepth = 512
+
+// tooDeep reports whether the JSON text nests arrays and objects deeper than
+// maxJSONDepth. Brackets inside strings do not count.
+func tooDeep(b []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > maxJSONDepth {
+				return true
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // jsonField returns the key text of the field at path, or a reason.
