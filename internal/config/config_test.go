@@ -93,13 +93,43 @@ sasl:
 	}
 }
 
+func TestYAMLValuesTakenAsWritten(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "brokers: [a:1]\ninput: y\noutput: no\ngroup: on\ncapacity: 1e7\nduplicates: ~\ndead-letter:\nfpr: .5\ntls:\n  enabled: off\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Input != "y" || cfg.Output != "no" || cfg.Group != "on" || cfg.Capacity != 1e7 || cfg.FPR != 0.5 ||
+		cfg.Duplicates != "" || cfg.DeadLetter != "" || cfg.TLS.Enabled {
+		t.Fatalf("values not taken as written: %+v", cfg)
+	}
+	for _, bad := range []string{"input: [a, [b]]\n", "- a\n- b\n", "input: x\n  bad indent: [\n"} {
+		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{}); err == nil {
+			t.Errorf("config file %q accepted", bad)
+		}
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{}); err != nil {
+		t.Errorf("empty config file: %v", err)
+	}
+}
+
 func TestUnknownFileKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(file, []byte("windw: 1h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "windw") {
+	if err == nil || !strings.Contains(err.Error(), `unknown setting "windw"`) || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("typo in config file: %v", err)
 	}
 }
