@@ -291,3 +291,46 @@ func TestLoadgenWithSASL(t *testing.T) {
 		t.Fatal("loadgen with a wrong password succeeded")
 	}
 }
+
+// TestBrokerOffsetsSurviveKill: offsets a consumer group committed before a
+// SIGKILL of the broker are there after a restart.
+func TestBrokerOffsetsSurviveKill(t *testing.T) {
+	dir := t.TempDir()
+	addr, cmd := startBroker(t, "--topic", "t:1", "--data-dir", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "100", "--quiet")
+	if out, err := lg.CombinedOutput(); err != nil {
+		t.Fatalf("loadgen: %v\n%s", err, out)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "t", GroupID: "g",
+		SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: time.Second, StartOffset: kafka.FirstOffset})
+	var last kafka.Message
+	for i := 0; i < 60; i++ {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = m
+	}
+	if err := r.CommitMessages(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	addr, _ = startBroker(t, "--topic", "t:1", "--data-dir", dir)
+	r = kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "t", GroupID: "g",
+		SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: time.Second, StartOffset: kafka.FirstOffset})
+	defer r.Close()
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Offset != 60 {
+		t.Fatalf("group resumed at offset %d after kill -9 of the broker, want 60", m.Offset)
+	}
+}
