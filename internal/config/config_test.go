@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -335,6 +336,25 @@ func TestExampleFile(t *testing.T) {
 		}
 		if f.Name != "config" && !strings.Contains(string(data), name+":") {
 			t.Errorf("example file lacks %s", f.Name)
+		}
+	})
+}
+
+// FuzzConfigFile: any file content loads or fails with an error, never a panic.
+func FuzzConfigFile(f *testing.F) {
+	f.Add([]byte("brokers: [a:1]\ninput: x\noutput: y\n"))
+	f.Add([]byte("tls:\n  enabled: on\nsasl: {mechanism: plain}\n"))
+	f.Add([]byte("a: &x 1\nb: *x\n"))
+	f.Add([]byte("capacity: 1e400\nfpr: NaN\nwindow: -1h\n"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load([]string{"--config", file}, io.Discard)
+		if err == nil && cfg == nil {
+			t.Fatal("nil config without error")
 		}
 	})
 }
