@@ -118,3 +118,11 @@ func (c *checkpointer) state() (lastOK time.Time, lastOffset int64, lastErr erro
 	defer c.mu.Unlock()
 	return c.lastOK, c.lastOffset, c.lastErr
 }
+
+// touch records that the stored checkpoint still covers the partition at t
+// (nothing was processed since).
+func (c *checkpointer) touch(t time.Time) {
+	c.mu.Lock()
+	c.lastOK = t
+	c.mu.Unlock()
+}

@@ -43,9 +43,13 @@ type partitionProc struct {
 	commitsPaused  bool
 	rateCount      uint64
 	rateAt         time.Time
+	stats          FilterStats
+	statsAt        time.Time
 	// totals for the status page
 	consumed, forwarded, duplicates, deadLettered, dropped uint64
 }
+
+const filterStatsInterval = 5 * time.Second
 
 // errFencedPartition is the cause of a partition stop because another owner
 // took it.
@@ -67,6 +71,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 	defer pp.pm.lag.Set(0)
 	backoff := 200 * time.Millisecond
 	for {
+		began := time.Now()
 		err := pp.session(ctx)
 		if err == nil || ctx.Err() != nil {
 			return
@@ -75,6 +80,9 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 			pp.log.Error("partition stopped; stopping the worker", "err", err)
 			w.stop(err)
 			return
+		}
+		if time.Since(began) > time.Minute {
+			backoff = 200 * time.Millisecond
 		}
 		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", backoff)
 		select {
@@ -417,6 +425,9 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
 		err := w.out.w.WriteMessages(wctx, pp.rb.msgs...)
 		cancel()
+		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
+			err = errors.New("acknowledgement lost (test)")
+		}
 		if err != nil {
 			pp.pm.writeFailures.Inc()
 			n := len(pp.rb.msgs)
@@ -521,14 +532,23 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 	// A checkpoint below resume could lead a later recovery to scan too
 	// little of the output (see docs/worker.md).
 	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval && pp.next >= pp.resume {
-		if pp.cp.trySubmit(pp.checkpoint) {
+		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+			// Idle: the stored checkpoint still covers everything.
+			pp.cp.touch(now)
+			pp.lastCheckpoint = now
+		} else if pp.cp.trySubmit(pp.checkpoint) {
 			pp.lastCheckpoint = now
 		}
 		pp.offerCommit(ctx)
 	}
 	if dt := now.Sub(pp.rateAt); dt >= time.Second {
-		stats := pp.filter.Stats()
-		pp.pm.setFilter(stats)
+		// Stats may walk the filter: keep it rare.
+		if now.Sub(pp.statsAt) >= filterStatsInterval {
+			pp.stats = pp.filter.Stats()
+			pp.statsAt = now
+			pp.pm.setFilter(pp.stats)
+		}
+		stats := pp.stats
 		rate := float64(pp.rateCount) / dt.Seconds()
 		pp.rateCount, pp.rateAt = 0, now
 		lastOK, lastOffset, lastErr := pp.cp.state()

@@ -51,6 +51,9 @@ type Worker struct {
 	halted atomic.Bool
 	// afterWrite, if set, runs after each acknowledged output write (tests).
 	afterWrite func(partition int, next int64)
+	// loseAck, if set and true, turns a successful output write into a
+	// failure, as if the acknowledgement was lost (tests).
+	loseAck func(partition int) bool
 }
 
 // errFatal marks errors that end Run.
