@@ -62,7 +62,6 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		w: w, p: a.ID, gen: gen, com: com,
 		log:      w.log.With("partition", a.ID, "generation", gen),
 		pm:       w.m.partition(w.cfg.Input, a.ID),
-		store:    w.deps.State.Partition(w.cfg.Input, a.ID),
 		assigned: a.Offset,
 		next:     -1,
 		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
@@ -106,6 +105,9 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	w := pp.w
 	start := w.deps.Now()
 	pp.setState("restoring")
+	// A fresh handle per session: a handle claims once, and after ErrFenced
+	// from Claim the store wants a new Restore on a new handle.
+	pp.store = w.deps.State.Partition(w.cfg.Input, pp.p)
 	restored, err := pp.restore(ctx)
 	if err != nil {
 		return err
