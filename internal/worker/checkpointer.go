@@ -22,6 +22,10 @@ type checkpointer struct {
 
 	jobs chan Checkpoint
 	wg   sync.WaitGroup
+	// base ends uploads still running when the partition stops (after
+	// finish waited for them up to the shutdown deadline).
+	base   context.Context
+	cancel context.CancelFunc
 
 	mu         sync.Mutex
 	busy       bool
@@ -31,8 +35,9 @@ type checkpointer struct {
 }
 
 func newCheckpointer(store PartitionStore, timeout time.Duration, log *slog.Logger, now func() time.Time, fence func(error)) *checkpointer {
+	base, cancel := context.WithCancel(context.Background())
 	return &checkpointer{store: store, timeout: timeout, log: log, now: now, fence: fence,
-		jobs: make(chan Checkpoint, 1), lastOK: now(), lastOffset: -1}
+		jobs: make(chan Checkpoint, 1), lastOK: now(), lastOffset: -1, base: base, cancel: cancel}
 }
 
 func (c *checkpointer) start() {
@@ -40,7 +45,7 @@ func (c *checkpointer) start() {
 	go func() {
 		defer c.wg.Done()
 		for cp := range c.jobs {
-			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+			ctx, cancel := context.WithTimeout(c.base, c.timeout)
 			err := c.commit(ctx, cp)
 			cancel()
 			c.mu.Lock()
@@ -107,8 +112,9 @@ func (c *checkpointer) idle(ctx context.Context) error {
 	}
 }
 
-// stop ends the upload goroutine after the queued upload.
+// stop cancels a running upload and ends the upload goroutine.
 func (c *checkpointer) stop() {
+	c.cancel()
 	close(c.jobs)
 	c.wg.Wait()
 }

@@ -45,6 +45,7 @@ type memStore struct {
 	mu         sync.Mutex
 	parts      map[string]*memHistory
 	failCommit atomic.Bool
+	hangCommit atomic.Bool // Commit blocks until its ctx ends
 	commits    atomic.Int64
 }
 
@@ -123,6 +124,10 @@ func (p *memPartition) Claim(ctx context.Context, owner string) error {
 func (p *memPartition) Commit(ctx context.Context, cp Checkpoint) error {
 	if p.s.failCommit.Load() {
 		return errors.New("bucket unavailable")
+	}
+	if p.s.hangCommit.Load() {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()

@@ -106,3 +106,28 @@ func TestBucketDown(t *testing.T) {
 	waitFor(t, 30*time.Second, "commits resumed after a checkpoint succeeded", func() bool { return committed() == 1000 })
 	rw.stop(t)
 }
+
+// TestShutdownBounded: with a checkpoint store that hangs, Run still returns
+// within the shutdown timeout.
+func TestShutdownBounded(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	evs := genEvents(500, 2, 0.2, 24, base)
+	produce(t, brokers, evs)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.ShutdownTimeout = time.Second
+	cfg.CheckpointTimeout = time.Minute
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	rw := startWorker(t, cfg, store, nil)
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+	store.hangCommit.Store(true)
+	time.Sleep(200 * time.Millisecond) // let an upload hang
+	start := time.Now()
+	if err := rw.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("shutdown took %v with a 1s shutdown timeout", d)
+	}
+}

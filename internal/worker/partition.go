@@ -172,6 +172,10 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	defer func() { stopReading(); <-pumpDone }()
 
 	pp.cp = newCheckpointer(pp.store, w.cfg.CheckpointTimeout, pp.log, w.deps.Now, pp.fence)
+	if restored.InputOffset >= 0 && restored.InputOffset == c {
+		// The restored checkpoint (re-stored by Claim) covers c.
+		pp.cp.lastOffset = c
+	}
 	pp.cp.start()
 	defer pp.cp.stop()
 	pp.lastCheckpoint = w.deps.Now()
@@ -620,6 +624,10 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	}
 	if err := pp.cp.idle(sctx); err != nil {
 		pp.log.Warn("final checkpoint skipped: previous upload still running", "err", err)
+		return nil
+	}
+	if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+		pp.log.Info("partition released; stored checkpoint is current", "offset", pp.next, "took", w.deps.Now().Sub(start))
 		return nil
 	}
 	if err := pp.cp.commit(sctx, pp.checkpoint()); err != nil {
