@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "bloomgate-cmd-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "bloomgate")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building bloomgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func runInProcess(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestUsage(t *testing.T) {
+	code, _, stderr := runInProcess()
+	if code != exitUsage || !strings.Contains(stderr, "Commands:") {
+		t.Fatalf("no arguments: exit %d, stderr %q", code, stderr)
+	}
+	code, stdout, _ := runInProcess("--help")
+	if code != exitOK {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, c := range commands() {
+		if !strings.Contains(stdout, "  "+c.name+" ") {
+			t.Errorf("help does not list %s", c.name)
+		}
+	}
+	if code, _, stderr := runInProcess("frobnicate"); code != exitUsage || !strings.Contains(stderr, `unknown command "frobnicate"`) {
+		t.Fatalf("unknown command: exit %d, %q", code, stderr)
+	}
+	if code, stdout, _ := runInProcess("version"); code != exitOK || !strings.HasPrefix(stdout, "bloomgate ") {
+		t.Fatalf("version: exit %d, %q", code, stdout)
+	}
+	for _, cmd := range []string{"run", "broker", "loadgen"} {
+		code, stdout, _ := runInProcess(cmd, "--help")
+		if code != exitOK || !strings.Contains(stdout, "Usage: bloomgate "+cmd) {
+			t.Errorf("%s --help: exit %d, %q", cmd, code, stdout)
+		}
+	}
+	if code, _, _ := runInProcess("broker", "--no-such-flag"); code != exitUsage {
+		t.Errorf("broker with a bad flag: exit %d, want %d", code, exitUsage)
+	}
+	if code, _, stderr := runInProcess("loadgen", "--topic", "t", "--duplicates", "1.5"); code != exitUsage || !strings.Contains(stderr, "duplicates") {
+		t.Errorf("loadgen with a bad ratio: exit %d, %q", code, stderr)
+	}
+}
+
+func TestRunHelpListsSettings(t *testing.T) {
+	code, stdout, _ := runInProcess("run", "--help")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, s := range []string{"--brokers", "--key", "--normalize", "--window", "--capacity", "--fpr",
+		"--checkpoint-url", "--on-missing-key", "--sasl-mechanism", "--tls-ca-file", "BLOOMGATE_CHECKPOINT_URL", "default 24h0m0s"} {
+		if !strings.Contains(stdout, s) {
+			t.Errorf("run --help lacks %q", s)
+		}
+	}
+}
+
+// TestRunBadConfig runs the built binary: bad settings exit with 2 and an
+// error that names the setting.
+func TestRunBadConfig(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  []string
+		want []string
+	}{
+		{[]string{"run"}, nil, []string{"--brokers", "--input", "--output"}},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "a"}, nil, []string{"--output", "also --input"}},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b"}, []string{"BLOOMGATE_FPR=1.5"}, []string{"--fpr (env BLOOMGATE_FPR)", "between 0 and 1"}},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "0"}, nil, []string{"--capacity"}},
+		{[]string{"run", "--no-such-setting"}, nil, []string{"no-such-setting"}},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(binary, tt.args...)
+		cmd.Env = append(os.Environ(), tt.env...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitUsage {
+			t.Errorf("%v %v: %v, want exit code 2; stderr:\n%s", tt.env, tt.args, err, stderr.String())
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%v %v: stderr lacks %q:\n%s", tt.env, tt.args, w, stderr.String())
+			}
+		}
+	}
+}
+
+// startBroker runs `bloomgate broker` and returns its address.
+func startBroker(t *testing.T, args ...string) (addr string, cmd *exec.Cmd) {
+	t.Helper()
+	cmd = exec.Command(binary, append([]string{"broker", "--listen", "127.0.0.1:0"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("broker exited before listening")
+			}
+			if a, found := strings.CutPrefix(l, "broker listening on "); found {
+				go func() { // keep draining
+					for range lines {
+					}
+				}()
+				return a, cmd
+			}
+		case <-deadline:
+			t.Fatal("broker did not report its address within 20s")
+		}
+	}
+}
+
+func TestBrokerAndLoadgenBinaries(t *testing.T) {
+	addr, brokerCmd := startBroker(t, "--topic", "orders:4", "--topic", "urls:2")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "orders",
+		"--count", "3000", "--duplicates", "0.25", "--seed", "5")
+	var out, errb bytes.Buffer
+	lg.Stdout, lg.Stderr = &out, &errb
+	if err := lg.Run(); err != nil {
+		t.Fatalf("loadgen: %v\n%s", err, errb.String())
+	}
+	if !strings.Contains(out.String(), "events=3000 unique=2250 duplicates=750 ") {
+		t.Fatalf("loadgen summary %q", out.String())
+	}
+	if !strings.Contains(errb.String(), "loadgen: 3000/3000 events") {
+		t.Fatalf("loadgen progress %q", errb.String())
+	}
+
+	// kafka-go sees every event in the broker started by the binary.
+	conn, err := kafka.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := conn.ReadPartitions("orders")
+	conn.Close()
+	if err != nil || len(parts) != 4 {
+		t.Fatalf("orders partitions: %d, %v", len(parts), err)
+	}
+	var total int64
+	for _, p := range parts {
+		lc, err := kafka.DialLeader(ctx, "tcp", addr, "orders", p.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := lc.ReadLastOffset()
+		lc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += last
+	}
+	if total != 3000 {
+		t.Fatalf("broker holds %d order events, want 3000", total)
+	}
+
+	// SIGTERM stops the broker with exit code 0.
+	if err := brokerCmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- brokerCmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("broker exit after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("broker did not stop within 15s of SIGTERM")
+	}
+}
+
+func TestLoadgenUnreachableBroker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "loadgen", "--brokers", "127.0.0.1:1", "--topic", "t", "--count", "10", "--quiet")
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	err := cmd.Run()
+	if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != exitRuntime {
+		t.Fatalf("loadgen against a closed port: %v, want exit code 1", err)
+	}
+}
+
+// TestBrokerDataDirSurvivesKill: records acknowledged before a SIGKILL of
+// `bloomgate broker --data-dir` are there after a restart.
+func TestBrokerDataDirSurvivesKill(t *testing.T) {
+	dir := t.TempDir()
+	addr, cmd := startBroker(t, "--topic", "orders:2", "--data-dir", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "orders", "--count", "5000", "--quiet")
+	if out, err := lg.CombinedOutput(); err != nil {
+		t.Fatalf("loadgen: %v\n%s", err, out)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	addr, _ = startBroker(t, "--topic", "orders:2", "--data-dir", dir)
+	var total int64
+	for p := range 2 {
+		lc, err := kafka.DialLeader(ctx, "tcp", addr, "orders", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last, err := lc.ReadLastOffset()
+		lc.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += last
+	}
+	if total != 5000 {
+		t.Fatalf("after kill -9 and restart the broker holds %d records, want 5000", total)
+	}
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/broker"
+	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/loadgen"
+)
+
+// parseFlags parses args into fs. It returns done=true with the exit code
+// when the command must not go on (--help, or a usage error).
+func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr io.Writer) (done bool, code int) {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), header)
+		fs.PrintDefaults()
+	}
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return true, exitOK
+	case err != nil:
+		return true, exitUsage // the flag package printed the error and usage
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "bloomgate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return true, exitUsage
+	}
+	return false, exitOK
+}
+
+type userList []broker.User
+
+func (l *userList) String() string { return fmt.Sprintf("%d users", len(*l)) }
+
+func (l *userList) Set(v string) error {
+	parts := strings.SplitN(v, ":", 3)
+	if len(parts) != 3 || parts[1] == "" {
+		return errors.New("want MECHANISM:USER:PASSWORD, e.g. SCRAM-SHA-256:alice:secret")
+	}
+	*l = append(*l, broker.User{Mechanism: strings.ToUpper(parts[0]), Username: parts[1], Password: parts[2]})
+	return nil
+}
+
+type topicList []broker.TopicSpec
+
+func (l *topicList) String() string {
+	s := make([]string, len(*l))
+	for i, t := range *l {
+		s[i] = fmt.Sprintf("%s:%d", t.Name, t.Partitions)
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *topicList) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		t, err := broker.ParseTopicSpec(part)
+		if err != nil {
+			return err
+		}
+		*l = append(*l, t)
+	}
+	return nil
+}
+
+func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	var (
+		topics          topicList
+		users           userList
+		cfg             broker.Config
+		level           string
+		sessMin         time.Duration
+		tlsCert, tlsKey string
+	)
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "TCP `address` to listen on (port 0: any free port)")
+	fs.StringVar(&cfg.AdvertisedHost, "advertised-host", "", "`host` clients are told to connect to (default: the listen host, 127.0.0.1 for a wildcard)")
+	fs.Var(&topics, "topic", "topic to create at start, `NAME:PARTITIONS` (repeatable or comma-separated)")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` that keeps topics, records and committed offsets across restarts (default: memory only)")
+	fs.BoolVar(&cfg.SyncWrites, "sync-writes", false, "fsync every produced batch (with --data-dir): survive power loss, not only a crash")
+	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", false, "let clients create unknown topics")
+	fs.IntVar(&cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics")
+	fs.DurationVar(&sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted")
+	fs.Var(&users, "user", "SASL user, `MECHANISM:USER:PASSWORD` with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable; enables SASL)")
+	fs.StringVar(&tlsCert, "tls-cert-file", "", "PEM server certificate `file`: serve TLS (with --tls-key-file)")
+	fs.StringVar(&tlsKey, "tls-key-file", "", "PEM server key `file`")
+	fs.StringVar(&level, "log-level", "warn", "log `level` on stderr: debug, info, warn, error")
+	header := `Usage: bloomgate broker [flags]
+
+An embedded Kafka-protocol broker (github.com/twmb/franz-go/pkg/kfake) for
+local use and tests; kcat, kafka-go, librdkafka and Java clients can use it.
+Prints "broker listening on HOST:PORT" on stderr once ready; stops on
+SIGINT/SIGTERM (persisting state when --data-dir is set).
+
+Flags:
+`
+	if done, code := parseFlags(fs, args, header, stdout, stderr); done {
+		return code
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return exitCode(stderr, "broker", usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", level)})
+	}
+	cfg.Topics = topics
+	cfg.Users = users
+	cfg.GroupMinSessionTimeout = sessMin
+	if tlsCert != "" || tlsKey != "" {
+		cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
+		if err != nil {
+			return exitCode(stderr, "broker", usageError{fmt.Errorf("--tls-cert-file/--tls-key-file: %w", err)})
+		}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	b, err := broker.New(cfg)
+	if err != nil {
+		return exitCode(stderr, "broker", err)
+	}
+	fmt.Fprintf(stderr, "broker listening on %s\n", b.Addr())
+	for _, t := range topics {
+		fmt.Fprintf(stderr, "topic %s with %d partitions\n", t.Name, t.Partitions)
+	}
+	if err := b.Run(ctx); err != nil {
+		return exitCode(stderr, "broker", err)
+	}
+	fmt.Fprintln(stderr, "broker stopped")
+	return exitOK
+}
+
+func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	var (
+		cfg       loadgen.Config
+		brokers   string
+		keyspace  string
+		startTime string
+		quiet     bool
+	)
+	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated `host:port` list")
+	fs.StringVar(&cfg.Topic, "topic", "", "topic to write to (required)")
+	fs.StringVar(&cfg.Kind, "kind", loadgen.KindOrder, "event kind: order (JSON with order_id) or url (crawler URL in varying spellings)")
+	fs.IntVar(&cfg.Count, "count", 100000, "events to write")
+	fs.IntVar(&cfg.Rate, "rate", 0, "events per second (0: as fast as possible)")
+	fs.Float64Var(&cfg.Duplicates, "duplicates", 0.2, "fraction of events that repeat an earlier key, in [0,1)")
+	fs.Float64Var(&cfg.AdjacentFraction, "adjacent", 0.5, "fraction of duplicates that repeat one of the last 8 keys (the rest reach back anywhere)")
+	fs.StringVar(&keyspace, "keyspace", "0", "key IDs are drawn from [0, keyspace) without repetition, e.g. 1e6 (0: 1e12)")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed: the same seed writes the same events")
+	fs.StringVar(&cfg.KeyMode, "key-mode", loadgen.KeyModeDedup, "Kafka message key: dedup (the dedup key, duplicates share a partition) or none")
+	fs.StringVar(&startTime, "start-time", "", "RFC 3339 timestamp of the first event (default: wall clock at write time)")
+	fs.DurationVar(&cfg.TimeStep, "time-step", time.Millisecond, "event-time distance between events when --start-time is set")
+	fs.IntVar(&cfg.BatchSize, "batch-size", 10000, "events per produce call and batch")
+	fs.DurationVar(&cfg.BatchTimeout, "batch-timeout", time.Millisecond, "max wait to fill a produce batch")
+	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	header := `Usage: bloomgate loadgen [flags]
+
+Writes synthetic events with an exact, known number of duplicates. Progress
+goes to stderr; the final counts go to stdout as key=value pairs:
+events, unique, duplicates, adjacent_duplicates, bytes, seconds, rate.
+
+Flags:
+`
+	if done, code := parseFlags(fs, args, header, stdout, stderr); done {
+		return code
+	}
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			cfg.Brokers = append(cfg.Brokers, b)
+		}
+	}
+	ks, err := config.ParseCount(keyspace)
+	if err != nil {
+		return exitCode(stderr, "loadgen", usageError{fmt.Errorf("--keyspace: %w", err)})
+	}
+	cfg.KeySpace = ks
+	if startTime != "" {
+		t, err := time.Parse(time.RFC3339Nano, startTime)
+		if err != nil {
+			return exitCode(stderr, "loadgen", usageError{fmt.Errorf("--start-time: %w", err)})
+		}
+		cfg.StartTime = t
+	}
+	if cfg.AdjacentFraction == 0 {
+		cfg.AdjacentFraction = -1 // explicit zero
+	}
+	if err := cfg.Validate(); err != nil {
+		return exitCode(stderr, "loadgen", usageError{err})
+	}
+	if !quiet {
+		cfg.Progress = func(s loadgen.Stats) {
+			fmt.Fprintf(stderr, "loadgen: %d/%d events (%.0f%%), %d duplicates, %.0f ev/s\n",
+				s.Events, cfg.Count, 100*float64(s.Events)/float64(cfg.Count), s.Duplicates, s.Rate())
+		}
+	}
+	st, err := loadgen.Run(ctx, cfg)
+	fmt.Fprintf(stdout, "events=%d unique=%d duplicates=%d adjacent_duplicates=%d bytes=%d seconds=%.3f rate=%.0f\n",
+		st.Events, st.Unique, st.Duplicates, st.AdjacentDuplicates, st.Bytes, st.Elapsed.Seconds(), st.Rate())
+	if err != nil {
+		return exitCode(stderr, "loadgen", err)
+	}
+	return exitOK
+}

@@ -1,0 +1,361 @@
+package bloom
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"math/bits"
+	"unsafe"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Binary format v1 of one generation, little-endian, streamed:
+//
+//	header   magic "\x89BGGEN\r\n", version u16 = 1, flags u16 (bit 0:
+//	         saturated), length u32 of the fields up to the header CRC,
+//	         id u64, start i64, end i64 (Unix ns), capacity u64, fpr f64,
+//	         inserts u64, page bytes u32 (65536), sub-filters u32, then per
+//	         sub-filter: capacity u64, fpr f64, inserts u64, blocks u64,
+//	         set bits u64, k u32, reserved u32 (0); CRC-32C u32 of all the
+//	         header bytes before it.
+//	chunks   one per 64 KiB page of each sub-filter, in order: kind u8
+//	         (0 raw, 1 zstd, 2 all zero), payload length u32, CRC-32C u32 of
+//	         kind, length and payload, payload. zstd is tried only on pages
+//	         with ≤ 20 % or ≥ 80 % bits set and kept only if it saves ≥ 1/16.
+//	trailer  magic "BGGENEND", chunks u64, bytes before the trailer u64,
+//	         CRC-32C u32 of the trailer bytes before it.
+const (
+	formatVersion = 1
+	flagSaturated = 1 << 0
+
+	kindRaw  = 0
+	kindZstd = 1
+	kindZero = 2
+
+	hdrFixed  = 8 + 8 + 8 + 8 + 8 + 8 + 4 + 4 // id … sub-filter count
+	hdrPerSub = 8 + 8 + 8 + 8 + 8 + 4 + 4
+	chunkHdr  = 1 + 4 + 4
+	trailerSz = 8 + 8 + 8 + 4
+)
+
+var (
+	magic        = [8]byte{0x89, 'B', 'G', 'G', 'E', 'N', '\r', '\n'}
+	trailerMagic = [8]byte{'B', 'G', 'G', 'E', 'N', 'E', 'N', 'D'}
+	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
+	littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
+)
+
+// pageAsBytes views a page as its little-endian bytes (no copy on
+// little-endian machines).
+func pageAsBytes(p []uint64) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&p[0])), len(p)*8)
+}
+
+type countingWriter struct {
+	w *bufio.Writer
+	n int64
+}
+
+func (c *countingWriter) write(b []byte) error {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return err
+}
+
+func encodeGeneration(w io.Writer, m *genMeta, views []filterView) (int64, error) {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw}
+
+	hdr := make([]byte, 0, 8+2+2+4+hdrFixed+len(views)*hdrPerSub+4)
+	hdr = append(hdr, magic[:]...)
+	hdr = binary.LittleEndian.AppendUint16(hdr, formatVersion)
+	var flags uint16
+	if m.saturated {
+		flags |= flagSaturated
+	}
+	hdr = binary.LittleEndian.AppendUint16(hdr, flags)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(hdrFixed+len(views)*hdrPerSub))
+	hdr = binary.LittleEndian.AppendUint64(hdr, m.id)
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(m.start))
+	hdr = binary.LittleEndian.AppendUint64(hdr, uint64(m.end))
+	hdr = binary.LittleEndian.AppendUint64(hdr, m.capacity)
+	hdr = binary.LittleEndian.AppendUint64(hdr, math.Float64bits(m.fpr))
+	hdr = binary.LittleEndian.AppendUint64(hdr, m.inserts)
+	hdr = binary.LittleEndian.AppendUint32(hdr, pageBytes)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(views)))
+	for i, v := range views {
+		hdr = binary.LittleEndian.AppendUint64(hdr, v.capacity)
+		hdr = binary.LittleEndian.AppendUint64(hdr, math.Float64bits(v.fpr))
+		hdr = binary.LittleEndian.AppendUint64(hdr, m.subInserts[i])
+		hdr = binary.LittleEndian.AppendUint64(hdr, v.nblocks)
+		hdr = binary.LittleEndian.AppendUint64(hdr, v.ones)
+		hdr = binary.LittleEndian.AppendUint32(hdr, v.k)
+		hdr = binary.LittleEndian.AppendUint32(hdr, 0)
+	}
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
+	if err := cw.write(hdr); err != nil {
+		return cw.n, fmt.Errorf("writing generation header: %w", err)
+	}
+
+	var (
+		enc     *zstd.Encoder
+		zbuf    []byte
+		swapped []uint64
+		chunks  uint64
+		ch      [chunkHdr]byte
+	)
+	for _, v := range views {
+		for i := range v.pages {
+			p := pageSlice(v.pages, i, v.nblocks)
+			if !littleEndian {
+				swapped = append(swapped[:0], p...)
+				for i := range swapped {
+					swapped[i] = bits.ReverseBytes64(swapped[i])
+				}
+				p = swapped
+			}
+			raw := pageAsBytes(p)
+			kind, payload := byte(kindRaw), raw
+			ones := popcountWords(p)
+			switch {
+			case ones == 0:
+				kind, payload = kindZero, nil
+			case ones*5 <= uint64(len(p))*64 || ones*5 >= uint64(len(p))*64*4:
+				if enc == nil {
+					var err error
+					enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+						zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+					if err != nil {
+						return cw.n, fmt.Errorf("creating zstd encoder: %w", err)
+					}
+					defer enc.Close()
+				}
+				zbuf = enc.EncodeAll(raw, zbuf[:0])
+				if len(zbuf) <= len(raw)-len(raw)/16 {
+					kind, payload = kindZstd, zbuf
+				}
+			}
+			ch[0] = kind
+			binary.LittleEndian.PutUint32(ch[1:5], uint32(len(payload)))
+			crc := crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload)
+			binary.LittleEndian.PutUint32(ch[5:9], crc)
+			if err := cw.write(ch[:]); err != nil {
+				return cw.n, fmt.Errorf("writing generation chunk: %w", err)
+			}
+			if err := cw.write(payload); err != nil {
+				return cw.n, fmt.Errorf("writing generation chunk: %w", err)
+			}
+			chunks++
+		}
+	}
+
+	tr := make([]byte, 0, trailerSz)
+	tr = append(tr, trailerMagic[:]...)
+	tr = binary.LittleEndian.AppendUint64(tr, chunks)
+	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n))
+	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
+	if err := cw.write(tr); err != nil {
+		return cw.n, fmt.Errorf("writing generation trailer: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing generation: %w", err)
+	}
+	return cw.n, nil
+}
+
+func popcountWords(p []uint64) uint64 {
+	var n int
+	for _, w := range p {
+		n += bits.OnesCount64(w)
+	}
+	return uint64(n)
+}
+
+// decoder reads a generation with offsets for error messages.
+type decoder struct {
+	r   *bufio.Reader
+	off int64
+}
+
+func (d *decoder) fail(section, detail string, err error) error {
+	return &FormatError{Section: section, Offset: d.off, Detail: detail, Err: err}
+}
+
+func (d *decoder) read(section string, b []byte) error {
+	n, err := io.ReadFull(d.r, b)
+	d.off += int64(n)
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return d.fail(section, "truncated", ErrCorrupt)
+	}
+	if err != nil {
+		return fmt.Errorf("reading generation %s at byte %d: %w", section, d.off, err)
+	}
+	return nil
+}
+
+// DecodeGeneration reads one generation in binary format v1. It allocates
+// the declared bitsets (rounded up to 64 KiB pages) page by page as their
+// chunks arrive, and rejects a declared size above maxBytes (≤ 0:
+// MaxFilterBytes) with ErrTooLarge before allocating any.
+// Format problems are *FormatError wrapping ErrCorrupt,
+// ErrUnsupportedVersion or ErrTooLarge; a non-nil error means a nil
+// Generation.
+func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
+	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
+		maxBytes = MaxFilterBytes
+	}
+	d := &decoder{r: bufio.NewReaderSize(r, 256<<10)}
+
+	var pre [16]byte
+	if err := d.read("header", pre[:]); err != nil {
+		return nil, err
+	}
+	if [8]byte(pre[:8]) != magic {
+		return nil, d.fail("header", "bad magic: not a bloomgate generation", ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(pre[8:]); v != formatVersion {
+		return nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, formatVersion), ErrUnsupportedVersion)
+	}
+	flags := binary.LittleEndian.Uint16(pre[10:])
+	hlen := binary.LittleEndian.Uint32(pre[12:])
+	if hlen < hdrFixed+hdrPerSub || hlen > hdrFixed+maxStacks*hdrPerSub || (hlen-hdrFixed)%hdrPerSub != 0 {
+		return nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
+	}
+	hdr := make([]byte, 16+hlen+4)
+	copy(hdr, pre[:])
+	if err := d.read("header", hdr[16:]); err != nil {
+		return nil, err
+	}
+	if crc32.Checksum(hdr[:16+hlen], castagnoli) != binary.LittleEndian.Uint32(hdr[16+hlen:]) {
+		return nil, d.fail("header", "checksum mismatch", ErrCorrupt)
+	}
+	if flags&^flagSaturated != 0 {
+		return nil, d.fail("header", fmt.Sprintf("unknown flags %#x", flags), ErrUnsupportedVersion)
+	}
+	b := hdr[16 : 16+hlen]
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
+	g := &Generation{
+		id: u64(), start: int64(u64()), end: int64(u64()), capacity: u64(),
+		fpr: math.Float64frombits(u64()), inserts: u64(), saturated: flags&flagSaturated != 0,
+	}
+	pb, nsub := u32(), u32()
+	switch {
+	case pb != pageBytes:
+		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
+	case nsub != (hlen-hdrFixed)/hdrPerSub:
+		return nil, d.fail("header", fmt.Sprintf("%d sub-filters in a %d-byte header", nsub, hlen), ErrCorrupt)
+	case g.start < 0 || g.end <= g.start || g.id > math.MaxInt64/uint64(g.end-g.start) ||
+		int64(g.id)*(g.end-g.start) != g.start:
+		return nil, d.fail("header", fmt.Sprintf("span [%d, %d) does not match id %d", g.start, g.end, g.id), ErrCorrupt)
+	case g.capacity == 0 || !(g.fpr > 0 && g.fpr < 1):
+		return nil, d.fail("header", fmt.Sprintf("capacity %d, fpr %v", g.capacity, g.fpr), ErrCorrupt)
+	}
+	var total, sumInserts uint64
+	for i := range int(nsub) {
+		capacity, fpr, ins, nb, ones, k, res := u64(), math.Float64frombits(u64()), u64(), u64(), u64(), u32(), u32()
+		if capacity == 0 || !(fpr > 0 && fpr < 1) || k < 1 || k > maxK || nb == 0 || nb > MaxFilterBytes/64 ||
+			ones > nb*blockBits || res != 0 || ins > math.MaxUint64-sumInserts {
+			return nil, d.fail("header", fmt.Sprintf("sub-filter %d: capacity %d, fpr %v, k %d, blocks %d, set bits %d",
+				i, capacity, fpr, k, nb, ones), ErrCorrupt)
+		}
+		total += (nb + pageBlocks - 1) / pageBlocks * pageBytes // allocated in whole pages
+		sumInserts += ins
+		if total > uint64(maxBytes) {
+			return nil, d.fail("header", fmt.Sprintf("bitsets of %d+ bytes, limit %d", total, maxBytes), ErrTooLarge)
+		}
+		g.subs = append(g.subs, &Filter{nblocks: nb, k: k, capacity: capacity, fpr: fpr, ones: ones})
+		g.subInserts = append(g.subInserts, ins)
+	}
+	if sumInserts != g.inserts {
+		return nil, d.fail("header", fmt.Sprintf("inserts %d, sub-filters sum to %d", g.inserts, sumInserts), ErrCorrupt)
+	}
+
+	var (
+		dec    *zstd.Decoder
+		zbuf   []byte
+		chunks uint64
+		ch     [chunkHdr]byte
+	)
+	for _, f := range g.subs {
+		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
+		f.pages = make([]*[pageWords]uint64, 0, npages)
+		f.pageEpoch = make([]uint32, npages)
+		for i := range npages {
+			chunkOff := d.off
+			if err := d.read("chunk", ch[:]); err != nil {
+				return nil, err
+			}
+			kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
+			page := new([pageWords]uint64)
+			p := page[:min(pageWords, (f.nblocks-i*pageBlocks)*blockWords)]
+			raw := pageAsBytes(p)
+			var payload []byte
+			switch {
+			case kind == kindRaw && int(n) == len(raw):
+				payload = raw
+			case kind == kindZstd && n > 0 && int(n) < len(raw):
+				if cap(zbuf) < int(n) {
+					zbuf = make([]byte, pageBytes)
+				}
+				payload = zbuf[:n]
+			case kind == kindZero && n == 0:
+			default:
+				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, len(raw)), ErrCorrupt)
+			}
+			if err := d.read("chunk", payload); err != nil {
+				return nil, err
+			}
+			crc := crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload)
+			if crc != binary.LittleEndian.Uint32(ch[5:9]) {
+				d.off = chunkOff
+				return nil, d.fail("chunk", "checksum mismatch", ErrCorrupt)
+			}
+			if kind == kindZstd {
+				if dec == nil {
+					var err error
+					dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true),
+						zstd.WithDecoderMaxMemory(pageBytes))
+					if err != nil {
+						return nil, fmt.Errorf("creating zstd decoder: %w", err)
+					}
+					defer dec.Close()
+				}
+				out, err := dec.DecodeAll(payload, raw[:0])
+				if err != nil || len(out) != len(raw) || (len(out) > 0 && &out[0] != &raw[0]) {
+					d.off = chunkOff
+					return nil, d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
+				}
+			}
+			if !littleEndian {
+				for j := range p {
+					p[j] = bits.ReverseBytes64(p[j])
+				}
+			}
+			f.pages = append(f.pages, page)
+			chunks++
+		}
+		if popcountPages(f.pages, f.nblocks) != f.ones {
+			return nil, d.fail("chunk", "set-bit count differs from header", ErrCorrupt)
+		}
+	}
+
+	bodyLen := d.off
+	var tr [trailerSz]byte
+	if err := d.read("trailer", tr[:]); err != nil {
+		return nil, err
+	}
+	if [8]byte(tr[:8]) != trailerMagic ||
+		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
+		binary.LittleEndian.Uint64(tr[8:]) != chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
+		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
+	}
+	return g, nil
+}

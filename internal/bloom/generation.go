@@ -1,0 +1,158 @@
+package bloom
+
+import (
+	"io"
+	"math"
+	"time"
+)
+
+// Overflow plan (scalable Bloom filter, Almeida et al. 2007). Sub-filter 0
+// gets firstShare of the generation's rate budget p; sub-filter i ≥ 1 gets
+// (1−firstShare)·p·(1−tighten)·tighten^(i−1) and growth^i times the planned
+// capacity. The rates sum to at most p however many sub-filters exist.
+const (
+	firstShare = 0.9
+	tighten    = 0.5
+	growth     = 2
+	maxStacks  = 32    // sub-filters per generation, the first included
+	minSubRate = 1e-10 // below this a 512-bit block cannot be sized
+)
+
+// subRate is the target rate of sub-filter i of a stack with budget p.
+func subRate(p float64, i int) float64 {
+	if i == 0 {
+		return firstShare * p
+	}
+	r := (1 - firstShare) * p * (1 - tighten) * math.Pow(tighten, float64(i-1))
+	return max(r, minSubRate)
+}
+
+// subCapacity is the planned capacity of sub-filter i.
+func subCapacity(c uint64, i int) uint64 {
+	if i >= 62 || c > math.MaxUint64>>uint(i) {
+		return math.MaxUint64
+	}
+	return c << uint(i)
+}
+
+// Generation is one span of event time: a stack of blocked filters that
+// grows when more distinct keys arrive than planned.
+type Generation struct {
+	id         uint64
+	start, end int64 // Unix nanoseconds, [start, end)
+	capacity   uint64
+	fpr        float64
+	subs       []*Filter
+	subInserts []uint64
+	inserts    uint64
+	saturated  bool // no further sub-filter fits the size limit
+}
+
+func newGeneration(id uint64, start, end int64, capacity uint64, fpr float64, first *Filter) *Generation {
+	return &Generation{
+		id: id, start: start, end: end, capacity: capacity, fpr: fpr,
+		subs: []*Filter{first}, subInserts: []uint64{0},
+	}
+}
+
+// ID is the span index: Start = ID·span since the Unix epoch.
+func (g *Generation) ID() uint64 { return g.id }
+
+// Start is the first instant of the generation's span.
+func (g *Generation) Start() time.Time { return time.Unix(0, g.start).UTC() }
+
+// End is the first instant after the generation's span.
+func (g *Generation) End() time.Time { return time.Unix(0, g.end).UTC() }
+
+// Inserts counts the keys added (TestAndAdd calls that reported unseen).
+func (g *Generation) Inserts() uint64 { return g.inserts }
+
+func (g *Generation) test(h Hash) bool {
+	for _, f := range g.subs {
+		if f.Test(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// testAndAdd checks every sub-filter and adds h to the newest. Inserts are
+// counted per sub-filter; reaching a sub-filter's capacity stacks the next,
+// so the stacking point depends only on the sequence of keys.
+func (g *Generation) testAndAdd(h Hash) bool {
+	n := len(g.subs)
+	for _, f := range g.subs[:n-1] {
+		if f.Test(h) {
+			return true
+		}
+	}
+	if g.subs[n-1].TestAndAdd(h) {
+		return true
+	}
+	g.inserts++
+	g.subInserts[n-1]++
+	if g.subInserts[n-1] >= g.subs[n-1].capacity && !g.saturated {
+		g.stack()
+	}
+	return false
+}
+
+func (g *Generation) stack() {
+	i := len(g.subs)
+	if i >= maxStacks {
+		g.saturated = true
+		return
+	}
+	var total uint64
+	for _, f := range g.subs {
+		total += f.Bytes()
+	}
+	c, p := subCapacity(g.capacity, i), subRate(g.fpr, i)
+	k, nb, err := filterParams(c, p)
+	if err != nil || total+nb*blockBits/8 > MaxFilterBytes {
+		g.saturated = true
+		return
+	}
+	g.subs = append(g.subs, newFilter(c, p, k, nb))
+	g.subInserts = append(g.subInserts, 0)
+}
+
+// GenerationStats describes one generation; totals include overflow stacks.
+type GenerationStats struct {
+	ID         uint64
+	Start, End time.Time
+	Inserts    uint64  // keys added
+	EstKeys    uint64  // distinct keys estimated from the set bits
+	Fill       float64 // fraction of bits set, over all sub-filters
+	EstFPR     float64 // estimated current false-positive rate
+	Bytes      uint64  // memory of the bits
+	Stacks     int     // overflow sub-filters beyond the first
+}
+
+// Stats computes the generation's statistics; cost O(sub-filters).
+func (g *Generation) Stats() GenerationStats {
+	st := GenerationStats{ID: g.id, Start: g.Start(), End: g.End(), Inserts: g.inserts, Stacks: len(g.subs) - 1}
+	var ones, bitsTotal uint64
+	pass := 1.0
+	for _, f := range g.subs {
+		ones += f.ones
+		bitsTotal += f.Bits()
+		st.EstKeys += f.EstimatedKeys()
+		st.Bytes += f.Bytes()
+		pass *= 1 - f.EstimatedFPR()
+	}
+	st.Fill = float64(ones) / float64(bitsTotal)
+	st.EstFPR = 1 - pass
+	return st
+}
+
+// WriteTo encodes the generation in binary format v1. Only the owning
+// goroutine may call it; use Shard.Snapshot to encode concurrently.
+func (g *Generation) WriteTo(w io.Writer) (int64, error) {
+	views := make([]filterView, len(g.subs))
+	for i, f := range g.subs {
+		views[i] = filterView{pages: f.pages, nblocks: f.nblocks, k: f.k, capacity: f.capacity, fpr: f.fpr, ones: f.ones}
+	}
+	m := g.meta()
+	return encodeGeneration(w, &m, views)
+}

@@ -1,0 +1,236 @@
+package bloom
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// MaxGenerations bounds Config.Generations.
+const MaxGenerations = 1024
+
+// Config plans one shard (one Kafka partition's filter).
+type Config struct {
+	Window      time.Duration // dedup window W, > 0
+	Generations int           // G >= 2
+	Capacity    uint64        // expected distinct keys per window for this shard
+	FPR         float64       // target false-positive rate of the whole shard, (0,1)
+}
+
+// Validate checks the parameters and that the planned bitsets fit the size
+// limit; errors name the field and the accepted range.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Window <= 0 {
+		errs = append(errs, fmt.Errorf("window %v: must be > 0", c.Window))
+	}
+	if c.Generations < 2 || c.Generations > MaxGenerations {
+		errs = append(errs, fmt.Errorf("generations %d: must be in [2, %d]", c.Generations, MaxGenerations))
+	}
+	if c.Capacity == 0 {
+		errs = append(errs, errors.New("capacity 0: must be ≥ 1 (expected distinct keys per window)"))
+	}
+	if !(c.FPR > 0 && c.FPR < 1) {
+		errs = append(errs, fmt.Errorf("fpr %v: must be in (0, 1), e.g. 0.01", c.FPR))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid filter config: %w", errors.Join(errs...))
+	}
+	if c.Window < time.Duration(c.Generations-1) {
+		return fmt.Errorf("invalid filter config: window %v: must be ≥ %d ns (one per span)", c.Window, c.Generations-1)
+	}
+	p := c.plan()
+	if p.err != nil {
+		return fmt.Errorf("invalid filter config: capacity %d, fpr %v: %w", c.Capacity, c.FPR, p.err)
+	}
+	if total := float64(p.nblocks) * blockBits / 8 * float64(c.Generations); total > MaxFilterBytes {
+		return fmt.Errorf("invalid filter config: capacity %d at fpr %v needs %.1f GiB for %d generations, limit %d GiB: lower capacity or raise fpr: %w",
+			c.Capacity, c.FPR, total/(1<<30), c.Generations, MaxFilterBytes>>30, ErrTooLarge)
+	}
+	return nil
+}
+
+// plan is the derived sizing of a shard's generations.
+type plan struct {
+	span     int64   // nanoseconds, ⌈W/(G−1)⌉
+	capacity uint64  // planned keys per generation, ⌈Capacity/(G−1)⌉
+	fpr      float64 // rate budget per generation: 1−(1−p)^(1/G)
+	k        int     // probes of a generation's first sub-filter
+	nblocks  uint64  // blocks of a generation's first sub-filter
+	err      error
+}
+
+// plan derives the generation sizing. A window spans G−1 generations, so a
+// generation plans for Capacity/(G−1) keys; a lookup checks G generations,
+// so each gets the rate r with 1−(1−r)^G = FPR.
+func (c Config) plan() plan {
+	g := int64(c.Generations - 1)
+	p := plan{
+		span:     (int64(c.Window) + g - 1) / g,
+		capacity: (c.Capacity + uint64(g) - 1) / uint64(g),
+		fpr:      -math.Expm1(math.Log1p(-c.FPR) / float64(c.Generations)),
+	}
+	p.k, p.nblocks, p.err = filterParams(p.capacity, subRate(p.fpr, 0))
+	return p
+}
+
+// Shard is a ring of at most G generations over event time. Generation IDs
+// are span indexes since the Unix epoch, so rotation depends only on the
+// timestamps passed in. A Shard belongs to one goroutine.
+type Shard struct {
+	cfg  Config
+	plan plan
+	gens []*Generation // oldest first; IDs strictly increasing
+}
+
+// NewShard returns an empty shard; the first TestAndAdd opens a generation.
+func NewShard(cfg Config) (*Shard, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Shard{cfg: cfg, plan: cfg.plan()}, nil
+}
+
+// Config returns the shard's configuration.
+func (s *Shard) Config() Config { return s.cfg }
+
+// Span is the event time covered by one generation.
+func (s *Shard) Span() time.Duration { return time.Duration(s.plan.span) }
+
+// spanIndex maps ts to its span; times before the Unix epoch map to span 0.
+func (s *Shard) spanIndex(ts time.Time) uint64 {
+	n := ts.UnixNano()
+	if n < 0 {
+		return 0
+	}
+	return uint64(n / s.plan.span)
+}
+
+// TestAndAdd reports whether h was seen in any generation, and records it in
+// the newest one. A timestamp in a later span than the newest generation
+// rotates the ring first: a generation opens for that span and every
+// generation with ID ≤ new−G is dropped (all of them after a gap ≥ G spans).
+// A timestamp in the newest or an earlier span (late event) rotates nothing.
+//
+// A key found only in an older generation is added to the newest as well,
+// so a key is remembered for at least W after its latest sighting, not its
+// first.
+func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
+	idx := s.spanIndex(ts)
+	if n := len(s.gens); n == 0 || idx > s.gens[n-1].id {
+		s.rotate(idx)
+	}
+	n := len(s.gens)
+	for _, g := range s.gens[:n-1] {
+		if g.test(h) {
+			seen = true
+			break
+		}
+	}
+	return s.gens[n-1].testAndAdd(h) || seen
+}
+
+// Test reports whether h was seen in any generation; it changes nothing.
+func (s *Shard) Test(h Hash) bool {
+	for _, g := range s.gens {
+		if g.test(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// Advance rotates the ring as TestAndAdd with timestamp ts would, without
+// adding a key (for idle partitions whose event time moves on).
+func (s *Shard) Advance(ts time.Time) {
+	idx := s.spanIndex(ts)
+	if n := len(s.gens); n == 0 || idx > s.gens[n-1].id {
+		s.rotate(idx)
+	}
+}
+
+func (s *Shard) rotate(idx uint64) {
+	keep := 0
+	if g := uint64(s.cfg.Generations); idx >= g {
+		keep = slices.IndexFunc(s.gens, func(gen *Generation) bool { return gen.id > idx-g })
+		if keep < 0 {
+			keep = len(s.gens)
+		}
+	}
+	for i := range keep {
+		s.gens[i] = nil
+	}
+	s.gens = append(s.gens[:0], s.gens[keep:]...)
+	start := int64(idx) * s.plan.span
+	f := newFilter(s.plan.capacity, subRate(s.plan.fpr, 0), s.plan.k, s.plan.nblocks)
+	s.gens = append(s.gens, newGeneration(idx, start, start+s.plan.span, s.plan.capacity, s.plan.fpr, f))
+}
+
+// ShardStats describes a shard: per generation (oldest first) and totals.
+type ShardStats struct {
+	Generations []GenerationStats
+	Inserts     uint64
+	EstKeys     uint64
+	Bytes       uint64
+	Stacks      int     // overflow sub-filters over all generations
+	EstFPR      float64 // estimated rate of a lookup over all generations
+}
+
+// Stats computes the shard's statistics; cost O(generations × sub-filters).
+func (s *Shard) Stats() ShardStats {
+	st := ShardStats{Generations: make([]GenerationStats, 0, len(s.gens))}
+	pass := 1.0
+	for _, g := range s.gens {
+		gs := g.Stats()
+		st.Generations = append(st.Generations, gs)
+		st.Inserts += gs.Inserts
+		st.EstKeys += gs.EstKeys
+		st.Bytes += gs.Bytes
+		st.Stacks += gs.Stacks
+		pass *= 1 - gs.EstFPR
+	}
+	st.EstFPR = 1 - pass
+	return st
+}
+
+// RestoreShard rebuilds a shard from decoded generations (any order). The
+// generations must have the span of cfg; those that a ring ending at the
+// newest one would already have dropped are ignored.
+func RestoreShard(cfg Config, gens []*Generation) (*Shard, error) {
+	s, err := NewShard(cfg)
+	if err != nil {
+		return nil, err
+	}
+	gs := slices.Clone(gens)
+	slices.SortFunc(gs, func(a, b *Generation) int {
+		switch {
+		case a.id < b.id:
+			return -1
+		case a.id > b.id:
+			return 1
+		}
+		return 0
+	})
+	for i, g := range gs {
+		if g == nil {
+			return nil, errors.New("restoring shard: nil generation")
+		}
+		if g.end-g.start != s.plan.span || g.start != int64(g.id)*s.plan.span {
+			return nil, fmt.Errorf("restoring shard: generation %d spans [%d, %d) ns, config span is %v: window or generations changed",
+				g.id, g.start, g.end, time.Duration(s.plan.span))
+		}
+		if i > 0 && gs[i-1].id == g.id {
+			return nil, fmt.Errorf("restoring shard: generation %d given twice", g.id)
+		}
+	}
+	if n := len(gs); n > 0 {
+		newest := gs[n-1].id
+		for len(gs) > 0 && newest >= uint64(cfg.Generations) && gs[0].id <= newest-uint64(cfg.Generations) {
+			gs = gs[1:]
+		}
+	}
+	s.gens = gs
+	return s, nil
+}

@@ -1,0 +1,318 @@
+// Package broker runs an in-process Kafka-protocol broker for local use and
+// tests: a single-node github.com/twmb/franz-go/pkg/kfake cluster listening on
+// one TCP address, which any Kafka client (kafka-go, librdkafka/kcat, the
+// Java client) can use.
+//
+// kfake implements the wire protocol, consumer groups and, with a data
+// directory, persistence of topics, records and committed offsets across
+// restarts. It is not a replicated or tuned broker: it is meant for a laptop,
+// CI and demos.
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TopicSpec is a topic created at start if it does not exist.
+type TopicSpec struct {
+	Name       string
+	Partitions int
+}
+
+// ParseTopicSpec parses NAME:PARTITIONS (NAME alone means 1 partition).
+func ParseTopicSpec(s string) (TopicSpec, error) {
+	name, parts, found := strings.Cut(s, ":")
+	t := TopicSpec{Name: strings.TrimSpace(name), Partitions: 1}
+	if found {
+		n, err := strconv.Atoi(strings.TrimSpace(parts))
+		if err != nil {
+			return TopicSpec{}, fmt.Errorf("topic %q: partitions %q is not a number (use NAME:PARTITIONS)", s, parts)
+		}
+		t.Partitions = n
+	}
+	return t, t.validate()
+}
+
+func (t TopicSpec) validate() error {
+	if t.Name == "" {
+		return errors.New("topic with an empty name (use NAME:PARTITIONS)")
+	}
+	if t.Partitions < 1 || t.Partitions > 10000 {
+		return fmt.Errorf("topic %q: %d partitions, want 1..10000", t.Name, t.Partitions)
+	}
+	return nil
+}
+
+// User is a SASL user that the broker accepts.
+type User struct {
+	Mechanism string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	Username  string
+	Password  string
+}
+
+// Config configures a Broker.
+type Config struct {
+	// Listen is the TCP address, e.g. 127.0.0.1:9092; port 0 picks a free
+	// port. Default 127.0.0.1:0.
+	Listen string
+	// AdvertisedHost is the host clients are told to connect to. Default:
+	// the host of Listen, or 127.0.0.1 when Listen is a wildcard address.
+	AdvertisedHost string
+	// Topics are created at start when missing (also after a restart with
+	// DataDir, where an existing topic keeps its partition count).
+	Topics []TopicSpec
+	// DataDir enables persistence: topics, records, committed offsets and
+	// groups survive a restart. Empty: everything lives in memory.
+	DataDir string
+	// SyncWrites fsyncs every produced batch (with DataDir): records then
+	// survive a power loss, not only a crash of the process, at a cost in
+	// throughput. Without it, data written before a kill -9 survives
+	// (it is in the page cache), as with Kafka's defaults.
+	SyncWrites bool
+	// AutoCreateTopics lets producers and metadata requests create unknown
+	// topics with DefaultPartitions partitions.
+	AutoCreateTopics  bool
+	DefaultPartitions int // default 1
+	// GroupMinSessionTimeout is the smallest consumer-group session timeout
+	// accepted. kfake's default (6s, like Kafka) makes fast-rebalance tests
+	// slow; default here 100ms.
+	GroupMinSessionTimeout time.Duration
+	// TLS, if set, serves TLS with this server configuration.
+	TLS *tls.Config
+	// Users, if any, enable SASL: clients must authenticate as one of them.
+	Users []User
+	// Logger receives the broker's warnings and errors. Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("listen address %q: %w (use host:port, e.g. 127.0.0.1:9092)", c.Listen, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, t := range c.Topics {
+		if err := t.validate(); err != nil {
+			return err
+		}
+		if seen[t.Name] {
+			return fmt.Errorf("topic %q given twice", t.Name)
+		}
+		seen[t.Name] = true
+	}
+	for _, u := range c.Users {
+		switch u.Mechanism {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return fmt.Errorf("SASL user %q: mechanism %q, want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", u.Username, u.Mechanism)
+		}
+		if u.Username == "" {
+			return errors.New("SASL user with an empty name")
+		}
+	}
+	if c.DefaultPartitions < 0 || c.GroupMinSessionTimeout < 0 {
+		return errors.New("negative DefaultPartitions or GroupMinSessionTimeout")
+	}
+	return nil
+}
+
+// Broker is a running in-process broker.
+type Broker struct {
+	cfg     Config
+	cluster *kfake.Cluster
+	addr    string
+
+	closeOnce sync.Once
+}
+
+// New starts a broker: when it returns, the address accepts connections and
+// the configured topics exist. Run or Close stops it.
+func New(cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.DefaultPartitions == 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.GroupMinSessionTimeout == 0 {
+		cfg.GroupMinSessionTimeout = 100 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
+	}
+	adv := advertised(ln.Addr().(*net.TCPAddr), cfg.AdvertisedHost)
+	used := false
+	listenFn := func(network, _ string) (net.Listener, error) {
+		if used {
+			return nil, errors.New("one listener only")
+		}
+		used = true
+		return &advertisedListener{Listener: ln, addr: adv}, nil
+	}
+
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.ListenFn(listenFn),
+		kfake.DefaultNumPartitions(cfg.DefaultPartitions),
+		kfake.GroupMinSessionTimeout(cfg.GroupMinSessionTimeout),
+		kfake.WithLogger(slogAdapter{cfg.Logger}),
+	}
+	for _, t := range cfg.Topics {
+		opts = append(opts, kfake.SeedTopics(int32(t.Partitions), t.Name))
+	}
+	if cfg.DataDir != "" {
+		opts = append(opts, kfake.DataDir(cfg.DataDir))
+		if cfg.SyncWrites {
+			opts = append(opts, kfake.SyncWrites())
+		}
+	}
+	if cfg.AutoCreateTopics {
+		opts = append(opts, kfake.AllowAutoTopicCreation())
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS))
+	}
+	if len(cfg.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range cfg.Users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Username, u.Password))
+		}
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("starting broker: %w", err)
+	}
+	b := &Broker{cfg: cfg, cluster: c, addr: adv.String()}
+	if cfg.DataDir != "" && len(cfg.Topics) > 0 {
+		// A restored cluster ignores seed topics; create the missing ones.
+		if err := b.ensureTopics(); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// Addr is the advertised host:port of the broker.
+func (b *Broker) Addr() string { return b.addr }
+
+// Cluster exposes the kfake cluster for tests that inject faults.
+func (b *Broker) Cluster() *kfake.Cluster { return b.cluster }
+
+// Run blocks until ctx ends, then closes the broker (persisting its state
+// when a data directory is set). It returns nil on a clean stop.
+func (b *Broker) Run(ctx context.Context) error {
+	<-ctx.Done()
+	b.Close()
+	return nil
+}
+
+// Close stops the broker: it stops accepting connections, and with a data
+// directory writes the final state to disk. Safe to call more than once.
+func (b *Broker) Close() {
+	b.closeOnce.Do(b.cluster.Close)
+}
+
+func (b *Broker) ensureTopics() error {
+	if b.cfg.TLS != nil || len(b.cfg.Users) > 0 {
+		// The restored state already holds the topics created before; an
+		// admin client would need credentials we do not keep.
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	if err != nil {
+		return fmt.Errorf("creating topics: %w", err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 10000
+	for _, t := range b.cfg.Topics {
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic = t.Name
+		rt.NumPartitions = int32(t.Partitions)
+		rt.ReplicationFactor = 1
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("creating topics: %w", err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("creating topic %q: %w", rt.Topic, err)
+		}
+	}
+	return nil
+}
+
+func advertised(a *net.TCPAddr, host string) net.Addr {
+	if host == "" {
+		host = a.IP.String()
+		if a.IP.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+	}
+	return hostPortAddr(net.JoinHostPort(host, strconv.Itoa(a.Port)))
+}
+
+// hostPortAddr is an address that may name a host instead of an IP.
+type hostPortAddr string
+
+func (a hostPortAddr) Network() string { return "tcp" }
+func (a hostPortAddr) String() string  { return string(a) }
+
+// advertisedListener reports the address clients should use: kfake
+// advertises its listener's address in metadata responses.
+type advertisedListener struct {
+	net.Listener
+	addr net.Addr
+}
+
+func (l *advertisedListener) Addr() net.Addr { return l.addr }
+
+type slogAdapter struct{ l *slog.Logger }
+
+func (a slogAdapter) Logf(level kfake.LogLevel, format string, args ...any) {
+	var lvl slog.Level
+	switch level {
+	case kfake.LogLevelError:
+		lvl = slog.LevelError
+	case kfake.LogLevelWarn:
+		lvl = slog.LevelWarn
+	case kfake.LogLevelInfo:
+		lvl = slog.LevelDebug // kfake logs every request at info
+	default:
+		lvl = slog.LevelDebug - 4
+	}
+	if !a.l.Enabled(context.Background(), lvl) {
+		return
+	}
+	a.l.Log(context.Background(), lvl, fmt.Sprintf(format, args...), "component", "broker")
+}

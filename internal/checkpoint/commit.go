@@ -1,0 +1,346 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// GenerationSource streams one generation's bytes (its own binary format,
+// opaque here). WriteTo is called once per upload, from a goroutine other
+// than the caller of Commit.
+type GenerationSource interface {
+	WriteTo(w io.Writer) (int64, error)
+}
+
+// Generation is one generation of a partition's filter, as handed to Commit.
+type Generation struct {
+	ID      uint64
+	Sealed  bool // rotated out of the write position: its bytes never change again
+	Start   time.Time
+	End     time.Time
+	Inserts uint64
+	EstKeys uint64
+	Fill    float64
+	EstFPR  float64
+	Stacks  int
+	// Source streams the bytes. Commit skips it for a sealed generation
+	// that an earlier manifest of this handle already stored.
+	Source GenerationSource
+}
+
+// Checkpoint is the state of one partition at one moment.
+type Checkpoint struct {
+	// InputOffset is the next input offset to process: the state covers
+	// every offset below it.
+	InputOffset int64
+	// OutputOffsets: topic -> partition -> end offset at checkpoint time.
+	OutputOffsets map[string]map[int]int64
+	Filter        FilterParams
+	Generations   []Generation // oldest first
+	Owner         string       // worker id (host/pid), for humans
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Claim makes this handle the partition's writer. It is called once on
+// assignment, after Restore: it writes manifest head+1 (a copy of what
+// Restore loaded, or an empty claim when there was nothing usable), so that
+// a previous owner's next Commit, which needs that sequence or a lower one,
+// fails with ErrFenced.
+//
+// ErrFenced from Claim means another writer committed while this one
+// restored: Restore again (on a new handle) and Claim again.
+func (p *Partition) Claim(ctx context.Context, owner string) (err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.countFailure(err) }()
+	if p.fenced {
+		return ErrFenced
+	}
+	if p.claimed {
+		return errors.New("partition already claimed by this handle")
+	}
+	if !p.listed {
+		seqs, err := p.listManifestsRetry(ctx)
+		if err != nil {
+			return fmt.Errorf("claiming: %w", err)
+		}
+		if len(seqs) > 0 {
+			p.headSeq = seqs[len(seqs)-1]
+		}
+		p.listed = true
+	}
+	seq := p.headSeq + 1
+	var m Manifest
+	if p.restored != nil {
+		m = *p.restored
+		m.Generations = slices.Clone(p.restored.Generations)
+	} else {
+		m = Manifest{Empty: true, Group: p.group, Topic: p.topic, Partition: p.partition}
+	}
+	m.Version = ManifestVersion
+	m.Seq = seq
+	m.CreatedAt = p.s.opts.now().UTC()
+	m.Owner = owner
+	m.Writer = p.writer
+	m.Claim = true
+	if err := p.writeManifest(ctx, &m); err != nil {
+		return fmt.Errorf("claiming: %w", err)
+	}
+	p.claimed = true
+	p.m.lastSuccess.Set(float64(m.CreatedAt.UnixNano()) / 1e9)
+	p.log.Info("claimed partition checkpoint", "seq", seq, "empty", m.Empty)
+	p.afterWrite(ctx)
+	if p.fenced {
+		return ErrFenced
+	}
+	return nil
+}
+
+// Commit stores cp as the partition's next checkpoint: it uploads the
+// generation objects not stored yet (a sealed generation only once; the live
+// one every time), then writes manifest seq+1 create-only. Until that
+// manifest exists nothing of this checkpoint is visible to readers.
+//
+// ErrFenced (errors.Is) means another writer took the sequence or a newer
+// one: the caller no longer owns the partition and must stop committing.
+// Other errors leave the previous checkpoint in place; Commit may be called
+// again (on the same handle) later.
+//
+// After a successful commit, retention runs (errors are logged, not
+// returned): manifests beyond the newest Options.Retain are deleted, and so
+// are generation objects no kept manifest names that are older than
+// Options.OrphanGrace.
+func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err error) {
+	start := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() { p.countFailure(err) }()
+	if p.fenced {
+		return nil, ErrFenced
+	}
+	if !p.claimed {
+		return nil, errors.New("commit before claim: call Restore and Claim after assignment")
+	}
+	seq := p.seq + 1
+	m := &Manifest{
+		Version:       ManifestVersion,
+		Seq:           seq,
+		CreatedAt:     p.s.opts.now().UTC(),
+		Owner:         cp.Owner,
+		Writer:        p.writer,
+		Group:         p.group,
+		Topic:         p.topic,
+		Partition:     p.partition,
+		InputOffset:   cp.InputOffset,
+		OutputOffsets: cp.OutputOffsets,
+		Filter:        cp.Filter,
+	}
+	stored := map[uint64]GenerationRef{}
+	if p.last != nil {
+		for _, g := range p.last.Generations {
+			if g.Sealed {
+				stored[g.ID] = g
+			}
+		}
+	}
+	var uploaded int64
+	for i, g := range cp.Generations {
+		if ref, ok := stored[g.ID]; ok && g.Sealed && ref.Start.Equal(g.Start) && ref.End.Equal(g.End) {
+			m.Generations = append(m.Generations, ref)
+			continue
+		}
+		if g.Source == nil {
+			return nil, fmt.Errorf("generation %d (index %d): no source and not stored before", g.ID, i)
+		}
+		ref, err := p.upload(ctx, g, seq)
+		if err != nil {
+			return nil, fmt.Errorf("uploading generation %d: %w", g.ID, err)
+		}
+		uploaded += ref.Bytes
+		m.Generations = append(m.Generations, ref)
+	}
+	if err := p.writeManifest(ctx, m); err != nil {
+		return nil, err
+	}
+	p.m.bytes.Add(float64(uploaded))
+	p.m.duration.Observe(time.Since(start).Seconds())
+	p.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+	p.afterWrite(ctx)
+	if p.fenced {
+		return nil, ErrFenced
+	}
+	return m, nil
+}
+
+// writeManifest writes m create-only under its sequence and records it as
+// this handle's last manifest.
+func (p *Partition) writeManifest(ctx context.Context, m *Manifest) error {
+	data, err := encodeManifest(m)
+	if err != nil {
+		return err
+	}
+	key := manifestKey(p.dir, m.Seq)
+	_, err = p.s.bkt.Put(ctx, key, bytes.NewReader(data), true)
+	if errors.Is(err, errExists) {
+		// Either another writer won the sequence, or an earlier attempt of
+		// this very write succeeded and only its answer was lost (5xx after
+		// the write, dropped connection): the Writer nonce and timestamp
+		// make our bytes unique, so equal bytes mean it is ours.
+		existing, rerr := p.s.readSmall(ctx, key)
+		if rerr == nil && bytes.Equal(existing, data) {
+			err = nil
+		} else {
+			p.fenced = true
+			return fmt.Errorf("%w: manifest %d already written by another writer", ErrFenced, m.Seq)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("writing manifest %d: %w", m.Seq, err)
+	}
+	p.m.bytes.Add(float64(len(data)))
+	p.seq = m.Seq
+	p.last = m
+	return nil
+}
+
+// afterWrite checks that no newer manifest exists (a writer far behind could
+// otherwise recreate a sequence that retention already deleted: retention
+// never deletes the newest manifests, so a newer one is then always listed)
+// and runs retention. Listing errors are logged: the manifest is written.
+func (p *Partition) afterWrite(ctx context.Context) {
+	objs, err := p.s.list(ctx, p.dir+"/")
+	if err != nil {
+		p.log.Warn("listing after checkpoint failed; retention skipped", "err", err)
+		return
+	}
+	for _, o := range objs {
+		if seq, ok := parseManifestKey(p.dir, o.Key); ok && seq > p.seq {
+			p.fenced = true
+			p.log.Warn("newer checkpoint by another writer found; this writer is fenced", "seq", p.seq, "newer", seq)
+			// Our manifest is older than the head: readers ignore it, and
+			// retention of the new owner removes it.
+			return
+		}
+	}
+	if err := p.collect(ctx, objs); err != nil && !errors.Is(err, context.Canceled) {
+		p.log.Warn("checkpoint retention failed", "err", err)
+	}
+}
+
+// upload streams one generation into a new object and returns its ref.
+func (p *Partition) upload(ctx context.Context, g Generation, seq uint64) (GenerationRef, error) {
+	rel := fmt.Sprintf("gens/%020d-%020d-%s.gen", g.ID, seq, p.writer)
+	enc := p.s.opts.Compression
+	crc := crc32.New(castagnoli)
+	sha := sha256.New()
+	counted := &countingWriter{}
+	pr, pw := io.Pipe()
+	counted.w = io.MultiWriter(pw, crc, sha)
+
+	type result struct {
+		raw int64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		raw, err := writeEncoded(counted, enc, g.Source)
+		pw.CloseWithError(err) // nil: the reader sees EOF
+		done <- result{raw, err}
+	}()
+	n, err := p.s.bkt.Put(ctx, p.dir+"/"+rel, pr, false)
+	pr.CloseWithError(errUploadEnded) // unblocks the writer if Put stopped early
+	res := <-done
+	if err != nil {
+		return GenerationRef{}, err
+	}
+	if res.err != nil {
+		return GenerationRef{}, fmt.Errorf("writing generation: %w", res.err)
+	}
+	if n != counted.n {
+		return GenerationRef{}, fmt.Errorf("stored %d bytes, source produced %d", n, counted.n)
+	}
+	return GenerationRef{
+		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
+		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks,
+		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
+		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
+	}, nil
+}
+
+var errUploadEnded = errors.New("upload ended")
+
+func writeEncoded(w io.Writer, encoding string, src GenerationSource) (int64, error) {
+	if encoding == encodingNone {
+		return src.WriteTo(w)
+	}
+	zw, err := zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderCRC(false))
+	if err != nil {
+		return 0, err
+	}
+	raw, err := src.WriteTo(zw)
+	if err != nil {
+		zw.Close()
+		return raw, err
+	}
+	return raw, zw.Close()
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n += int64(n)
+	return n, err
+}
+
+func (p *Partition) countFailure(err error) {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+	case errors.Is(err, ErrFenced):
+		p.m.fenced.Inc()
+	default:
+		p.m.failures.Inc()
+	}
+}
+
+// list lists with retries.
+func (s *Store) list(ctx context.Context, prefix string) ([]objectAttrs, error) {
+	var objs []objectAttrs
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		objs = objs[:0]
+		return s.bkt.List(ctx, prefix, func(a objectAttrs) error {
+			objs = append(objs, a)
+			return nil
+		})
+	})
+	return objs, err
+}
+
+func (p *Partition) listManifestsRetry(ctx context.Context) ([]uint64, error) {
+	objs, err := p.s.list(ctx, p.dir+"/manifests/")
+	if err != nil {
+		return nil, fmt.Errorf("listing manifests: %w", err)
+	}
+	var seqs []uint64
+	for _, o := range objs {
+		if seq, ok := parseManifestKey(p.dir, o.Key); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}

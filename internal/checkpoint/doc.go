@@ -1,0 +1,37 @@
+// Package checkpoint stores the filter state of each (consumer group, topic,
+// partition) in object storage and brings it back after a crash or a
+// rebalance. It knows generation objects only as opaque byte streams
+// (GenerationSource) and never imports the filter package.
+//
+// # Layout
+//
+// Under the location's prefix (s3://bucket/prefix, file:///dir, mem://name):
+//
+//	<group>/<topic>/<partition>/manifests/<seq, 20 digits>.json
+//	<group>/<topic>/<partition>/gens/<generation id>-<uploaded seq>-<writer>.gen
+//
+// Group and topic are path-escaped. A manifest names the input offset the
+// state covers, the output offsets at that moment, the filter parameters,
+// and per generation its object, size, SHA-256 and CRC-32C and statistics.
+// It is JSON inside an envelope carrying the SHA-256 of its compact form.
+//
+// # Protocol
+//
+// A new owner calls Restore (newest usable manifest, falling back over
+// corrupt or missing data), then Claim (writes manifest head+1), then Commit
+// periodically. Commit uploads generation objects first — a sealed
+// generation once, the live one every time — and then writes manifest seq+1
+// create-only (If-None-Match: * on S3, link(2) on files). A reader only ever
+// follows manifests, so a checkpoint is visible completely or not at all.
+// Two writers can never both create the same sequence: the loser gets
+// ErrFenced and must stop owning the partition. See docs/checkpoints.md for
+// the argument.
+//
+// # Cost
+//
+// A periodic checkpoint costs one upload of the live generation, one small
+// PUT, one LIST of the partition's directory, and deletes for retention.
+// Uploads stream: at most (UploadConcurrency+1)·PartSize bytes are buffered
+// (80 MiB by default), whatever the generation's size. Restore streams too,
+// verifying as it reads.
+package checkpoint

@@ -1,0 +1,218 @@
+package checkpoint
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ManifestVersion is the manifest format this package writes. Readers accept
+// exactly the versions they know; anything else is reported as ErrCorrupt
+// (and Restore falls back to an older manifest).
+const ManifestVersion = 1
+
+// manifestFormat names the format in every manifest envelope.
+const manifestFormat = "bloomgate-checkpoint-manifest"
+
+// FilterParams are the filter settings a checkpoint was taken with.
+type FilterParams struct {
+	Window      time.Duration `json:"-"`
+	Generations int           `json:"generations"`
+	Capacity    uint64        `json:"capacity"`
+	FPR         float64       `json:"fpr"`
+}
+
+type filterParamsJSON struct {
+	Window      string  `json:"window"`
+	Generations int     `json:"generations"`
+	Capacity    uint64  `json:"capacity"`
+	FPR         float64 `json:"fpr"`
+}
+
+// MarshalJSON writes Window as a Go duration string ("24h0m0s").
+func (f FilterParams) MarshalJSON() ([]byte, error) {
+	return json.Marshal(filterParamsJSON{Window: f.Window.String(), Generations: f.Generations, Capacity: f.Capacity, FPR: f.FPR})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (f *FilterParams) UnmarshalJSON(b []byte) error {
+	var j filterParamsJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	w, err := time.ParseDuration(j.Window)
+	if err != nil {
+		return fmt.Errorf("filter window: %w", err)
+	}
+	*f = FilterParams{Window: w, Generations: j.Generations, Capacity: j.Capacity, FPR: j.FPR}
+	return nil
+}
+
+// GenerationRef describes one stored generation object as a manifest names
+// it: where it is, how to verify it, and the generation's statistics.
+type GenerationRef struct {
+	ID      uint64    `json:"id"`
+	Sealed  bool      `json:"sealed"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Inserts uint64    `json:"inserts"`
+	EstKeys uint64    `json:"estimated_keys"`
+	Fill    float64   `json:"fill"`
+	EstFPR  float64   `json:"estimated_fpr"`
+	Stacks  int       `json:"stacks"`
+
+	// Key is the object key relative to the partition's directory
+	// ("gens/…").
+	Key string `json:"key"`
+	// Encoding of the stored bytes: "zstd" or "none". Readers returned by
+	// Restore's open decode it; callers see the generation's own bytes.
+	Encoding string `json:"encoding"`
+	// Bytes and SHA256 describe the stored object; RawBytes is the length
+	// the GenerationSource wrote.
+	Bytes    int64  `json:"bytes"`
+	RawBytes int64  `json:"raw_bytes"`
+	CRC32C   string `json:"crc32c"`
+	SHA256   string `json:"sha256"`
+	// Seq is the manifest sequence the object was uploaded for.
+	Seq uint64 `json:"uploaded_seq"`
+}
+
+// Manifest is one checkpoint of a partition: what state it covers and the
+// generation objects holding it. Manifests are immutable and numbered; the
+// newest valid one is the partition's state.
+type Manifest struct {
+	Version   int       `json:"version"`
+	Seq       uint64    `json:"seq"`
+	CreatedAt time.Time `json:"created_at"`
+	Owner     string    `json:"owner"`
+	// Writer is random per Partition handle: two writers never produce the
+	// same manifest bytes, so a retried create-only write can tell its own
+	// earlier success from another writer's manifest.
+	Writer    string `json:"writer"`
+	Group     string `json:"group"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	// Claim is set on manifests written by Claim (a copy of the restored
+	// state under a new sequence, or an empty one).
+	Claim bool `json:"claim,omitempty"`
+	// Empty marks a claim made with no state to carry over; Restore skips it.
+	Empty bool `json:"empty,omitempty"`
+
+	InputOffset   int64                    `json:"input_offset"`
+	OutputOffsets map[string]map[int]int64 `json:"output_offsets"`
+	Filter        FilterParams             `json:"filter"`
+	Generations   []GenerationRef          `json:"generations"`
+}
+
+// Bytes is the total stored size of the generation objects m references.
+func (m *Manifest) Bytes() int64 {
+	var n int64
+	for _, g := range m.Generations {
+		n += g.Bytes
+	}
+	return n
+}
+
+// envelope is the stored manifest: the manifest and the SHA-256 of its
+// compact JSON form, so that any change to a stored manifest is detected.
+type envelope struct {
+	Format   string          `json:"format"`
+	Version  int             `json:"version"`
+	SHA256   string          `json:"sha256"`
+	Manifest json.RawMessage `json:"manifest"`
+}
+
+func encodeManifest(m *Manifest) ([]byte, error) {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encoding manifest: %w", err)
+	}
+	sum := sha256.Sum256(body)
+	out, err := json.MarshalIndent(envelope{Format: manifestFormat, Version: ManifestVersion, SHA256: hex.EncodeToString(sum[:]), Manifest: body}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding manifest: %w", err)
+	}
+	return append(out, '\n'), nil
+}
+
+// maxManifestBytes bounds what a reader accepts (a manifest is a few KB).
+const maxManifestBytes = 4 << 20
+
+// decodeManifest verifies and decodes a stored manifest. Every failure wraps
+// ErrCorrupt.
+func decodeManifest(data []byte) (*Manifest, error) {
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("%w: manifest of %d bytes exceeds %d", ErrCorrupt, len(data), maxManifestBytes)
+	}
+	var env envelope
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&env); err != nil {
+		return nil, fmt.Errorf("%w: manifest is not valid JSON: %w", ErrCorrupt, err)
+	}
+	if env.Format != manifestFormat {
+		return nil, fmt.Errorf("%w: not a manifest (format %q)", ErrCorrupt, env.Format)
+	}
+	if env.Version != ManifestVersion {
+		return nil, fmt.Errorf("%w: unknown manifest version %d (this build reads %d)", ErrCorrupt, env.Version, ManifestVersion)
+	}
+	// The checksum covers the compact form, so re-indenting a manifest by
+	// hand or by a tool does not invalidate it; any change of content does.
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, env.Manifest); err != nil {
+		return nil, fmt.Errorf("%w: manifest body: %w", ErrCorrupt, err)
+	}
+	sum := sha256.Sum256(compact.Bytes())
+	if hex.EncodeToString(sum[:]) != env.SHA256 {
+		return nil, fmt.Errorf("%w: manifest checksum mismatch", ErrCorrupt)
+	}
+	var m Manifest
+	if err := json.Unmarshal(env.Manifest, &m); err != nil {
+		return nil, fmt.Errorf("%w: decoding manifest: %w", ErrCorrupt, err)
+	}
+	if m.Version != ManifestVersion {
+		return nil, fmt.Errorf("%w: manifest body version %d", ErrCorrupt, m.Version)
+	}
+	if err := m.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return &m, nil
+}
+
+func (m *Manifest) validate() error {
+	if m.Seq == 0 {
+		return errors.New("manifest sequence 0")
+	}
+	for i, g := range m.Generations {
+		if g.Key == "" || g.Bytes < 0 || g.RawBytes < 0 {
+			return fmt.Errorf("generation %d: missing key or negative size", i)
+		}
+		if g.Encoding != encodingZstd && g.Encoding != encodingNone {
+			return fmt.Errorf("generation %d: unknown encoding %q", i, g.Encoding)
+		}
+		if len(g.SHA256) != 64 {
+			return fmt.Errorf("generation %d: bad sha256", i)
+		}
+		if err := validRelKey(g.Key); err != nil {
+			return fmt.Errorf("generation %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func validRelKey(k string) error {
+	if len(k) > 512 || !bytes.HasPrefix([]byte(k), []byte("gens/")) {
+		return fmt.Errorf("object key %q outside gens/", k)
+	}
+	for _, c := range []byte(k[len("gens/"):]) {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return fmt.Errorf("object key %q has unexpected characters", k)
+		}
+	}
+	return nil
+}
+
+func jsonCompact(dst *bytes.Buffer, src []byte) error { return json.Compact(dst, src) }

@@ -1,0 +1,317 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Restore loads the partition's newest usable checkpoint. It walks the
+// manifests newest first; for each it calls load with the manifest and an
+// opener for its generation objects. Readers from open yield the
+// generation's own bytes (decompressed) and verify length and SHA-256 of the
+// stored object; a mismatch, a truncated or missing object or an undecodable
+// stream is an error wrapping ErrCorrupt. Whatever load leaves unread is
+// read and verified when load returns, so a loader that stops early cannot
+// accept unverified data.
+//
+// If a manifest or its objects are corrupt or missing, or load fails, the
+// failure is logged, counted in bloomgate_checkpoint_restore_fallbacks_total,
+// and the previous manifest is tried. If the store is unreachable (errors
+// wrapping ErrUnavailable) or ctx ends, Restore returns that error at once:
+// an outage is not a reason to fall back to older state.
+//
+// ErrNoCheckpoint: no checkpoint exists (or only empty claims).
+// ErrNoUsableCheckpoint: checkpoints exist, none could be loaded.
+func (p *Partition) Restore(ctx context.Context,
+	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
+) (_ *Manifest, err error) {
+	start := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer func() {
+		if !errors.Is(err, ErrNoCheckpoint) {
+			p.countFailure(err)
+		}
+	}()
+	if p.claimed {
+		return nil, errors.New("restore after claim: use a new Partition handle")
+	}
+	seqs, err := p.listManifestsRetry(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("restoring: %w", err)
+	}
+	p.listed = true
+	if len(seqs) == 0 {
+		return nil, ErrNoCheckpoint
+	}
+	p.headSeq = seqs[len(seqs)-1]
+	tried := 0
+	var lastErr error
+	for i := len(seqs) - 1; i >= 0; i-- {
+		seq := seqs[i]
+		m, err := p.readManifest(ctx, seq)
+		if err == nil && m.Empty {
+			continue
+		}
+		tried++
+		if err == nil {
+			err = p.load(ctx, m, load)
+		}
+		if err == nil {
+			p.restored, p.last = m, m
+			p.m.restoreDuration.Observe(time.Since(start).Seconds())
+			if tried > 1 {
+				p.log.Warn("restored an older checkpoint", "seq", seq, "newest", p.headSeq)
+			}
+			return m, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
+		}
+		lastErr = err
+		p.m.fallbacks.Inc()
+		p.log.Warn("checkpoint unusable, trying the previous one", "seq", seq, "err", err)
+	}
+	if tried == 0 {
+		return nil, ErrNoCheckpoint
+	}
+	return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, lastErr)
+}
+
+// load runs the caller's loader on m and verifies every object it opened.
+func (p *Partition) load(ctx context.Context, m *Manifest,
+	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
+) error {
+	var opened []*objectReader
+	open := func(octx context.Context, g GenerationRef) (io.ReadCloser, error) {
+		if err := validRelKey(g.Key); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		r, err := p.s.openObject(octx, p.dir+"/"+g.Key, g)
+		if err != nil {
+			return nil, err
+		}
+		opened = append(opened, r)
+		return r, nil
+	}
+	err := load(m, open)
+	for _, r := range opened {
+		if cerr := r.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("loading checkpoint %d: %w", m.Seq, err)
+	}
+	return nil
+}
+
+// openObject opens a generation object for verified, decoded reading.
+func (s *Store) openObject(ctx context.Context, key string, g GenerationRef) (*objectReader, error) {
+	v := &verifyingReader{ctx: ctx, s: s, key: key, want: g.Bytes, crc: crc32.New(castagnoli), sha: sha256.New(), ref: g}
+	// Open now, so a missing object is reported by open, not on first read.
+	if err := v.open(); err != nil {
+		return nil, err
+	}
+	r := &objectReader{v: v, ref: g}
+	switch g.Encoding {
+	case encodingNone:
+		r.dec = v
+	case encodingZstd:
+		zr, err := zstd.NewReader(v, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(64<<20),
+			zstd.WithDecoderMaxMemory(uint64(max(g.RawBytes, 64<<20))+1<<20))
+		if err != nil {
+			v.close()
+			return nil, fmt.Errorf("opening decoder: %w", err)
+		}
+		r.zr = zr
+		r.dec = zr
+	default:
+		v.close()
+		return nil, fmt.Errorf("%w: unknown encoding %q", ErrCorrupt, g.Encoding)
+	}
+	return r, nil
+}
+
+// objectReader yields a generation's decoded bytes.
+type objectReader struct {
+	v      *verifyingReader
+	zr     *zstd.Decoder
+	dec    io.Reader
+	ref    GenerationRef
+	raw    int64
+	err    error
+	closed bool
+}
+
+func (r *objectReader) Read(b []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.dec.Read(b)
+	r.raw += int64(n)
+	if r.raw > r.ref.RawBytes {
+		r.err = fmt.Errorf("%w: %s decodes to more than %d bytes", ErrCorrupt, r.ref.Key, r.ref.RawBytes)
+		return n, r.err
+	}
+	switch {
+	case err == io.EOF:
+		if r.raw != r.ref.RawBytes {
+			r.err = fmt.Errorf("%w: %s decodes to %d bytes, manifest says %d", ErrCorrupt, r.ref.Key, r.raw, r.ref.RawBytes)
+			return n, r.err
+		}
+		return n, io.EOF
+	case err != nil:
+		if r.v.err != nil && r.v.err != io.EOF {
+			r.err = r.v.err // the stored stream's own failure (corrupt, unavailable)
+		} else {
+			r.err = fmt.Errorf("%w: decoding %s: %w", ErrCorrupt, r.ref.Key, err)
+		}
+		return n, r.err
+	}
+	return n, nil
+}
+
+// Close reads and verifies what the caller left unread, and releases the
+// stream. It returns the verification error, if any.
+func (r *objectReader) Close() error {
+	if r.closed {
+		return r.err
+	}
+	r.closed = true
+	if r.err == nil {
+		if _, err := io.Copy(io.Discard, r); err != nil {
+			r.err = err
+		}
+	}
+	if r.zr != nil {
+		r.zr.Close()
+	}
+	if r.err == nil {
+		// The decoder may stop at the end of the frame without reading the
+		// stored stream's EOF: drain it so length and checksum get checked.
+		if _, err := io.Copy(io.Discard, r.v); err != nil {
+			r.err = err
+		}
+	}
+	r.v.close()
+	return r.err
+}
+
+// verifyingReader reads a stored object, resuming with a ranged GET after a
+// transient read error, and checks its length and SHA-256 at the end.
+type verifyingReader struct {
+	ctx     context.Context
+	s       *Store
+	key     string
+	ref     GenerationRef
+	want    int64
+	off     int64
+	crc     hash.Hash32
+	sha     hash.Hash
+	rc      io.ReadCloser
+	err     error // sticky: io.EOF after successful verification
+	resumes int
+}
+
+func (v *verifyingReader) open() error {
+	err := v.s.retry.do(v.ctx, func(ctx context.Context) error {
+		rc, err := v.s.bkt.Get(v.ctx, v.key, v.off)
+		if err != nil {
+			return err
+		}
+		v.rc = rc
+		return nil
+	})
+	if errors.Is(err, errNotExist) {
+		return fmt.Errorf("%w: object %s is missing", ErrCorrupt, v.key)
+	}
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", v.key, err)
+	}
+	return nil
+}
+
+func (v *verifyingReader) Read(b []byte) (int, error) {
+	if v.err != nil {
+		return 0, v.err
+	}
+	for {
+		if v.rc == nil {
+			if err := v.open(); err != nil {
+				v.err = err
+				return 0, err
+			}
+		}
+		n, err := v.rc.Read(b)
+		if n > 0 {
+			v.off += int64(n)
+			v.crc.Write(b[:n])
+			v.sha.Write(b[:n])
+			if v.off > v.want {
+				v.err = fmt.Errorf("%w: object %s is longer than %d bytes", ErrCorrupt, v.key, v.want)
+				return n, v.err
+			}
+		}
+		switch {
+		case err == nil:
+			return n, nil
+		case err == io.EOF:
+			v.err = v.verify()
+			return n, v.err
+		}
+		// A read error mid-stream (connection reset, truncated transfer):
+		// resume from the current offset.
+		v.close()
+		if v.ctx.Err() != nil {
+			v.err = v.ctx.Err()
+			return n, v.err
+		}
+		v.resumes++
+		if v.resumes >= v.s.retry.attempts {
+			v.err = fmt.Errorf("%w: reading %s: %d resumes: %w", ErrUnavailable, v.key, v.resumes, err)
+			return n, v.err
+		}
+		if serr := sleep(v.ctx, v.s.retry.backoff(v.resumes)); serr != nil {
+			v.err = serr
+			return n, v.err
+		}
+		if n > 0 {
+			return n, nil
+		}
+	}
+}
+
+func (v *verifyingReader) verify() error {
+	if v.off != v.want {
+		return fmt.Errorf("%w: object %s has %d bytes, manifest says %d", ErrCorrupt, v.key, v.off, v.want)
+	}
+	if got := hex.EncodeToString(v.sha.Sum(nil)); got != v.ref.SHA256 {
+		return fmt.Errorf("%w: object %s: sha256 mismatch", ErrCorrupt, v.key)
+	}
+	if v.ref.CRC32C != "" {
+		if got := hex.EncodeToString(v.crc.Sum(nil)); got != v.ref.CRC32C {
+			return fmt.Errorf("%w: object %s: crc32c mismatch", ErrCorrupt, v.key)
+		}
+	}
+	return io.EOF
+}
+
+func (v *verifyingReader) close() {
+	if v.rc != nil {
+		v.rc.Close()
+		v.rc = nil
+	}
+}

@@ -1,0 +1,323 @@
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sentinel errors callers branch on (errors.Is).
+var (
+	// ErrFenced: another writer committed (or claimed) the sequence this
+	// writer wanted, or a newer one. The partition now belongs to someone
+	// else: stop processing it, do not commit offsets for it.
+	ErrFenced = errors.New("checkpoint fenced: another writer owns this partition")
+	// ErrNoCheckpoint: the partition has no checkpoint at all (first start).
+	ErrNoCheckpoint = errors.New("no checkpoint")
+	// ErrNoUsableCheckpoint: checkpoints exist but none could be loaded
+	// (all corrupt or referencing missing objects). The caller applies its
+	// policy (refuse the partition, or start empty knowingly).
+	ErrNoUsableCheckpoint = errors.New("no usable checkpoint")
+	// ErrCorrupt wraps every integrity failure: checksum or length
+	// mismatch, truncated or missing object, unknown format version.
+	ErrCorrupt = errors.New("checkpoint data corrupt")
+)
+
+// Encodings of stored generation objects.
+const (
+	encodingZstd = "zstd"
+	encodingNone = "none"
+)
+
+// Options configure a Store. Zero values take the documented defaults.
+type Options struct {
+	Logger     *slog.Logger          // default: discard
+	Registerer prometheus.Registerer // default: metrics not registered
+
+	// Retain is how many newest manifests per partition (and the objects
+	// they reference) retention keeps. Default 3, minimum 1.
+	Retain int
+	// OrphanGrace protects unreferenced generation objects younger than
+	// this from retention: a writer uploads data before the manifest that
+	// names it. Default 1h; keep it well above the longest checkpoint.
+	OrphanGrace time.Duration
+	// RequestTimeout bounds one attempt of one request (a manifest write, a
+	// part of a multipart upload, the wait for response headers). Default 30s.
+	RequestTimeout time.Duration
+	// MaxAttempts per request on transient errors (5xx, throttling,
+	// connection errors, timeouts). Default 5.
+	MaxAttempts int
+	// RetryBaseDelay and RetryMaxDelay shape the exponential backoff with
+	// full jitter. Defaults 100ms and 5s.
+	RetryBaseDelay, RetryMaxDelay time.Duration
+	// PartSize of multipart uploads (s3). Default 16 MiB, minimum 5 MiB.
+	PartSize int
+	// UploadConcurrency is the number of parts in flight (s3); memory used
+	// by one upload is at most (UploadConcurrency+1)·PartSize. Default 4.
+	UploadConcurrency int
+	// Compression of generation objects: "zstd" (default; young, sparse
+	// generations shrink a lot, full ones are stored at ratio ~1) or "none".
+	Compression string
+
+	now func() time.Time // tests
+}
+
+// Validate checks the options; errors name the field and the accepted range.
+func (o Options) Validate() error {
+	switch {
+	case o.Retain < 0:
+		return fmt.Errorf("checkpoint retain %d: must be >= 1 (0 means default 3)", o.Retain)
+	case o.OrphanGrace < 0:
+		return fmt.Errorf("checkpoint orphan grace %s: must be >= 0", o.OrphanGrace)
+	case o.RequestTimeout < 0:
+		return fmt.Errorf("checkpoint request timeout %s: must be > 0", o.RequestTimeout)
+	case o.MaxAttempts < 0:
+		return fmt.Errorf("checkpoint max attempts %d: must be >= 1", o.MaxAttempts)
+	case o.PartSize != 0 && o.PartSize < 5<<20:
+		return fmt.Errorf("checkpoint part size %d: must be >= 5 MiB (S3 minimum)", o.PartSize)
+	case o.UploadConcurrency < 0:
+		return fmt.Errorf("checkpoint upload concurrency %d: must be >= 1", o.UploadConcurrency)
+	case o.Compression != "" && o.Compression != encodingZstd && o.Compression != encodingNone:
+		return fmt.Errorf("checkpoint compression %q: must be \"zstd\" or \"none\"", o.Compression)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Retain == 0 {
+		o.Retain = 3
+	}
+	if o.OrphanGrace == 0 {
+		o.OrphanGrace = time.Hour
+	}
+	if o.RequestTimeout == 0 {
+		o.RequestTimeout = 30 * time.Second
+	}
+	if o.MaxAttempts == 0 {
+		o.MaxAttempts = 5
+	}
+	if o.RetryBaseDelay == 0 {
+		o.RetryBaseDelay = 100 * time.Millisecond
+	}
+	if o.RetryMaxDelay == 0 {
+		o.RetryMaxDelay = 5 * time.Second
+	}
+	if o.PartSize == 0 {
+		o.PartSize = 16 << 20
+	}
+	if o.UploadConcurrency == 0 {
+		o.UploadConcurrency = 4
+	}
+	if o.Compression == "" {
+		o.Compression = encodingZstd
+	}
+	if o.now == nil {
+		o.now = time.Now
+	}
+	return o
+}
+
+func (o *Options) retrier() retrier {
+	return retrier{attempts: o.MaxAttempts, base: o.RetryBaseDelay, max: o.RetryMaxDelay, timeout: o.RequestTimeout}
+}
+
+// Store is a checkpoint location opened by URL. It is safe for concurrent
+// use; each partition is handled through its own *Partition.
+type Store struct {
+	url     string
+	opts    Options
+	log     *slog.Logger
+	bkt     bucket
+	retry   retrier
+	metrics *metrics
+}
+
+// Open opens a checkpoint location:
+//
+//	s3://bucket/prefix?endpoint=http://127.0.0.1:7070&region=us-east-1
+//	file:///var/lib/bloomgate/checkpoints
+//	mem://name   (process-local; two Opens of the same name share objects)
+//
+// For s3, credentials come from the standard AWS chain (environment,
+// shared config, IAM role); with endpoint set, path-style addressing is used.
+// Open does not contact the store.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	loc, err := parseLocation(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	bkt, err := openBucket(ctx, loc, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", redactURL(rawURL), err)
+	}
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		bkt.Close()
+		return nil, err
+	}
+	return &Store{
+		url:     redactURL(rawURL),
+		opts:    opts,
+		log:     opts.Logger.With("checkpoint_store", redactURL(rawURL)),
+		bkt:     bkt,
+		retry:   opts.retrier(),
+		metrics: m,
+	}, nil
+}
+
+// redactURL drops user info, should someone put credentials into the URL.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.User == nil {
+		return raw
+	}
+	u.User = nil
+	return u.String()
+}
+
+// URL is the location the store was opened with (without credentials).
+func (s *Store) URL() string { return s.url }
+
+// Close releases the store's connections. Partitions must not be used after.
+func (s *Store) Close() error { return s.bkt.Close() }
+
+// Partition returns the handle for one (consumer group, topic, partition).
+// Each owner of a partition uses one handle: Restore, then Claim, then
+// Commit periodically. A handle is not for concurrent use.
+func (s *Store) Partition(group, topic string, partition int) *Partition {
+	var nonce [6]byte
+	_, _ = rand.Read(nonce[:])
+	p := &Partition{
+		s:         s,
+		group:     group,
+		topic:     topic,
+		partition: partition,
+		dir:       partitionDir(group, topic, partition),
+		writer:    hex.EncodeToString(nonce[:]),
+		log:       s.log.With("group", group, "topic", topic, "partition", partition),
+	}
+	p.m = s.metrics.partition(topic, partition)
+	return p
+}
+
+// partitionDir is "<group>/<topic>/<partition>" with each name path-escaped,
+// so that any group or topic name maps to exactly one directory.
+func partitionDir(group, topic string, partition int) string {
+	return escapeName(group) + "/" + escapeName(topic) + "/" + strconv.Itoa(partition)
+}
+
+func escapeName(s string) string {
+	e := url.PathEscape(s)
+	switch e {
+	case "":
+		return "%00" // never a real name: keeps the layout unambiguous
+	case ".", "..":
+		return strings.ReplaceAll(e, ".", "%2E")
+	}
+	return e
+}
+
+func unescapeName(s string) (string, error) {
+	if s == "%00" {
+		return "", nil
+	}
+	return url.PathUnescape(s)
+}
+
+// Partition is the checkpoint handle of one partition's owner.
+type Partition struct {
+	s         *Store
+	group     string
+	topic     string
+	partition int
+	dir       string
+	writer    string
+	log       *slog.Logger
+	m         *partitionMetrics
+
+	mu       sync.Mutex
+	headSeq  uint64    // newest sequence seen by Restore (0: none)
+	restored *Manifest // what Restore loaded (nil: nothing)
+	listed   bool      // Restore or Claim listed the manifests
+	seq      uint64    // sequence of the last manifest this handle wrote
+	last     *Manifest // the last manifest this handle wrote or restored
+	claimed  bool
+	fenced   bool
+	cache    map[uint64]*Manifest // manifests read by retention
+}
+
+func manifestKey(dir string, seq uint64) string {
+	return fmt.Sprintf("%s/manifests/%020d.json", dir, seq)
+}
+
+// parseManifestKey returns the sequence of a key "<dir>/manifests/<seq>.json".
+func parseManifestKey(dir, key string) (uint64, bool) {
+	rest, ok := strings.CutPrefix(key, dir+"/manifests/")
+	if !ok {
+		return 0, false
+	}
+	num, ok := strings.CutSuffix(rest, ".json")
+	if !ok || len(num) != 20 {
+		return 0, false
+	}
+	seq, err := strconv.ParseUint(num, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, false
+	}
+	return seq, true
+}
+
+// readManifest fetches and verifies manifest seq.
+func (p *Partition) readManifest(ctx context.Context, seq uint64) (*Manifest, error) {
+	data, err := p.s.readSmall(ctx, manifestKey(p.dir, seq))
+	if err != nil {
+		if errors.Is(err, errNotExist) {
+			return nil, fmt.Errorf("%w: manifest %d vanished: %w", ErrCorrupt, seq, err)
+		}
+		return nil, fmt.Errorf("reading manifest %d: %w", seq, err)
+	}
+	m, err := decodeManifest(data)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %d: %w", seq, err)
+	}
+	if m.Seq != seq || m.Group != p.group || m.Topic != p.topic || m.Partition != p.partition {
+		return nil, fmt.Errorf("%w: manifest %d names %s/%s/%d seq %d", ErrCorrupt, seq, m.Group, m.Topic, m.Partition, m.Seq)
+	}
+	return m, nil
+}
+
+// readSmall reads a whole small object with retries.
+func (s *Store) readSmall(ctx context.Context, key string) ([]byte, error) {
+	var data []byte
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		rc, err := s.bkt.Get(ctx, key, 0)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		data, err = io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
+		if err != nil {
+			return transient(err)
+		}
+		return nil
+	})
+	return data, err
+}

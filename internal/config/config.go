@@ -1,0 +1,251 @@
+// Package config holds the user-facing settings of `bloomgate run`.
+//
+// Every setting comes from, in rising precedence: a YAML file (--config,
+// keys are the flag names, e.g. `checkpoint-url: s3://…`; nested maps are
+// joined with "-", so `tls: {ca-file: x}` sets tls-ca-file), an environment
+// variable (BLOOMGATE_ + the flag name in upper snake case, e.g.
+// BLOOMGATE_CHECKPOINT_URL) and a command-line flag. Parsing is done by
+// github.com/peterbourgon/ff/v3, which implements exactly this layering over
+// the standard flag package; Validate checks the result and names the
+// setting and the fix in every error.
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffyaml"
+)
+
+// EnvPrefix prefixes every environment variable.
+const EnvPrefix = "BLOOMGATE"
+
+// Enumerated values.
+const (
+	OnMissingDeadLetter = "dead-letter"
+	OnMissingForward    = "forward"
+	OnMissingDrop       = "drop"
+	OnMissingFail       = "fail"
+
+	PartitioningSame = "same"
+	PartitioningHash = "hash"
+
+	OnRestoreFail  = "fail"
+	OnRestoreEmpty = "empty"
+
+	JSONValidationStrict = "strict"
+	JSONValidationLazy   = "lazy"
+
+	SASLPlain       = "plain"
+	SASLScramSHA256 = "scram-sha-256"
+	SASLScramSHA512 = "scram-sha-512"
+)
+
+// TLS are the Kafka client TLS settings.
+type TLS struct {
+	Enabled            bool
+	CAFile             string
+	CertFile           string
+	KeyFile            string
+	InsecureSkipVerify bool
+}
+
+// SASL are the Kafka client SASL settings. Password is never logged.
+type SASL struct {
+	Mechanism string // "" (none), plain, scram-sha-256, scram-sha-512
+	Username  string
+	Password  string
+}
+
+// Run is the configuration of `bloomgate run`.
+type Run struct {
+	ConfigFile string // the YAML file the settings were read from, if any
+
+	// Kafka.
+	Brokers      []string
+	Group        string
+	Input        string
+	Output       string
+	Duplicates   string // optional topic for events judged duplicate
+	DeadLetter   string // optional topic for events without a usable key
+	Partitioning string // same | hash
+	BatchSize    int
+	BatchTimeout time.Duration
+	TLS          TLS
+	SASL         SASL
+
+	// Keys.
+	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
+	Normalize      string // none | trim | lower | url
+	MaxKeyBytes    int
+	JSONValidation string // strict | lazy
+	// OnMissingKey is what happens to an event whose key cannot be extracted.
+	// After Validate it is never empty: when unset it becomes dead-letter if
+	// a dead-letter topic is set, else forward (the event passes through
+	// undeduplicated and is counted, so bad input neither stops the stream
+	// nor vanishes).
+	OnMissingKey string
+
+	// Filter.
+	Window      time.Duration
+	Generations int
+	Capacity    uint64 // expected distinct keys per window, whole input topic
+	FPR         float64
+
+	// Checkpoints.
+	CheckpointURL          string // after Load, a file URL is absolute
+	CheckpointInterval     time.Duration
+	CheckpointRetain       int
+	MaxCheckpointStaleness time.Duration // 0: no bound
+	OnRestoreFailure       string        // fail | empty
+
+	// Operations.
+	MetricsAddr     string // "" disables the HTTP endpoint
+	ShutdownTimeout time.Duration
+	LogFormat       string // text | json
+	LogLevel        string // debug | info | warn | error
+}
+
+// Default returns the defaults of every setting.
+func Default() Run {
+	return Run{
+		Group:                  "bloomgate",
+		Partitioning:           PartitioningSame,
+		BatchSize:              10000,
+		BatchTimeout:           time.Millisecond,
+		Key:                    "key",
+		Normalize:              "none",
+		MaxKeyBytes:            4096,
+		JSONValidation:         JSONValidationStrict,
+		Window:                 24 * time.Hour,
+		Generations:            4,
+		Capacity:               10_000_000,
+		FPR:                    0.01,
+		CheckpointURL:          "file://./.bloomgate/checkpoints",
+		CheckpointInterval:     time.Minute,
+		CheckpointRetain:       3,
+		MaxCheckpointStaleness: 10 * time.Minute,
+		OnRestoreFailure:       OnRestoreFail,
+		MetricsAddr:            "127.0.0.1:9464",
+		ShutdownTimeout:        30 * time.Second,
+		LogFormat:              "text",
+		LogLevel:               "info",
+	}
+}
+
+// ErrHelp is returned by Load when -h or --help was given; the usage has
+// been written to the output.
+var ErrHelp = flag.ErrHelp
+
+// Load parses the settings of `bloomgate run` from args, the environment and
+// the --config file, then validates them. Usage goes to out on --help or on a
+// flag error. A returned error other than ErrHelp is a usage or config error
+// (exit code 2).
+func Load(args []string, out io.Writer) (*Run, error) {
+	cfg, err := Parse(args, out)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// Parse is Load without Validate.
+func Parse(args []string, out io.Writer) (*Run, error) {
+	cfg := Default()
+	fs := cfg.FlagSet("run")
+	fs.SetOutput(out)
+	fs.Usage = func() { WriteUsage(out, fs) }
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix(EnvPrefix),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser((&ffyaml.ParseConfig{Delimiter: "-"}).Parse),
+	)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, ErrHelp
+		}
+		return nil, fmt.Errorf("reading settings: %w", err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags (see --help)", fs.Arg(0))
+	}
+	cfg.CheckpointURL = absFileURL(cfg.CheckpointURL)
+	return &cfg, nil
+}
+
+// absFileURL turns file://./rel, file://rel-with-no-host-meaning and file:rel
+// into file:///absolute/rel, so that the checkpoint store and the logs see
+// where the files really go.
+func absFileURL(u string) string {
+	var p string
+	switch {
+	case strings.HasPrefix(u, "file:///"):
+		return u
+	case strings.HasPrefix(u, "file://./"), strings.HasPrefix(u, "file://../"):
+		p = strings.TrimPrefix(u, "file://")
+	case strings.HasPrefix(u, "file:") && !strings.HasPrefix(u, "file://"):
+		p = strings.TrimPrefix(u, "file:")
+	default:
+		return u
+	}
+	if abs, err := filepath.Abs(p); err == nil {
+		return "file://" + filepath.ToSlash(abs)
+	}
+	return u
+}
+
+// NewLogger builds the logger selected by --log-format and --log-level.
+func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", c.LogLevel)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch c.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
+}
+
+// LogValue lets the settings be logged without secrets.
+func (c *Run) LogValue() slog.Value {
+	pw := ""
+	if c.SASL.Password != "" {
+		pw = "[redacted]"
+	}
+	return slog.GroupValue(
+		slog.Any("brokers", c.Brokers), slog.String("group", c.Group),
+		slog.String("input", c.Input), slog.String("output", c.Output),
+		slog.String("duplicates", c.Duplicates), slog.String("dead_letter", c.DeadLetter),
+		slog.String("key", c.Key), slog.String("normalize", c.Normalize),
+		slog.String("on_missing_key", c.OnMissingKey),
+		slog.Duration("window", c.Window), slog.Int("generations", c.Generations),
+		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
+		slog.String("partitioning", c.Partitioning),
+		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
+		slog.String("metrics_addr", c.MetricsAddr),
+		slog.Bool("tls", c.TLS.Enabled), slog.String("sasl_mechanism", c.SASL.Mechanism),
+		slog.String("sasl_username", c.SASL.Username), slog.String("sasl_password", pw),
+	)
+}
+
+// envName is the environment variable of a flag.
+func envName(flagName string) string {
+	return EnvPrefix + "_" + strings.NewReplacer("-", "_", ".", "_").Replace(strings.ToUpper(flagName))
+}
+
+// LookupEnvName returns the environment variable that sets flag name.
+func LookupEnvName(flagName string) string { return envName(flagName) }

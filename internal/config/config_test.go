@@ -1,0 +1,272 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var minimal = []string{"--brokers", "127.0.0.1:9092", "--input", "in", "--output", "out"}
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg, err := Load(minimal, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("minimal config: %v", err)
+	}
+	if cfg.Group != "bloomgate" || cfg.Key != "key" || cfg.Window != 24*time.Hour || cfg.FPR != 0.01 ||
+		cfg.Generations != 4 || cfg.Capacity != 10_000_000 || cfg.Partitioning != "same" {
+		t.Fatalf("unexpected defaults: %+v", cfg)
+	}
+	if cfg.OnMissingKey != OnMissingForward {
+		t.Fatalf("on-missing-key without dead-letter = %q, want forward", cfg.OnMissingKey)
+	}
+	if !strings.HasPrefix(cfg.CheckpointURL, "file:///") || !strings.HasSuffix(cfg.CheckpointURL, "/.bloomgate/checkpoints") {
+		t.Fatalf("checkpoint URL not made absolute: %q", cfg.CheckpointURL)
+	}
+	cfg, err = Load(append(minimal, "--dead-letter", "dlq"), &bytes.Buffer{})
+	if err != nil || cfg.OnMissingKey != OnMissingDeadLetter {
+		t.Fatalf("on-missing-key with dead-letter = %q, %v", cfg.OnMissingKey, err)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bloomgate.yaml")
+	yaml := `
+brokers: [a:1, b:2]
+input: file-in
+output: file-out
+group: file-group
+window: 1h
+capacity: 5M
+fpr: 0.02
+tls:
+  insecure-skip-verify: false
+sasl:
+  mechanism: plain
+  username: file-user
+  password: file-pw
+`
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BLOOMGATE_CONFIG", file)
+	t.Setenv("BLOOMGATE_GROUP", "env-group")
+	t.Setenv("BLOOMGATE_WINDOW", "2h")
+	t.Setenv("BLOOMGATE_SASL_PASSWORD", "env-pw")
+	t.Setenv("BLOOMGATE_BROKERS", "env:1,env:2")
+	cfg, err := Load([]string{"--window", "3h", "--brokers", "flag:1"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct{ name, got, want string }{
+		{"input (file only)", cfg.Input, "file-in"},
+		{"group (file < env)", cfg.Group, "env-group"},
+		{"window (file < env < flag)", cfg.Window.String(), "3h0m0s"},
+		{"sasl password (file < env)", cfg.SASL.Password, "env-pw"},
+		{"sasl username (nested yaml)", cfg.SASL.Username, "file-user"},
+		{"brokers (flag replaces env and file)", strings.Join(cfg.Brokers, ","), "flag:1"},
+		{"config file", cfg.ConfigFile, file},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %q, want %q", c.name, c.got, c.want)
+		}
+	}
+	if cfg.Capacity != 5_000_000 || cfg.FPR != 0.02 {
+		t.Errorf("capacity %d fpr %v from file", cfg.Capacity, cfg.FPR)
+	}
+
+	t.Setenv("BLOOMGATE_BROKERS", "")
+	cfg, err = Load(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(cfg.Brokers, ",") != "a:1,b:2" {
+		t.Errorf("brokers from file list = %v", cfg.Brokers)
+	}
+}
+
+func TestUnknownFileKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("windw: 1h\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "windw") {
+		t.Fatalf("typo in config file: %v", err)
+	}
+}
+
+func TestValidationErrors(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		setting string
+		hint    string
+	}{
+		{"no brokers", []string{"--input", "in", "--output", "out"}, "brokers", "set --brokers"},
+		{"bad broker", []string{"--brokers", "nohostport"}, "brokers", "host:port"},
+		{"no input", []string{"--input", ""}, "input", "set --input"},
+		{"no output", []string{"--output", ""}, "output", "set --output"},
+		{"input equals output", []string{"--output", "in"}, "output", "also --input"},
+		{"duplicates equals output", []string{"--duplicates", "out"}, "duplicates", "also --output"},
+		{"dead-letter equals input", []string{"--dead-letter", "in"}, "dead-letter", "also --input"},
+		{"bad topic name", []string{"--output", "a b"}, "output", "not allowed"},
+		{"fpr zero", []string{"--fpr", "0"}, "fpr", "between 0 and 1"},
+		{"fpr one", []string{"--fpr", "1"}, "fpr", "between 0 and 1"},
+		{"fpr negative", []string{"--fpr", "-0.1"}, "fpr", "between 0 and 1"},
+		{"capacity zero", []string{"--capacity", "0"}, "capacity", "expected distinct keys"},
+		{"window zero", []string{"--window", "0s"}, "window", "must be positive"},
+		{"window negative", []string{"--window", "-1h"}, "window", "must be positive"},
+		{"generations one", []string{"--generations", "1"}, "generations", "between 2 and 64"},
+		{"tiny span", []string{"--window", "2s", "--generations", "4"}, "window", "shorter than 1s"},
+		{"bad key spec", []string{"--key", "value"}, "key", "json:PATH"},
+		{"bad normalize", []string{"--normalize", "upper"}, "normalize", "none, trim, lower, url"},
+		{"bad on-missing-key", []string{"--on-missing-key", "ignore"}, "on-missing-key", "not one of"},
+		{"dead-letter policy without topic", []string{"--on-missing-key", "dead-letter"}, "on-missing-key", "set --dead-letter"},
+		{"bad partitioning", []string{"--partitioning", "random"}, "partitioning", "same, hash"},
+		{"bad json validation", []string{"--json-validation", "none"}, "json-validation", "strict, lazy"},
+		{"max key bytes", []string{"--max-key-bytes", "0"}, "max-key-bytes", "between 1"},
+		{"checkpoint url scheme", []string{"--checkpoint-url", "gs://b"}, "checkpoint-url", "s3, file or mem"},
+		{"checkpoint url no bucket", []string{"--checkpoint-url", "s3:///x"}, "checkpoint-url", "no bucket"},
+		{"checkpoint interval", []string{"--checkpoint-interval", "0s"}, "checkpoint-interval", "positive"},
+		{"checkpoint retain", []string{"--checkpoint-retain", "0"}, "checkpoint-retain", "at least 1"},
+		{"staleness below interval", []string{"--max-checkpoint-staleness", "10s"}, "max-checkpoint-staleness", "shorter than --checkpoint-interval"},
+		{"on restore failure", []string{"--on-restore-failure", "ignore"}, "on-restore-failure", "fail, empty"},
+		{"metrics addr", []string{"--metrics-addr", "9464"}, "metrics-addr", "host:port"},
+		{"shutdown timeout", []string{"--shutdown-timeout", "0s"}, "shutdown-timeout", "positive"},
+		{"log format", []string{"--log-format", "xml"}, "log-format", "text, json"},
+		{"log level", []string{"--log-level", "loud"}, "log-level", "debug, info"},
+		{"batch size", []string{"--batch-size", "0"}, "batch-size", "at least 1"},
+		{"batch timeout", []string{"--batch-timeout", "0s"}, "batch-timeout", "positive"},
+		{"tls file without tls", []string{"--tls-ca-file", notPEM}, "tls-ca-file", "add --tls-enabled"},
+		{"tls file unreadable", []string{"--tls-enabled", "--tls-ca-file", filepath.Join(dir, "missing.pem")}, "tls-ca-file", "cannot read"},
+		{"tls ca not pem", []string{"--tls-enabled", "--tls-ca-file", notPEM}, "tls-enabled", "no PEM certificate"},
+		{"tls cert without key", []string{"--tls-enabled", "--tls-cert-file", notPEM}, "tls-cert-file", "both"},
+		{"sasl unknown", []string{"--sasl-mechanism", "gssapi"}, "sasl-mechanism", "not one of"},
+		{"sasl no user", []string{"--sasl-mechanism", "scram-sha-512", "--sasl-password", "x"}, "sasl-username", "needs a user name"},
+		{"sasl no password", []string{"--sasl-mechanism", "plain", "--sasl-username", "u"}, "sasl-password", "BLOOMGATE_SASL_PASSWORD"},
+		{"sasl creds without mechanism", []string{"--sasl-username", "u"}, "sasl-mechanism", "no mechanism"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := tt.args
+			if tt.setting != "brokers" || tt.name == "bad broker" {
+				args = append(append([]string{}, minimal...), tt.args...)
+			}
+			_, err := Load(args, &bytes.Buffer{})
+			if err == nil {
+				t.Fatalf("Load(%v) accepted", args)
+			}
+			var se *SettingError
+			if !errors.As(err, &se) {
+				t.Fatalf("error %v is not a SettingError", err)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "--"+tt.setting+" ") || !strings.Contains(msg, tt.hint) {
+				t.Fatalf("error %q does not name --%s with hint %q", msg, tt.setting, tt.hint)
+			}
+		})
+	}
+}
+
+func TestAllErrorsReported(t *testing.T) {
+	_, err := Load([]string{"--fpr", "2", "--window", "0s"}, &bytes.Buffer{})
+	for _, s := range []string{"--brokers", "--input", "--output", "--fpr", "--window"} {
+		if err == nil || !strings.Contains(err.Error(), s+" ") {
+			t.Errorf("error %v does not mention %s", err, s)
+		}
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	_, err := Load([]string{"--help"}, &out)
+	if !errors.Is(err, ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	cfg := Default()
+	fs := cfg.FlagSet("run")
+	n := 0
+	for _, s := range sections {
+		n += len(s.flags)
+	}
+	count := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		count++
+		if !strings.Contains(help, "--"+f.Name+" ") && !strings.Contains(help, "--"+f.Name+"\t") && !strings.Contains(help, "--"+f.Name+"\n") {
+			t.Errorf("help does not list --%s", f.Name)
+		}
+		if !strings.Contains(help, LookupEnvName(f.Name)) {
+			t.Errorf("help does not list env %s", LookupEnvName(f.Name))
+		}
+	})
+	if count != n {
+		t.Errorf("%d flags, %d in help sections: add new flags to a section", count, n)
+	}
+	for _, want := range []string{"default 24h0m0s", "default bloomgate", "default 0.01", "BLOOMGATE_CHECKPOINT_URL"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+func TestPasswordNotLogged(t *testing.T) {
+	cfg, err := Load(append(minimal, "--sasl-mechanism", "plain", "--sasl-username", "u", "--sasl-password", "s3cret"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	logger, err := cfg.NewLogger(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger.Info("config", "cfg", cfg)
+	if strings.Contains(buf.String(), "s3cret") || !strings.Contains(buf.String(), "redacted") {
+		t.Fatalf("log line leaks or lacks the password marker: %s", buf.String())
+	}
+	m, err := cfg.SASLMechanism()
+	if err != nil || m == nil || m.Name() != "PLAIN" {
+		t.Fatalf("SASL mechanism %v, %v", m, err)
+	}
+}
+
+func TestParseCount(t *testing.T) {
+	for in, want := range map[string]uint64{"10000000": 1e7, "10_000_000": 1e7, "10M": 1e7, "1e7": 1e7, "2.5k": 2500, "1G": 1e9} {
+		got, err := ParseCount(in)
+		if err != nil || got != want {
+			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "1.5", "10Q"} {
+		if _, err := ParseCount(in); err == nil {
+			t.Errorf("ParseCount(%q) accepted", in)
+		}
+	}
+}
+
+func TestAbsFileURL(t *testing.T) {
+	wd, _ := os.Getwd()
+	for in, want := range map[string]string{
+		"file://./cp":       "file://" + filepath.Join(wd, "cp"),
+		"file:cp":           "file://" + filepath.Join(wd, "cp"),
+		"file:///var/lib/x": "file:///var/lib/x",
+		"s3://b/p":          "s3://b/p",
+	} {
+		if got := absFileURL(in); got != want {
+			t.Errorf("absFileURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

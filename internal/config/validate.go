@@ -1,0 +1,257 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/keys"
+)
+
+// SettingError is one invalid setting. Its message names the flag and how
+// to fix it.
+type SettingError struct {
+	Setting string // the flag name, e.g. "fpr"
+	Problem string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("--%s (env %s): %s", e.Setting, envName(e.Setting), e.Problem)
+}
+
+// Validate checks every setting and fills derived defaults (OnMissingKey).
+// It reports all problems at once, joined; each is a *SettingError.
+func (c *Run) Validate() error {
+	var errs []error
+	bad := func(setting, format string, args ...any) {
+		errs = append(errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...)})
+	}
+	oneOf := func(setting, v string, allowed ...string) bool {
+		if !slices.Contains(allowed, v) {
+			bad(setting, "%q is not one of %s", v, strings.Join(allowed, ", "))
+			return false
+		}
+		return true
+	}
+
+	// Kafka.
+	if len(c.Brokers) == 0 {
+		bad("brokers", "no brokers: set --brokers host:port (e.g. 127.0.0.1:9092)")
+	}
+	for _, b := range c.Brokers {
+		if err := checkHostPort(b); err != nil {
+			bad("brokers", "%q: %v; use host:port", b, err)
+		}
+	}
+	if strings.TrimSpace(c.Group) == "" {
+		bad("group", "empty consumer group id: set --group (default bloomgate)")
+	}
+	topics := []struct{ setting, name string }{
+		{"input", c.Input}, {"output", c.Output}, {"duplicates", c.Duplicates}, {"dead-letter", c.DeadLetter},
+	}
+	for i, t := range topics {
+		if t.name == "" {
+			if i < 2 {
+				bad(t.setting, "no %s topic: set --%s NAME", t.setting, t.setting)
+			}
+			continue
+		}
+		if err := checkTopic(t.name); err != nil {
+			bad(t.setting, "topic %q: %v", t.name, err)
+		}
+		for _, u := range topics[:i] {
+			if u.name == t.name {
+				bad(t.setting, "topic %q is also --%s: each topic must be different (writing the %s to the %s would loop or mix streams)", t.name, u.setting, t.setting, u.setting)
+			}
+		}
+	}
+	oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
+	if c.BatchSize < 1 {
+		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
+	}
+	if c.BatchTimeout <= 0 {
+		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", c.BatchTimeout)
+	}
+	c.validateTLS(bad)
+	c.validateSASL(bad)
+
+	// Keys.
+	if err := keys.ValidateSpec(c.Key); err != nil {
+		bad("key", "%v", err)
+	}
+	if _, err := keys.ParseNormalize(c.Normalize); err != nil {
+		bad("normalize", "%v", err)
+	}
+	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 1<<20 {
+		bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)
+	}
+	oneOf("json-validation", c.JSONValidation, JSONValidationStrict, JSONValidationLazy)
+	if c.OnMissingKey == "" {
+		c.OnMissingKey = OnMissingForward
+		if c.DeadLetter != "" {
+			c.OnMissingKey = OnMissingDeadLetter
+		}
+	}
+	if oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
+		c.OnMissingKey == OnMissingDeadLetter && c.DeadLetter == "" {
+		bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
+	}
+
+	// Filter.
+	if c.Window <= 0 {
+		bad("window", "%v: must be positive (e.g. 24h)", c.Window)
+	}
+	if c.Generations < 2 || c.Generations > 64 {
+		bad("generations", "%d: must be between 2 and 64 (e.g. 4)", c.Generations)
+	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < time.Second {
+		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", c.Window, c.Generations)
+	}
+	if c.Capacity == 0 {
+		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
+	}
+	if !(c.FPR > 0 && c.FPR < 1) {
+		bad("fpr", "%v: must be strictly between 0 and 1 (e.g. 0.01)", c.FPR)
+	}
+
+	// Checkpoints.
+	if err := checkCheckpointURL(c.CheckpointURL); err != nil {
+		bad("checkpoint-url", "%v", err)
+	}
+	if c.CheckpointInterval <= 0 {
+		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", c.CheckpointInterval)
+	}
+	if c.CheckpointRetain < 1 {
+		bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
+	}
+	if c.MaxCheckpointStaleness < 0 {
+		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", c.MaxCheckpointStaleness)
+	} else if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
+		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", c.MaxCheckpointStaleness, c.CheckpointInterval)
+	}
+	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
+
+	// Operations.
+	if c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			bad("metrics-addr", "%q: %v; use host:port (e.g. 127.0.0.1:9464) or empty to disable", c.MetricsAddr, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
+		}
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", c.ShutdownTimeout)
+	}
+	oneOf("log-format", c.LogFormat, "text", "json")
+	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
+	return errors.Join(errs...)
+}
+
+func (c *Run) validateTLS(bad func(setting, format string, args ...any)) {
+	t := c.TLS
+	files := []struct{ setting, path string }{
+		{"tls-ca-file", t.CAFile}, {"tls-cert-file", t.CertFile}, {"tls-key-file", t.KeyFile},
+	}
+	for _, f := range files {
+		if f.path == "" {
+			continue
+		}
+		if !t.Enabled {
+			bad(f.setting, "set but TLS is off: add --tls-enabled")
+		}
+		if _, err := os.ReadFile(f.path); err != nil {
+			bad(f.setting, "cannot read %q: %v", f.path, err)
+		}
+	}
+	if t.InsecureSkipVerify && !t.Enabled {
+		bad("tls-insecure-skip-verify", "set but TLS is off: add --tls-enabled")
+	}
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		bad("tls-cert-file", "a client certificate needs both --tls-cert-file and --tls-key-file")
+	}
+	if t.Enabled {
+		if _, err := c.TLSConfig(); err != nil {
+			bad("tls-enabled", "%v", err)
+		}
+	}
+}
+
+func (c *Run) validateSASL(bad func(setting, format string, args ...any)) {
+	s := c.SASL
+	switch strings.ToLower(s.Mechanism) {
+	case "":
+		if s.Username != "" || s.Password != "" {
+			bad("sasl-mechanism", "SASL credentials are set but no mechanism: set --sasl-mechanism plain, scram-sha-256 or scram-sha-512")
+		}
+		return
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+	default:
+		bad("sasl-mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
+		return
+	}
+	if s.Username == "" {
+		bad("sasl-username", "empty: SASL %s needs a user name", s.Mechanism)
+	}
+	if s.Password == "" {
+		bad("sasl-password", "empty: SASL %s needs a password (set %s)", s.Mechanism, envName("sasl-password"))
+	}
+}
+
+func checkHostPort(hp string) error {
+	host, port, err := net.SplitHostPort(hp)
+	if err != nil {
+		return err
+	}
+	if host == "" {
+		return errors.New("empty host")
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("bad port %q", port)
+	}
+	return nil
+}
+
+// checkTopic applies Kafka's topic name rules.
+func checkTopic(name string) error {
+	if len(name) > 249 {
+		return errors.New("longer than 249 characters")
+	}
+	if name == "." || name == ".." {
+		return errors.New(`"." and ".." are not topic names`)
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return fmt.Errorf("character %q not allowed (use letters, digits, '.', '_', '-')", r)
+		}
+	}
+	return nil
+}
+
+func checkCheckpointURL(raw string) error {
+	if raw == "" {
+		return errors.New("empty: set a checkpoint store, e.g. file:///var/lib/bloomgate or s3://bucket/prefix")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%q: %v", raw, err)
+	}
+	switch u.Scheme {
+	case "file":
+		if u.Path == "" || u.Path == "/" {
+			return fmt.Errorf("%q: no directory; use file:///absolute/dir or file://./relative/dir", raw)
+		}
+	case "s3":
+		if u.Host == "" {
+			return fmt.Errorf("%q: no bucket; use s3://bucket/prefix", raw)
+		}
+	case "mem":
+	default:
+		return fmt.Errorf("%q: scheme must be s3, file or mem", raw)
+	}
+	return nil
+}

@@ -1,0 +1,391 @@
+// Package keys extracts the dedup key of a Kafka record.
+//
+// A key spec names where the key lives:
+//
+//	key            the Kafka message key
+//	header:NAME    the value of the record header NAME (the last one if repeated)
+//	json:PATH      a field of a JSON value, as a gjson path (json:order.id)
+//
+// Several comma-separated parts ("json:customer,json:order_id") form a
+// compound key. Each part is normalized on its own (none, trim, lower, url)
+// and the parts are joined with a 4-byte big-endian length before each part,
+// so that ("ab","c") and ("a","bc") never produce the same key. A single-part
+// key is the normalized bytes themselves, without a prefix.
+//
+// Cost: for the key and json: specs with the none, trim or lower
+// normalizations, Extract allocates nothing when dst has enough capacity.
+// A JSON field is located with a path scanner (github.com/tidwall/gjson)
+// on the raw bytes; the document is never decoded into Go values. The url
+// normalization parses the URL with net/url and allocates.
+//
+// A record whose key cannot be extracted yields an *Error whose Reason is
+// one of the Reason* constants; the set is small and fixed so it can be used
+// as a metric label and as the bloomgate-error header value.
+package keys
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/tidwall/gjson"
+)
+
+// Reasons a key cannot be extracted.
+const (
+	ReasonMissing         = "missing"          // the header or JSON field is absent
+	ReasonEmpty           = "empty"            // present but empty (also JSON null, or blank after trim)
+	ReasonMalformedJSON   = "malformed_json"   // the value is not valid JSON (json: specs)
+	ReasonTooLarge        = "too_large"        // the key exceeds the configured maximum size
+	ReasonInvalidUTF8     = "invalid_utf8"     // not UTF-8 under a textual normalization
+	ReasonNullKey         = "null_key"         // the Kafka message key is null or empty (key spec)
+	ReasonBadURL          = "bad_url"          // not an absolute URL with a host (url normalization)
+	ReasonUnsupportedType = "unsupported_type" // a JSON object or array where a scalar key was expected
+)
+
+// Reasons lists every reason Extract can report, for creating metric label
+// sets up front.
+func Reasons() []string {
+	return []string{ReasonMissing, ReasonEmpty, ReasonMalformedJSON, ReasonTooLarge,
+		ReasonInvalidUTF8, ReasonNullKey, ReasonBadURL, ReasonUnsupportedType}
+}
+
+// Error reports why a record has no usable key.
+type Error struct {
+	Reason string // one of the Reason* constants
+	Part   string // the spec part that failed, e.g. "json:order_id"
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("extracting key %s: %s", e.Part, e.Reason)
+}
+
+// ReasonOf returns the Reason of an *Error in err's chain, or "" if none.
+func ReasonOf(err error) string {
+	var ke *Error
+	if errors.As(err, &ke) {
+		return ke.Reason
+	}
+	return ""
+}
+
+// Spec is a key spec: "key" | "header:NAME" | "json:PATH", comma-separated
+// for a compound key.
+type Spec string
+
+// Normalize names a normalization applied to each key part.
+type Normalize string
+
+// Normalizations.
+const (
+	NormNone  Normalize = "none"  // bytes as they are; binary keys allowed
+	NormTrim  Normalize = "trim"  // strip leading and trailing Unicode white space
+	NormLower Normalize = "lower" // Unicode lower case
+	NormURL   Normalize = "url"   // canonical URL, see NormalizeURL
+)
+
+// DefaultMaxKeyBytes is used when NewExtractor is given 0.
+const DefaultMaxKeyBytes = 4096
+
+type source uint8
+
+const (
+	fromKey source = iota
+	fromHeader
+	fromJSON
+)
+
+type part struct {
+	src  source
+	name string // header name or gjson path
+	text string // the spec part, for errors
+}
+
+// Extractor extracts dedup keys. It holds no per-record state and is safe
+// for concurrent use.
+type Extractor struct {
+	parts    []part
+	norm     Normalize
+	maxBytes int
+	lazyJSON bool
+	// errs are allocated once so that reporting a bad record allocates nothing.
+	errs map[errKey]*Error
+}
+
+type errKey struct {
+	part   int
+	reason string
+}
+
+// Option tunes an Extractor.
+type Option func(*Extractor)
+
+// LazyJSONValidation validates a JSON value only when the key field cannot be
+// used, instead of validating every value before reading the field. A value
+// that is malformed after (or around) an intact key field then yields that
+// key instead of ReasonMalformedJSON. Validation is a full scan of the value
+// and costs about three times the field lookup (see BenchmarkJSONValidation).
+func LazyJSONValidation() Option { return func(e *Extractor) { e.lazyJSON = true } }
+
+// NewExtractor parses spec and norm. maxKeyBytes bounds the extracted key
+// (after normalization, including compound-key length prefixes); 0 means
+// DefaultMaxKeyBytes. By default every JSON value is validated in full
+// before a field is read.
+func NewExtractor(spec string, norm string, maxKeyBytes int, opts ...Option) (*Extractor, error) {
+	if maxKeyBytes < 0 {
+		return nil, fmt.Errorf("max key bytes %d: must be positive (0 for the default %d)", maxKeyBytes, DefaultMaxKeyBytes)
+	}
+	if maxKeyBytes == 0 {
+		maxKeyBytes = DefaultMaxKeyBytes
+	}
+	n, err := ParseNormalize(norm)
+	if err != nil {
+		return nil, err
+	}
+	parts, err := parseSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	e := &Extractor{parts: parts, norm: n, maxBytes: maxKeyBytes, errs: make(map[errKey]*Error)}
+	for _, o := range opts {
+		o(e)
+	}
+	for i, p := range parts {
+		for _, r := range Reasons() {
+			e.errs[errKey{i, r}] = &Error{Reason: r, Part: p.text}
+		}
+	}
+	return e, nil
+}
+
+// ParseNormalize checks a normalization name; "" means none.
+func ParseNormalize(s string) (Normalize, error) {
+	switch n := Normalize(strings.ToLower(strings.TrimSpace(s))); n {
+	case "", NormNone:
+		return NormNone, nil
+	case NormTrim, NormLower, NormURL:
+		return n, nil
+	}
+	return "", fmt.Errorf("normalization %q: must be one of none, trim, lower, url", s)
+}
+
+// ValidateSpec checks a key spec without building an extractor.
+func ValidateSpec(spec string) error {
+	_, err := parseSpec(spec)
+	return err
+}
+
+func parseSpec(spec string) ([]part, error) {
+	if strings.TrimSpace(spec) == "" {
+		return nil, errors.New("key spec is empty: use key, header:NAME or json:PATH")
+	}
+	var parts []part
+	for _, raw := range strings.Split(spec, ",") {
+		t := strings.TrimSpace(raw)
+		var p part
+		switch {
+		case t == "key":
+			p = part{src: fromKey}
+		case strings.HasPrefix(t, "header:"):
+			p = part{src: fromHeader, name: strings.TrimPrefix(t, "header:")}
+			if p.name == "" {
+				return nil, fmt.Errorf("key spec part %q: header name is empty (use header:NAME)", t)
+			}
+		case strings.HasPrefix(t, "json:"):
+			p = part{src: fromJSON, name: strings.TrimPrefix(t, "json:")}
+			if p.name == "" {
+				return nil, fmt.Errorf("key spec part %q: JSON path is empty (use json:PATH, e.g. json:order.id)", t)
+			}
+			if strings.ContainsAny(p.name, "@|#*?") {
+				// Modifiers, queries and wildcards select computed or multiple
+				// values; a dedup key must be one field of the document.
+				return nil, fmt.Errorf("key spec part %q: only plain dotted paths are supported (no @, |, #, *, ?)", t)
+			}
+		case t == "":
+			return nil, fmt.Errorf("key spec %q: empty part", spec)
+		default:
+			return nil, fmt.Errorf("key spec part %q: must be key, header:NAME or json:PATH", t)
+		}
+		p.text = t
+		parts = append(parts, p)
+	}
+	return parts, nil
+}
+
+// Spec returns the parts of the key spec, normalized.
+func (e *Extractor) Spec() string {
+	s := make([]string, len(e.parts))
+	for i, p := range e.parts {
+		s[i] = p.text
+	}
+	return strings.Join(s, ",")
+}
+
+// NeedsJSON reports whether any part reads the JSON value.
+func (e *Extractor) NeedsJSON() bool {
+	for _, p := range e.parts {
+		if p.src == fromJSON {
+			return true
+		}
+	}
+	return false
+}
+
+// Extract appends the dedup key of one record to dst and returns the
+// extended slice. On error it returns dst unchanged and an *Error.
+func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Header) ([]byte, error) {
+	start := len(dst)
+	compound := len(e.parts) > 1
+	validated := false
+	for i := range e.parts {
+		p := &e.parts[i]
+		var (
+			raw    string
+			reason string
+		)
+		switch p.src {
+		case fromKey:
+			if len(key) == 0 {
+				reason = ReasonNullKey
+			}
+			raw = bytesToString(key)
+		case fromHeader:
+			found := false
+			for j := len(headers) - 1; j >= 0; j-- {
+				if headers[j].Key == p.name {
+					raw, found = bytesToString(headers[j].Value), true
+					break
+				}
+			}
+			switch {
+			case !found:
+				reason = ReasonMissing
+			case raw == "":
+				reason = ReasonEmpty
+			}
+		case fromJSON:
+			if !validated && !e.lazyJSON {
+				if !gjson.ValidBytes(value) {
+					return dst[:start], e.errs[errKey{i, ReasonMalformedJSON}]
+				}
+				validated = true
+			}
+			raw, reason = jsonField(bytesToString(value), p.name)
+			if reason != "" && !validated && !gjson.ValidBytes(value) {
+				reason = ReasonMalformedJSON
+			}
+		}
+		if reason != "" {
+			return dst[:start], e.errs[errKey{i, reason}]
+		}
+		if len(raw) > 3*e.maxBytes+64 {
+			// No normalization shrinks a value by more than 3x (percent-
+			// decoding); refuse early instead of scanning a huge value.
+			return dst[:start], e.errs[errKey{i, ReasonTooLarge}]
+		}
+		lenAt := len(dst)
+		if compound {
+			dst = append(dst, 0, 0, 0, 0)
+		}
+		partAt := len(dst)
+		var err string
+		dst, err = e.normalize(dst, raw)
+		if err == "" && len(dst) == partAt {
+			err = ReasonEmpty
+		}
+		if err == "" && len(dst)-start > e.maxBytes {
+			err = ReasonTooLarge
+		}
+		if err != "" {
+			return dst[:start], e.errs[errKey{i, err}]
+		}
+		if compound {
+			binary.BigEndian.PutUint32(dst[lenAt:], uint32(len(dst)-partAt))
+		}
+	}
+	return dst, nil
+}
+
+// jsonField returns the key text of the field at path, or a reason.
+// Strings yield their unescaped text, numbers and booleans their raw text.
+func jsonField(doc, path string) (string, string) {
+	r := gjson.Get(doc, path)
+	switch r.Type {
+	case gjson.String:
+		if r.Str == "" {
+			return "", ReasonEmpty
+		}
+		return r.Str, ""
+	case gjson.Number, gjson.True, gjson.False:
+		return r.Raw, ""
+	case gjson.Null:
+		if r.Raw == "" {
+			return "", ReasonMissing
+		}
+		return "", ReasonEmpty
+	default: // gjson.JSON: an object or an array
+		return "", ReasonUnsupportedType
+	}
+}
+
+// normalize appends the normalized form of raw to dst, or returns a reason.
+func (e *Extractor) normalize(dst []byte, raw string) ([]byte, string) {
+	switch e.norm {
+	case NormTrim:
+		if !utf8.ValidString(raw) {
+			return dst, ReasonInvalidUTF8
+		}
+		return append(dst, strings.TrimSpace(raw)...), ""
+	case NormLower:
+		if !utf8.ValidString(raw) {
+			return dst, ReasonInvalidUTF8
+		}
+		return appendLower(dst, raw), ""
+	case NormURL:
+		if !utf8.ValidString(raw) {
+			return dst, ReasonInvalidUTF8
+		}
+		out, err := NormalizeURL(dst, raw)
+		if err != nil {
+			return dst, ReasonBadURL
+		}
+		return out, ""
+	default:
+		return append(dst, raw...), ""
+	}
+}
+
+// appendLower appends the Unicode lower case of s (valid UTF-8) to dst
+// without allocating beyond dst's growth.
+func appendLower(dst []byte, s string) []byte {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		dst = utf8.AppendRune(dst, unicode.ToLower(r))
+		i += n
+	}
+	return dst
+}
+
+// bytesToString views b as a string without copying. The result must not
+// outlive b or be retained after b changes; Extract only reads it before
+// returning.
+func bytesToString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
