@@ -86,8 +86,13 @@ type runningWorker struct {
 
 func startWorker(t *testing.T, cfg Config, store StateStore, tweak func(*Worker)) *runningWorker {
 	t.Helper()
+	return startWorkerWith(t, cfg, store, keyExtractor{}, tweak)
+}
+
+func startWorkerWith(t *testing.T, cfg Config, store StateStore, ex Extractor, tweak func(*Worker)) *runningWorker {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	w, err := New(cfg, Deps{Logger: testLogger(t).With("owner", cfg.Owner), Registerer: reg, State: store, Extractor: keyExtractor{}})
+	w, err := New(cfg, Deps{Logger: testLogger(t).With("owner", cfg.Owner), Registerer: reg, State: store, Extractor: ex})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

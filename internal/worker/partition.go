@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
 // partitionProc owns one assigned input partition: its filter, its reader,
@@ -640,6 +642,9 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 
 // reasonOf maps an extraction error to its reason label.
 func reasonOf(err error) string {
+	if r := keys.ReasonOf(err); r != "" {
+		return r
+	}
 	var ke *KeyError
 	if errors.As(err, &ke) && ke.Reason != "" {
 		return ke.Reason

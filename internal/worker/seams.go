@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
 // FilterParams sizes one partition's filter.
@@ -117,4 +119,4 @@ func (e *KeyError) Error() string { return "extracting key: " + e.Reason }
 
 // KeyReasons is the fixed set of extraction failure reasons; metric series
 // are created for each up front.
-var KeyReasons = []string{"missing", "empty", "malformed_json", "too_large", "invalid_utf8", "null_key", "bad_url", "other"}
+var KeyReasons = append(keys.Reasons(), "other")
