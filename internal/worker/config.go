@@ -65,14 +65,15 @@ type Config struct {
 	Duplicates string // optional: records judged duplicate; else they are dropped and counted
 	DeadLetter string // optional: records whose key cannot be extracted
 
-	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else drop
+	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else forward
 	Filter       FilterConfig
 	Partitioning Partitioning // default same
 
 	CheckpointInterval time.Duration // default 30s
 	// MaxCheckpointStaleness: while no checkpoint succeeded for this long,
 	// processing goes on but offset commits stop (a later recovery would
-	// otherwise replay more than the bound). Default 10 × CheckpointInterval.
+	// otherwise replay more than the bound). Default 10 × CheckpointInterval;
+	// negative: no bound.
 	MaxCheckpointStaleness time.Duration
 	CheckpointTimeout      time.Duration // one upload; default CheckpointInterval
 	OnRestoreFailure       RestorePolicy // default fail
@@ -109,7 +110,7 @@ func (c *Config) applyDefaults() {
 		if c.DeadLetter != "" {
 			c.OnMissingKey = MissingKeyDeadLetter
 		} else {
-			c.OnMissingKey = MissingKeyDrop
+			c.OnMissingKey = MissingKeyForward
 		}
 	}
 	if c.Partitioning == "" {
@@ -218,7 +219,7 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"checkpoint-interval", c.CheckpointInterval}, {"max-checkpoint-staleness", c.MaxCheckpointStaleness},
+		{"checkpoint-interval", c.CheckpointInterval},
 		{"checkpoint-timeout", c.CheckpointTimeout}, {"batch-timeout", c.BatchTimeout},
 		{"commit-interval", c.CommitInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"write-timeout", c.WriteTimeout},
 		{"session-timeout", c.SessionTimeout}, {"rebalance-timeout", c.RebalanceTimeout},

@@ -517,7 +517,8 @@ func (pp *partitionProc) apply(t *tally) {
 // checkpoints are too stale.
 func (pp *partitionProc) offerCommit(ctx context.Context) {
 	lastOK, _, lastErr := pp.cp.state()
-	stale := pp.w.deps.Now().Sub(lastOK) > pp.w.cfg.MaxCheckpointStaleness
+	bound := pp.w.cfg.MaxCheckpointStaleness
+	stale := bound >= 0 && pp.w.deps.Now().Sub(lastOK) > bound
 	if stale != pp.commitsPaused {
 		pp.commitsPaused = stale
 		if stale {
