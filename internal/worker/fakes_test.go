@@ -46,6 +46,7 @@ type memStore struct {
 	parts      map[string]*memHistory
 	failCommit atomic.Bool
 	hangCommit atomic.Bool // Commit blocks until its ctx ends
+	unusable   atomic.Bool // Restore reports ErrNoUsableCheckpoint
 	commits    atomic.Int64
 }
 
@@ -90,6 +91,9 @@ func (p *memPartition) hist() *memHistory {
 }
 
 func (p *memPartition) Restore(ctx context.Context, params FilterParams) (*Restored, error) {
+	if p.s.unusable.Load() {
+		return nil, fmt.Errorf("every manifest corrupt: %w", ErrNoUsableCheckpoint)
+	}
 	p.s.mu.Lock()
 	defer p.s.mu.Unlock()
 	h := p.hist()
