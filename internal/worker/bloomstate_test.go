@@ -64,15 +64,16 @@ func TestRealStateRestartAndCrash(t *testing.T) {
 	cfg.CommitInterval, cfg.CheckpointInterval = 30*time.Millisecond, 70*time.Millisecond
 	cfg.Owner = "crashing"
 	var batches atomic.Int64
-	var b *runningWorker
-	b = startWorkerWith(t, cfg, realState(t, dir), ex, func(w *Worker) {
+	crash := make(chan struct{})
+	b := startWorkerWith(t, cfg, realState(t, dir), ex, func(w *Worker) {
 		w.afterWrite = func(int, int64) {
 			if batches.Add(1) == 20 {
 				w.halted.Store(true)
-				go b.cancel()
+				close(crash)
 			}
 		}
 	})
+	go func() { <-crash; b.cancel() }()
 	<-b.done
 	b.done <- nil
 	if n := b.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
@@ -91,9 +92,8 @@ func TestRealStateRestartAndCrash(t *testing.T) {
 		return s.Ready && next == int64(len(evs))
 	})
 	st := c.w.Status()
-	if st.Partitions[0].Filter.Generations == 0 || st.Partitions[0].Filter.Bytes == 0 {
-		// Stats refresh every few seconds; the first refresh runs at once.
-		t.Logf("filter stats not refreshed yet: %+v", st.Partitions[0].Filter)
+	if f := st.Partitions[0].Filter; f.Generations == 0 || f.Bytes == 0 || f.EstKeys == 0 {
+		t.Errorf("filter stats after recovery: %+v", f)
 	}
 	c.stop(t)
 	wantOut, wantDup, _ := expectation(evs, time.Hour)

@@ -109,12 +109,17 @@ func targetPartition(src, n int) int { return src % n }
 type recordBuilder struct {
 	partitionValue []byte
 	arena          []byte
+	headers        []kafka.Header
 	msgs           []kafka.Message
 }
 
 func (b *recordBuilder) reset(partition int) {
 	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
 	b.arena = b.arena[:0]
+	// Earlier batches' records are done with their headers (a failed write
+	// drops the whole builder), so the arrays can be reused.
+	clear(b.headers)
+	b.headers = b.headers[:0]
 	for i := range b.msgs {
 		b.msgs[i] = kafka.Message{}
 	}
@@ -124,7 +129,12 @@ func (b *recordBuilder) reset(partition int) {
 // add appends a copy of in addressed to topic, with the src headers and, if
 // reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
-	hs := make([]kafka.Header, 0, len(in.Headers)+3)
+	n := len(in.Headers) + 3
+	if cap(b.headers)-len(b.headers) < n {
+		// A new array; records built so far keep the old one.
+		b.headers = make([]kafka.Header, 0, max(4096, 2*n))
+	}
+	hs := b.headers[len(b.headers) : len(b.headers) : len(b.headers)+n]
 	hs = append(hs, in.Headers...)
 	start := len(b.arena)
 	b.arena = strconv.AppendInt(b.arena, in.Offset, 10)
@@ -141,6 +151,7 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	if ts.IsZero() {
 		ts = time.Unix(0, 0)
 	}
+	b.headers = b.headers[:len(b.headers)+len(hs)]
 	b.msgs = append(b.msgs, kafka.Message{Topic: topic, Key: in.Key, Value: in.Value, Headers: hs, Time: ts})
 }
 

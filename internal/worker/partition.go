@@ -209,6 +209,9 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, len(skip), took
 		ps.NextOffset, ps.Committed = pp.next, committed
 	})
+	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
+	pp.pm.setFilter(pp.stats)
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Filter = pp.stats })
 	pp.setState("running")
 
 	for {
@@ -425,8 +428,8 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 	}
 
 	if len(pp.rb.msgs) > 0 {
-		if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errFencedPartition) {
-			return 0, fmt.Errorf("not writing: %w", cause)
+		if lost(ctx) {
+			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
 		}
 		// A write is never cancelled by a revoke: cancelled writes may still
 		// land later. WriteTimeout bounds it.
@@ -608,7 +611,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	if w.halted.Load() {
 		return nil
 	}
-	if errors.Is(cause, errFencedPartition) || errors.Is(cause, errStaleGeneration) {
+	if lost(ctx) {
 		pp.log.Warn("partition lost; stopped without final commit", "cause", cause)
 		return nil
 	}
@@ -639,6 +642,14 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	}
 	pp.log.Info("partition released", "offset", pp.next, "took", w.deps.Now().Sub(start))
 	return nil
+}
+
+// lost reports whether ctx ended because the partition belongs to someone
+// else now (fenced checkpoint, or an offset commit rejected for a stale
+// generation): then nothing more may be written, committed or checkpointed.
+func lost(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && (errors.Is(cause, errFencedPartition) || errors.Is(cause, errStaleGeneration))
 }
 
 // reasonOf maps an extraction error to its reason label.

@@ -39,16 +39,17 @@ func TestCrashRecoveryExact(t *testing.T) {
 			cfg.MaxCheckpointStaleness = 2 * time.Hour
 			cfg.Owner = "crashing"
 			var batches atomic.Int64
-			var a *runningWorker
-			a = startWorker(t, cfg, store, func(w *Worker) {
+			crash := make(chan struct{})
+			a := startWorker(t, cfg, store, func(w *Worker) {
 				w.afterWrite = func(int, int64) {
 					if batches.Add(1) == 30 {
 						// kill -9 right after an acknowledged write, before its commit.
 						w.halted.Store(true)
-						go a.cancel()
+						close(crash)
 					}
 				}
 			})
+			go func() { <-crash; a.cancel() }()
 			select {
 			case <-a.done:
 			case <-time.After(60 * time.Second):

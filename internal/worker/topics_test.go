@@ -73,15 +73,16 @@ func TestHashPartitioningCrash(t *testing.T) {
 	cfg.CommitInterval = 30 * time.Millisecond
 	cfg.CheckpointInterval = 70 * time.Millisecond
 	var batches atomic.Int64
-	var a *runningWorker
-	a = startWorker(t, cfg, store, func(w *Worker) {
+	crash := make(chan struct{})
+	a := startWorker(t, cfg, store, func(w *Worker) {
 		w.afterWrite = func(int, int64) {
 			if batches.Add(1) == 25 {
 				w.halted.Store(true)
-				go a.cancel()
+				close(crash)
 			}
 		}
 	})
+	go func() { <-crash; a.cancel() }()
 	<-a.done
 	a.done <- nil
 	cfg.Owner = "successor"
