@@ -87,7 +87,8 @@ type Config struct {
 	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default 30s
 	WriteTimeout    time.Duration // one output write; default 10s
 
-	// Group timings (kafka-go defaults when zero).
+	// Group timings (kafka-go defaults when zero, except RebalanceTimeout:
+	// ShutdownTimeout + 15s).
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
@@ -139,6 +140,11 @@ func (c *Config) applyDefaults() {
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		// Members must finish revoking (commit, final checkpoint) inside the
+		// rebalance timeout, or the coordinator drops them.
+		c.RebalanceTimeout = c.ShutdownTimeout + 15*time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
@@ -231,6 +237,10 @@ func (c Config) Validate() error {
 	}
 	if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
 		bad("max-checkpoint-staleness: %v is below checkpoint-interval %v", c.MaxCheckpointStaleness, c.CheckpointInterval)
+	}
+	if c.RebalanceTimeout > 0 && c.ShutdownTimeout > 0 && c.RebalanceTimeout <= c.ShutdownTimeout {
+		bad("rebalance-timeout: %v must exceed shutdown-timeout %v (revoking partitions commits and checkpoints within it)",
+			c.RebalanceTimeout, c.ShutdownTimeout)
 	}
 	if c.BatchSize < 0 || c.BatchSize > 1_000_000 {
 		bad("batch-size: %d is outside 1..1000000", c.BatchSize)
