@@ -177,6 +177,9 @@ func (w *Worker) stop(err error) {
 	w.fail(err)
 }
 
+// startupRetry bounds how long Run waits for unreachable brokers at start.
+const startupRetry = time.Minute
+
 // checkTopics reads the partition counts and refuses what cannot work.
 func (w *Worker) checkTopics(ctx context.Context) error {
 	names := []string{w.cfg.Input, w.cfg.Output}
@@ -185,9 +188,24 @@ func (w *Worker) checkTopics(ctx context.Context) error {
 			names = append(names, t)
 		}
 	}
-	md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
-	if err != nil {
-		return fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
+	// A broker that is restarting is not a configuration error: retry
+	// connection failures for a while before giving up.
+	var md *kafka.MetadataResponse
+	deadline := time.Now().Add(startupRetry)
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		var err error
+		md, err = w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
+		}
+		w.log.Warn("brokers unreachable; retrying", "brokers", w.cfg.Brokers, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
 	}
 	w.partitions = map[string]int{}
 	for _, t := range md.Topics {
