@@ -1,0 +1,123 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/keys"
+)
+
+// realState opens a file:// checkpoint store in dir with the real filter.
+func realState(t *testing.T, dir string) *BloomState {
+	t.Helper()
+	st, err := checkpoint.Open(context.Background(), "file://"+dir, checkpoint.Options{
+		Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatalf("opening checkpoint store: %v", err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return NewBloomState(st, "g")
+}
+
+func realExtractor(t *testing.T) Extractor {
+	t.Helper()
+	ex, err := keys.NewExtractor("key", "none", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ex
+}
+
+// realConfig keeps the false-positive rate negligible so that exact
+// expectations hold with the Bloom filter.
+func realConfig(brokers []string) Config {
+	cfg := testConfig(brokers)
+	cfg.Filter.FPR = 1e-7
+	return cfg
+}
+
+// TestRealStateRestartAndCrash: bloom shards in a file:// checkpoint store;
+// a clean restart recognises old keys without replay, and a crash after an
+// acknowledged write recovers exactly.
+func TestRealStateRestartAndCrash(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	dir := t.TempDir()
+	evs := genEvents(3000, 2, 0.3, 51, base)
+	ex := realExtractor(t)
+
+	produce(t, brokers, evs[:1000])
+	cfg := realConfig(brokers)
+	a := startWorkerWith(t, cfg, realState(t, dir), ex, nil)
+	waitFor(t, 60*time.Second, "first part consumed", func() bool { return a.consumed() == 1000 })
+	if err := a.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	produce(t, brokers, evs[1000:])
+	cfg.BatchSize = 40
+	cfg.CommitInterval, cfg.CheckpointInterval = 30*time.Millisecond, 70*time.Millisecond
+	cfg.Owner = "crashing"
+	var batches atomic.Int64
+	crash := make(chan struct{})
+	b := startWorkerWith(t, cfg, realState(t, dir), ex, func(w *Worker) {
+		w.afterWrite = func(int, int64) {
+			if batches.Add(1) == 20 {
+				w.halted.Store(true)
+				close(crash)
+			}
+		}
+	})
+	go func() { <-crash; b.cancel() }()
+	<-b.done
+	b.done <- nil
+	if n := b.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
+		t.Errorf("clean restart replayed %v records, want 0", n)
+	}
+
+	cfg = realConfig(brokers)
+	cfg.Owner = "successor"
+	c := startWorkerWith(t, cfg, realState(t, dir), ex, nil)
+	waitFor(t, 60*time.Second, "successor caught up", func() bool {
+		s := c.w.Status()
+		var next int64
+		for _, p := range s.Partitions {
+			next += p.NextOffset
+		}
+		return s.Ready && next == int64(len(evs))
+	})
+	st := c.w.Status()
+	if f := st.Partitions[0].Filter; f.Generations == 0 || f.Bytes == 0 || f.EstKeys == 0 {
+		t.Errorf("filter stats after recovery: %+v", f)
+	}
+	c.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
+}
+
+// TestRealStateWindow: with the rotating shard, a key is forgotten after
+// the window (at most window·G/(G-1) later) and remembered inside it.
+func TestRealStateWindow(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	k := []byte("order-1")
+	evs := []event{
+		{key: k, value: "a", ts: base},
+		{key: k, value: "b", ts: base.Add(59 * time.Minute)},             // inside the window: duplicate
+		{key: k, value: "c", ts: base.Add(59*time.Minute + 2*time.Hour)}, // beyond W·G/(G-1) = 80m of the last sighting
+		{key: []byte("other"), value: "d", ts: base.Add(3 * time.Hour)},
+	}
+	produce(t, brokers, evs)
+	rw := startWorkerWith(t, realConfig(brokers), realState(t, t.TempDir()), realExtractor(t), nil)
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+	rw.stop(t)
+	if got := values(readTopic(t, brokers, tOut, 1)[0]); got != "a c d" {
+		t.Errorf("forwarded %q, want %q", got, "a c d")
+	}
+}

@@ -1,0 +1,189 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// offsetCommitter is what the committer needs of a kafka.Generation.
+type offsetCommitter interface {
+	CommitOffsets(offsets map[string]map[int]int64) error
+}
+
+// committer is the only caller of CommitOffsets for one generation:
+// concurrent calls busy-spin in kafka-go (#966). Partitions hand it offsets
+// whose output writes are acknowledged; it commits them every interval, and
+// at once when a partition flushes on revoke.
+type committer struct {
+	gen      offsetCommitter
+	topic    string
+	interval time.Duration
+	log      *slog.Logger
+	m        *metrics
+	// fence is called when a commit shows that this member lost the
+	// generation: its partitions must stop writing at once.
+	fence func(error)
+	// halted, when true, suppresses commits (tests simulate kill -9).
+	halted func() bool
+
+	reqs chan commitReq
+	stop chan struct{}
+	done chan struct{}
+
+	mu        sync.Mutex
+	committed map[int]int64
+}
+
+type commitReq struct {
+	partition int
+	offset    int64
+	reply     chan error // nil: asynchronous
+}
+
+func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log *slog.Logger, m *metrics, fence func(error)) *committer {
+	return &committer{
+		gen: gen, topic: topic, interval: interval, log: log, m: m, fence: fence,
+		reqs: make(chan commitReq, 64), stop: make(chan struct{}), done: make(chan struct{}),
+		committed: map[int]int64{},
+	}
+}
+
+// errStaleGeneration marks commit failures that mean the partitions belong
+// to someone else now.
+var errStaleGeneration = errors.New("offset commit rejected: generation is stale")
+
+func isStaleGeneration(err error) bool {
+	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) ||
+		errors.Is(err, kafka.FencedInstanceID) || errors.Is(err, kafka.RebalanceInProgress)
+}
+
+// run commits until stop is closed, then commits what is pending and returns.
+func (c *committer) run() {
+	defer close(c.done)
+	pending := map[int]int64{}
+	var waiters []chan error
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	stale := false
+	flush := func() {
+		var err error
+		if stale {
+			err = errStaleGeneration
+		} else if c.halted != nil && c.halted() {
+			err = errors.New("worker halted")
+		} else if len(pending) > 0 {
+			err = c.gen.CommitOffsets(map[string]map[int]int64{c.topic: pending})
+			if err == nil {
+				c.mu.Lock()
+				for p, o := range pending {
+					c.committed[p] = o
+				}
+				c.mu.Unlock()
+				pending = map[int]int64{}
+			} else {
+				c.m.commitFailures.Inc()
+				if isStaleGeneration(err) {
+					stale = true
+					c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
+					c.fence(errors.Join(errStaleGeneration, err))
+					err = errors.Join(errStaleGeneration, err)
+				} else {
+					c.log.Warn("offset commit failed; retrying", "err", err)
+				}
+			}
+		}
+		for _, w := range waiters {
+			w <- err
+		}
+		waiters = waiters[:0]
+	}
+	for {
+		select {
+		case r := <-c.reqs:
+			if o, ok := pending[r.partition]; !ok || r.offset > o {
+				pending[r.partition] = r.offset
+			}
+			if r.reply != nil {
+				waiters = append(waiters, r.reply)
+				// Coalesce whatever else is queued, then commit once.
+				for drained := false; !drained; {
+					select {
+					case r2 := <-c.reqs:
+						if o, ok := pending[r2.partition]; !ok || r2.offset > o {
+							pending[r2.partition] = r2.offset
+						}
+						if r2.reply != nil {
+							waiters = append(waiters, r2.reply)
+						}
+					default:
+						drained = true
+					}
+				}
+				flush()
+			}
+		case <-t.C:
+			flush()
+		case <-c.stop:
+			for drained := false; !drained; {
+				select {
+				case r := <-c.reqs:
+					if o, ok := pending[r.partition]; !ok || r.offset > o {
+						pending[r.partition] = r.offset
+					}
+					if r.reply != nil {
+						waiters = append(waiters, r.reply)
+					}
+				default:
+					drained = true
+				}
+			}
+			flush()
+			return
+		}
+	}
+}
+
+// offer hands over an acknowledged offset; it never blocks for long.
+func (c *committer) offer(ctx context.Context, partition int, offset int64) {
+	select {
+	case c.reqs <- commitReq{partition: partition, offset: offset}:
+	case <-ctx.Done():
+	case <-c.done:
+	}
+}
+
+// commitNow commits offset (and everything pending) and waits for the result.
+func (c *committer) commitNow(ctx context.Context, partition int, offset int64) error {
+	reply := make(chan error, 1)
+	select {
+	case c.reqs <- commitReq{partition: partition, offset: offset, reply: reply}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errors.New("committer stopped")
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// lastCommitted returns the last offset this committer committed for p.
+func (c *committer) lastCommitted(p int) (int64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.committed[p]
+	return o, ok
+}
+
+func (c *committer) close() {
+	close(c.stop)
+	<-c.done
+}

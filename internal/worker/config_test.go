@@ -1,0 +1,112 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+func validConfig() Config {
+	return Config{
+		Brokers: []string{"127.0.0.1:9092"}, Input: "in", Output: "out",
+		Filter: FilterConfig{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01},
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		mutate  func(*Config)
+		wantErr string // substring naming the setting; "" = valid
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"no brokers", func(c *Config) { c.Brokers = nil }, "brokers"},
+		{"broker without port", func(c *Config) { c.Brokers = []string{"localhost"} }, "brokers"},
+		{"no input", func(c *Config) { c.Input = "" }, "input"},
+		{"no output", func(c *Config) { c.Output = "" }, "output"},
+		{"input equals output", func(c *Config) { c.Output = "in" }, "output: topic \"in\" is already used as input"},
+		{"duplicates equals output", func(c *Config) { c.Duplicates = "out" }, "duplicates"},
+		{"dead-letter policy without topic", func(c *Config) { c.OnMissingKey = MissingKeyDeadLetter }, "on-missing-key"},
+		{"unknown policy", func(c *Config) { c.OnMissingKey = "ignore" }, "on-missing-key"},
+		{"unknown partitioning", func(c *Config) { c.Partitioning = "random" }, "partitioning"},
+		{"unknown restore policy", func(c *Config) { c.OnRestoreFailure = "guess" }, "on-restore-failure"},
+		{"zero window", func(c *Config) { c.Filter.Window = 0 }, "window"},
+		{"one generation", func(c *Config) { c.Filter.Generations = 1 }, "generations"},
+		{"zero capacity", func(c *Config) { c.Filter.Capacity = 0 }, "capacity"},
+		{"fpr 1", func(c *Config) { c.Filter.FPR = 1 }, "fpr"},
+		{"fpr 0", func(c *Config) { c.Filter.FPR = 0 }, "fpr"},
+		{"negative timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "shutdown-timeout"},
+		{"staleness below interval", func(c *Config) {
+			c.CheckpointInterval, c.MaxCheckpointStaleness = time.Minute, time.Second
+		}, "max-checkpoint-staleness"},
+		{"huge batch", func(c *Config) { c.BatchSize = 10_000_000 }, "batch-size"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Validate = %v, want an error containing %q", err, tc.wantErr)
+			}
+			if _, err := New(c, Deps{State: newMemStore(), Extractor: keyExtractor{}}); err == nil {
+				t.Fatalf("New accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestPartitionParams(t *testing.T) {
+	c := validConfig()
+	c.Filter.Capacity = 1001
+	if got := c.partitionParams(4).Capacity; got != 251 {
+		t.Errorf("capacity per partition = %d, want 251 (rounded up)", got)
+	}
+}
+
+func TestBalancerSame(t *testing.T) {
+	b := &balancer{mode: PartitioningSame}
+	parts := []int{0, 1, 2, 3}
+	for src, want := range map[string]int{"0": 0, "3": 3, "6": 2, "x": 0} {
+		m := kafka.Message{Headers: []kafka.Header{{Key: HeaderSrcPartition, Value: []byte(src)}}}
+		if got := b.Balance(m, parts...); got != want {
+			t.Errorf("src %s: partition %d, want %d", src, got, want)
+		}
+	}
+	h := &balancer{mode: PartitioningHash}
+	m := kafka.Message{Key: []byte("order-1")}
+	if a, b := h.Balance(m, parts...), h.Balance(m, parts...); a != b {
+		t.Errorf("hash balancer not deterministic: %d vs %d", a, b)
+	}
+}
+
+func TestRecordBuilderHeaders(t *testing.T) {
+	var b recordBuilder
+	b.reset(7)
+	in := kafka.Message{Offset: 12345, Key: []byte("k"), Value: []byte("v"), Time: time.Unix(100, 0),
+		Headers: []kafka.Header{{Key: "trace", Value: []byte("abc")}}}
+	for i := 0; i < 100; i++ { // grow the arena across reallocations
+		in.Offset = int64(12345 + i)
+		b.add("out", &in, "")
+	}
+	for i, m := range b.msgs {
+		p, o, ok := srcOf(m.Headers)
+		if !ok || p != 7 || o != int64(12345+i) {
+			t.Fatalf("record %d: src = %d/%d/%v, want 7/%d", i, p, o, ok, 12345+i)
+		}
+		if headerValue(m.Headers, "trace") != "abc" || string(m.Key) != "k" || !m.Time.Equal(time.Unix(100, 0)) {
+			t.Fatalf("record %d lost key, headers or timestamp: %+v", i, m)
+		}
+	}
+	if _, _, ok := srcOf([]kafka.Header{{Key: HeaderSrcOffset, Value: []byte("1")}}); ok {
+		t.Errorf("srcOf accepted a record without partition header")
+	}
+}

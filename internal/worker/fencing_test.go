@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestLostAckRecovers: a write that landed but whose acknowledgement was
+// lost makes the partition re-run exact recovery; nothing is written twice.
+func TestLostAckRecovers(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	evs := genEvents(2000, 2, 0.3, 21, base)
+	produce(t, brokers, evs)
+	cfg := testConfig(brokers)
+	cfg.BatchSize = 50
+	var n atomic.Int64
+	rw := startWorker(t, cfg, newMemStore(), func(w *Worker) {
+		w.loseAck = func(int) bool {
+			k := n.Add(1)
+			return k == 5 || k == 6 || k == 20
+		}
+	})
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+	rw.stop(t)
+	if f := rw.metricSum(t, "bloomgate_output_write_failures_total"); f != 3 {
+		t.Errorf("write failures %v, want 3", f)
+	}
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
+}
+
+// TestFencedCheckpointStopsPartition: when another owner claims the
+// partition's checkpoints, the worker stops working on it at once, rejoins,
+// and ends up exact.
+func TestFencedCheckpointStopsPartition(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(3000, 1, 0.3, 22, base)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = 20 * time.Millisecond
+	cfg.BatchSize = 50
+	rw := startWorker(t, cfg, store, nil)
+	produce(t, brokers, evs[:1000])
+	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 1000 })
+	// Another owner claims the partition.
+	other := store.Partition(tIn, 0)
+	if _, err := other.Restore(context.Background(), FilterParams{Window: time.Hour}); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if err := other.Claim(context.Background(), "intruder"); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	produce(t, brokers, evs[1000:])
+	waitFor(t, 60*time.Second, "the worker was fenced and rejoined", func() bool {
+		return rw.metricSum(t, "bloomgate_rebalances_total") >= 2
+	})
+	waitFor(t, 60*time.Second, "everything consumed", func() bool {
+		s := rw.w.Status()
+		return len(s.Partitions) == 1 && s.Partitions[0].NextOffset == int64(len(evs))
+	})
+	rw.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 1), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 1), wantDup)
+}
+
+// TestBucketDown: with checkpoints failing, processing goes on; after the
+// staleness bound offset commits stop; once checkpoints succeed they resume.
+func TestBucketDown(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(1000, 1, 0.2, 23, base)
+	store := newMemStore()
+	store.failCommit.Store(true)
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	cfg.MaxCheckpointStaleness = 300 * time.Millisecond
+	cfg.CommitInterval = 20 * time.Millisecond
+	rw := startWorker(t, cfg, store, nil)
+	committed := func() int64 {
+		c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+		res, err := c.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{tIn: {0}}})
+		if err != nil || len(res.Topics[tIn]) == 0 {
+			return -1
+		}
+		return res.Topics[tIn][0].CommittedOffset
+	}
+	produce(t, brokers, evs[:500])
+	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 500 })
+	time.Sleep(500 * time.Millisecond)
+	before := committed()
+	produce(t, brokers, evs[500:])
+	waitFor(t, 60*time.Second, "second part consumed although the bucket is down", func() bool { return rw.consumed() == 1000 })
+	time.Sleep(300 * time.Millisecond)
+	if c := committed(); c != before || c >= 1000 {
+		t.Errorf("committed offset moved from %d to %d while checkpoints were stale", before, c)
+	}
+	store.failCommit.Store(false)
+	waitFor(t, 30*time.Second, "commits resumed after a checkpoint succeeded", func() bool { return committed() == 1000 })
+	rw.stop(t)
+}
+
+// TestShutdownBounded: with a checkpoint store that hangs, Run still returns
+// within the shutdown timeout.
+func TestShutdownBounded(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	evs := genEvents(500, 2, 0.2, 24, base)
+	produce(t, brokers, evs)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.ShutdownTimeout = time.Second
+	cfg.CheckpointTimeout = time.Minute
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	rw := startWorker(t, cfg, store, nil)
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+	store.hangCommit.Store(true)
+	time.Sleep(200 * time.Millisecond) // let an upload hang
+	start := time.Now()
+	if err := rw.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("shutdown took %v with a 1s shutdown timeout", d)
+	}
+}

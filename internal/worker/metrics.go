@@ -1,0 +1,118 @@
+package worker
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the worker's Prometheus series. Per-partition series of every
+// input partition are created up front so that they start at 0.
+type metrics struct {
+	consumed     *prometheus.CounterVec
+	forwarded    *prometheus.CounterVec
+	duplicates   *prometheus.CounterVec
+	deadLettered *prometheus.CounterVec
+	dropped      *prometheus.CounterVec
+
+	filterBytes    *prometheus.GaugeVec
+	filterFill     *prometheus.GaugeVec
+	filterFPR      *prometheus.GaugeVec
+	filterKeys     *prometheus.GaugeVec
+	filterGens     *prometheus.GaugeVec
+	filterOverflow *prometheus.GaugeVec
+
+	replayed         *prometheus.CounterVec
+	recoveryDuration *prometheus.HistogramVec
+	lag              *prometheus.GaugeVec
+	rebalances       prometheus.Counter
+	commitFailures   prometheus.Counter
+	writeFailures    *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	pl := []string{"topic", "partition"}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: name, Help: help}, pl)
+	}
+	m := &metrics{
+		consumed:       counter("records_consumed_total", "Input records processed (each ends as exactly one of forwarded, duplicate, dead-lettered, dropped).", pl...),
+		forwarded:      counter("records_forwarded_total", "Records written to the output topic.", pl...),
+		duplicates:     counter("records_duplicates_total", "Records judged duplicate (written to the duplicates topic when configured, else discarded).", pl...),
+		deadLettered:   counter("records_dead_lettered_total", "Records whose key could not be extracted, written to the dead-letter topic.", "topic", "partition", "reason"),
+		dropped:        counter("records_dropped_total", "Records whose key could not be extracted, dropped by policy.", "topic", "partition", "reason"),
+		filterBytes:    gauge("filter_bytes", "Memory held by the partition's filter."),
+		filterFill:     gauge("filter_fill_ratio", "Fill ratio of the newest filter generation."),
+		filterFPR:      gauge("filter_estimated_fpr", "Estimated current false-positive rate of the partition's filter."),
+		filterKeys:     gauge("filter_estimated_keys", "Estimated distinct keys in the partition's filter."),
+		filterGens:     gauge("filter_generations", "Generations in the partition's filter ring."),
+		filterOverflow: gauge("filter_overflow_stacks", "Overflow sub-filters stacked because a generation outgrew its planned capacity."),
+		replayed:       counter("recovery_replayed_records_total", "Input records replayed into the filter (without forwarding) during recovery.", pl...),
+		recoveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "bloomgate", Name: "recovery_duration_seconds",
+			Help:    "Time from assignment to resumed processing: restore, replay, output scan.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
+		}, []string{"topic"}),
+		lag: gauge("consumer_lag", "Records between the partition's high-water mark and the next offset to process."),
+		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "rebalances_total",
+			Help: "Consumer group generations joined."}),
+		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "offset_commit_failures_total",
+			Help: "Failed offset commits."}),
+		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
+	}
+	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
+		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow,
+		m.replayed, m.recoveryDuration, m.lag, m.rebalances, m.commitFailures, m.writeFailures} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering worker metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// partitionMetrics are the resolved series of one partition, so that the hot
+// path does no label lookups.
+type partitionMetrics struct {
+	consumed, forwarded, duplicates, replayed, writeFailures prometheus.Counter
+	deadLettered, dropped                                    map[string]prometheus.Counter
+	lag                                                      prometheus.Gauge
+	bytes, fill, fpr, keys, gens, overflow                   prometheus.Gauge
+}
+
+func (m *metrics) partition(topic string, p int) *partitionMetrics {
+	ps := strconv.Itoa(p)
+	pm := &partitionMetrics{
+		consumed:      m.consumed.WithLabelValues(topic, ps),
+		forwarded:     m.forwarded.WithLabelValues(topic, ps),
+		duplicates:    m.duplicates.WithLabelValues(topic, ps),
+		replayed:      m.replayed.WithLabelValues(topic, ps),
+		writeFailures: m.writeFailures.WithLabelValues(topic, ps),
+		deadLettered:  map[string]prometheus.Counter{},
+		dropped:       map[string]prometheus.Counter{},
+		lag:           m.lag.WithLabelValues(topic, ps),
+		bytes:         m.filterBytes.WithLabelValues(topic, ps),
+		fill:          m.filterFill.WithLabelValues(topic, ps),
+		fpr:           m.filterFPR.WithLabelValues(topic, ps),
+		keys:          m.filterKeys.WithLabelValues(topic, ps),
+		gens:          m.filterGens.WithLabelValues(topic, ps),
+		overflow:      m.filterOverflow.WithLabelValues(topic, ps),
+	}
+	for _, r := range KeyReasons {
+		pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)
+		pm.dropped[r] = m.dropped.WithLabelValues(topic, ps, r)
+	}
+	return pm
+}
+
+func (pm *partitionMetrics) setFilter(s FilterStats) {
+	pm.bytes.Set(float64(s.Bytes))
+	pm.fill.Set(s.Fill)
+	pm.fpr.Set(s.EstFPR)
+	pm.keys.Set(float64(s.EstKeys))
+	pm.gens.Set(float64(s.Generations))
+	pm.overflow.Set(float64(s.OverflowStacks))
+}

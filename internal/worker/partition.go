@@ -1,0 +1,665 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/keys"
+)
+
+// partitionProc owns one assigned input partition: its filter, its reader,
+// its checkpoints. Only its goroutine touches the filter.
+type partitionProc struct {
+	w     *Worker
+	p     int
+	gen   int32
+	com   *committer
+	log   *slog.Logger
+	pm    *partitionMetrics
+	store PartitionStore
+	// fence ends the partition's work at once (no more writes, no final
+	// commit or checkpoint).
+	fence context.CancelCauseFunc
+
+	assigned int64 // offset from the group at assignment (committed, or FirstOffset)
+
+	// Session state, rebuilt by every recovery.
+	filter   Filter
+	next     int64 // next input offset: everything before is handled and acknowledged
+	resume   int64 // input before it is replayed, not written
+	skip     map[int64]skipEntry
+	scanFrom map[topicPartition]int64
+	scanTo   map[topicPartition]int64
+	cp       *checkpointer
+	reader   *kafka.Reader
+	msgs     chan kafka.Message
+
+	rb             recordBuilder
+	keyBuf         []byte
+	lastCheckpoint time.Time
+	commitsPaused  bool
+	rateCount      uint64
+	rateAt         time.Time
+	stats          FilterStats
+	statsAt        time.Time
+	// totals for the status page
+	consumed, forwarded, duplicates, deadLettered, dropped uint64
+}
+
+const filterStatsInterval = 5 * time.Second
+
+// errFencedPartition is the cause of a partition stop because another owner
+// took it.
+var errFencedPartition = errors.New("partition fenced")
+
+func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a kafka.PartitionAssignment) {
+	ctx, cancel := context.WithCancelCause(gctx)
+	defer cancel(nil)
+	pp := &partitionProc{
+		w: w, p: a.ID, gen: gen, com: com,
+		log:      w.log.With("partition", a.ID, "generation", gen),
+		pm:       w.m.partition(w.cfg.Input, a.ID),
+		assigned: a.Offset,
+		next:     -1,
+		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
+	}
+	defer w.removePartition(a.ID, gen)
+	defer pp.pm.lag.Set(0)
+	backoff := 200 * time.Millisecond
+	for {
+		began := time.Now()
+		err := pp.session(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, errFatal) {
+			pp.log.Error("partition stopped; stopping the worker", "err", err)
+			w.stop(err)
+			return
+		}
+		if time.Since(began) > time.Minute {
+			backoff = 200 * time.Millisecond
+		}
+		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (pp *partitionProc) setState(s string) {
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+		ps.Topic, ps.Partition, ps.Generation, ps.State = pp.w.cfg.Input, pp.p, pp.gen, s
+	})
+}
+
+// session restores, recovers and processes until ctx ends (nil) or a
+// failure needs a new recovery (error).
+func (pp *partitionProc) session(ctx context.Context) error {
+	w := pp.w
+	start := w.deps.Now()
+	pp.setState("restoring")
+	// A fresh handle per session: a handle claims once, and after ErrFenced
+	// from Claim the store wants a new Restore on a new handle.
+	pp.store = w.deps.State.Partition(w.cfg.Input, pp.p)
+	restored, err := pp.restore(ctx)
+	if err != nil {
+		return err
+	}
+	pp.filter = restored.Filter
+	if err := pp.claim(ctx); err != nil {
+		return err
+	}
+
+	pp.setState("recovering")
+	in, err := w.bounds(ctx, w.cfg.Input, []int{pp.p})
+	if err != nil {
+		return err
+	}
+	ib := in[pp.p]
+	committed := pp.assigned
+	if committed < 0 {
+		committed = ib.first
+	}
+	if o, ok := pp.com.lastCommitted(pp.p); ok && o > committed {
+		committed = o
+	}
+	if pp.next > committed { // an earlier session of this assignment got further
+		committed = pp.next
+	}
+	c := restored.InputOffset
+	if c < ib.first {
+		if c >= 0 && restored.OutputOffsets != nil {
+			pp.log.Warn("input retention dropped records the checkpoint does not cover; keys among them are forgotten",
+				"checkpoint_offset", c, "log_start", ib.first)
+		}
+		c = ib.first
+	}
+	resume := max(c, committed)
+	if resume > ib.last {
+		pp.log.Warn("committed offset is beyond the high-water mark; input was truncated or recreated",
+			"committed", resume, "high_water_mark", ib.last)
+		resume = ib.last
+		c = min(c, resume)
+	}
+	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
+		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
+			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
+		c = resume - w.cfg.MaxReplay
+	}
+	skip, from, to, scanned, err := w.scanWritten(ctx, pp.p, resume, restored.OutputOffsets)
+	if err != nil {
+		return err
+	}
+	pp.skip, pp.scanFrom, pp.scanTo = skip, from, to
+	pp.next, pp.resume = c, resume
+
+	pp.reader, err = w.newReader(w.cfg.Input, pp.p, c, w.cfg.BatchSize)
+	if err != nil {
+		return err
+	}
+	defer pp.reader.Close()
+	rctx, stopReading := context.WithCancel(ctx)
+	pp.msgs = make(chan kafka.Message, w.cfg.BatchSize)
+	pumpDone := make(chan error, 1)
+	go func() { pumpDone <- pp.pump(rctx) }()
+	defer func() { stopReading(); <-pumpDone }()
+
+	pp.cp = newCheckpointer(pp.store, w.cfg.CheckpointTimeout, pp.log, w.deps.Now, pp.fence)
+	if restored.InputOffset >= 0 && restored.InputOffset == c {
+		// The restored checkpoint (re-stored by Claim) covers c.
+		pp.cp.lastOffset = c
+	}
+	pp.cp.start()
+	defer pp.cp.stop()
+	pp.lastCheckpoint = w.deps.Now()
+	pp.rateAt = pp.lastCheckpoint
+
+	// Replay [c, resume) before declaring the partition running.
+	replayed := int64(0)
+	for pp.next < pp.resume {
+		batch, err := pp.nextBatch(ctx, scanIdle)
+		if err != nil || ctx.Err() != nil {
+			return pp.finish(ctx)
+		}
+		if len(batch) == 0 {
+			pp.log.Warn("replay idle before the committed offset; continuing", "at", pp.next, "resume", pp.resume)
+			break
+		}
+		n, err := pp.handle(ctx, batch)
+		replayed += n
+		if err != nil {
+			return err
+		}
+	}
+	took := w.deps.Now().Sub(start)
+	w.m.recoveryDuration.WithLabelValues(w.cfg.Input).Observe(took.Seconds())
+	pp.log.Info("partition recovered",
+		"checkpoint_offset", c, "committed_offset", committed, "resume_offset", resume,
+		"replayed", replayed, "output_scanned", scanned, "already_written", len(skip), "took", took)
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, len(skip), took
+		ps.NextOffset, ps.Committed = pp.next, committed
+	})
+	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
+	pp.pm.setFilter(pp.stats)
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Filter = pp.stats })
+	pp.setState("running")
+
+	for {
+		batch, err := pp.nextBatch(ctx, time.Second)
+		if err != nil || ctx.Err() != nil {
+			return pp.finish(ctx)
+		}
+		if _, err := pp.handle(ctx, batch); err != nil {
+			return err
+		}
+		pp.housekeeping(ctx)
+	}
+}
+
+// restore loads the partition's checkpoint, retrying store failures until
+// ctx ends.
+func (pp *partitionProc) restore(ctx context.Context) (*Restored, error) {
+	w := pp.w
+	backoff := 200 * time.Millisecond
+	for {
+		r, err := pp.store.Restore(ctx, w.params)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrNoCheckpoint):
+			pp.log.Info("no checkpoint; starting from the retained input")
+			return pp.empty()
+		case errors.Is(err, ErrNoUsableCheckpoint):
+			if w.cfg.OnRestoreFailure == RestoreEmpty {
+				pp.log.Error("no usable checkpoint; starting from the retained input (on-restore-failure=empty)", "err", err)
+				return pp.empty()
+			}
+			return nil, fmt.Errorf("%w: restoring %s/%d: %w (set on-restore-failure=empty to start from the retained input)",
+				errFatal, w.cfg.Input, pp.p, err)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+func (pp *partitionProc) empty() (*Restored, error) {
+	f, err := pp.w.deps.State.NewFilter(pp.w.params)
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
+	}
+	return &Restored{Filter: f, InputOffset: -1}, nil
+}
+
+func (pp *partitionProc) claim(ctx context.Context) error {
+	backoff := 200 * time.Millisecond
+	for {
+		err := pp.store.Claim(ctx, pp.w.cfg.Owner)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, ErrFenced) {
+			// Someone wrote a newer checkpoint between our Restore and Claim.
+			return fmt.Errorf("claiming checkpoint: %w", err)
+		}
+		pp.log.Warn("claiming checkpoint failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
+}
+
+// pump moves records from the reader to msgs until ctx ends.
+func (pp *partitionProc) pump(ctx context.Context) error {
+	for {
+		m, err := pp.reader.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		select {
+		case pp.msgs <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// nextBatch waits up to idle for a first record, then up to BatchTimeout
+// for the batch to fill. An empty batch means idle.
+func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) ([]kafka.Message, error) {
+	var batch []kafka.Message
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, nil
+	case m := <-pp.msgs:
+		batch = append(make([]kafka.Message, 0, min(pp.w.cfg.BatchSize, 1024)), m)
+	}
+	t.Reset(pp.w.cfg.BatchTimeout)
+	for len(batch) < pp.w.cfg.BatchSize {
+		select {
+		case m := <-pp.msgs:
+			batch = append(batch, m)
+		case <-t.C:
+			return batch, nil
+		case <-ctx.Done():
+			return batch, nil
+		}
+	}
+	return batch, nil
+}
+
+// tally counts one batch; applied only once its writes are acknowledged.
+type tally struct {
+	consumed, forwarded, duplicates, replayed uint64
+	deadLettered, dropped                     map[string]uint64
+}
+
+func (t *tally) dead(reason string) {
+	if t.deadLettered == nil {
+		t.deadLettered = map[string]uint64{}
+	}
+	t.deadLettered[reason]++
+}
+
+func (t *tally) drop(reason string) {
+	if t.dropped == nil {
+		t.dropped = map[string]uint64{}
+	}
+	t.dropped[reason]++
+}
+
+// handle processes one batch: replay below resume, dedup and route above,
+// one acknowledged write, then the offset goes to the committer.
+func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (replayed int64, err error) {
+	w := pp.w
+	pp.rb.reset(pp.p)
+	var t tally
+	next := pp.next
+	var fatal error
+	var hwm int64 = -1
+	for i := range batch {
+		m := &batch[i]
+		if m.Offset < next {
+			continue
+		}
+		hwm = m.HighWaterMark
+		if m.Offset < pp.resume {
+			// Handled before the crash or rebalance: only rebuild the filter.
+			if key, err := w.deps.Extractor.Extract(pp.keyBuf[:0], m.Key, m.Value, m.Headers); err == nil {
+				pp.keyBuf = key
+				pp.filter.TestAndAdd(key, m.Time)
+			}
+			t.replayed++
+			next = m.Offset + 1
+			continue
+		}
+		key, err := w.deps.Extractor.Extract(pp.keyBuf[:0], m.Key, m.Value, m.Headers)
+		if err != nil {
+			reason := reasonOf(err)
+			if e, ok := pp.skip[m.Offset]; ok {
+				delete(pp.skip, m.Offset)
+				t.consumed++
+				pp.countWritten(&t, e, reason)
+				next = m.Offset + 1
+				continue
+			}
+			switch w.cfg.OnMissingKey {
+			case MissingKeyDeadLetter:
+				pp.rb.add(w.cfg.DeadLetter, m, reason)
+				t.dead(reason)
+			case MissingKeyForward:
+				pp.rb.add(w.cfg.Output, m, "")
+				t.forwarded++
+			case MissingKeyDrop:
+				t.drop(reason)
+			default: // fail: stop before this record
+				fatal = fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
+					errFatal, w.cfg.Input, pp.p, m.Offset, reason)
+			}
+			if fatal != nil {
+				break
+			}
+			t.consumed++
+			next = m.Offset + 1
+			continue
+		}
+		pp.keyBuf = key
+		seen := pp.filter.TestAndAdd(key, m.Time)
+		t.consumed++
+		next = m.Offset + 1
+		if e, ok := pp.skip[m.Offset]; ok {
+			// Written before the crash, not committed: do not write again.
+			delete(pp.skip, m.Offset)
+			pp.countWritten(&t, e, "")
+			continue
+		}
+		if seen {
+			t.duplicates++
+			if w.cfg.Duplicates != "" {
+				pp.rb.add(w.cfg.Duplicates, m, "")
+			}
+			continue
+		}
+		t.forwarded++
+		pp.rb.add(w.cfg.Output, m, "")
+	}
+
+	if len(pp.rb.msgs) > 0 {
+		if lost(ctx) {
+			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
+		}
+		// A write is never cancelled by a revoke: cancelled writes may still
+		// land later. WriteTimeout bounds it.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
+		err := w.out.w.WriteMessages(wctx, pp.rb.msgs...)
+		cancel()
+		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
+			err = errors.New("acknowledgement lost (test)")
+		}
+		if err != nil {
+			pp.pm.writeFailures.Inc()
+			n := len(pp.rb.msgs)
+			// The failed records may still be referenced by the writer.
+			pp.rb = recordBuilder{}
+			return 0, fmt.Errorf("writing %d records: %w", n, err)
+		}
+	}
+	pp.apply(&t)
+	pp.next = next
+	if hwm >= 0 {
+		pp.pm.lag.Set(float64(max(hwm-next, 0)))
+	}
+	if w.afterWrite != nil {
+		w.afterWrite(pp.p, next)
+	}
+	pp.offerCommit(ctx)
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+		ps.NextOffset = pp.next
+		if hwm >= 0 {
+			ps.Lag = max(hwm-next, 0)
+		}
+		ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
+			pp.consumed, pp.forwarded, pp.duplicates, pp.deadLettered, pp.dropped
+	})
+	if fatal != nil {
+		return int64(t.replayed), fatal
+	}
+	return int64(t.replayed), nil
+}
+
+// countWritten counts a record found by the recovery scan where it was written.
+func (pp *partitionProc) countWritten(t *tally, e skipEntry, reason string) {
+	switch e.kind {
+	case toDuplicates:
+		t.duplicates++
+	case toDeadLetter:
+		if e.reason != "" {
+			reason = e.reason
+		}
+		if reason == "" {
+			reason = "other"
+		}
+		t.dead(reason)
+	default:
+		t.forwarded++
+	}
+}
+
+func (pp *partitionProc) apply(t *tally) {
+	pm := pp.pm
+	pm.consumed.Add(float64(t.consumed))
+	pm.forwarded.Add(float64(t.forwarded))
+	pm.duplicates.Add(float64(t.duplicates))
+	pm.replayed.Add(float64(t.replayed))
+	pp.consumed += t.consumed
+	pp.forwarded += t.forwarded
+	pp.duplicates += t.duplicates
+	pp.rateCount += t.consumed
+	for r, n := range t.deadLettered {
+		c, ok := pm.deadLettered[r]
+		if !ok {
+			c = pm.deadLettered["other"]
+		}
+		c.Add(float64(n))
+		pp.deadLettered += n
+	}
+	for r, n := range t.dropped {
+		c, ok := pm.dropped[r]
+		if !ok {
+			c = pm.dropped["other"]
+		}
+		c.Add(float64(n))
+		pp.dropped += n
+	}
+}
+
+// offerCommit hands the acknowledged position to the committer unless
+// checkpoints are too stale.
+func (pp *partitionProc) offerCommit(ctx context.Context) {
+	lastOK, _, lastErr := pp.cp.state()
+	bound := pp.w.cfg.MaxCheckpointStaleness
+	stale := bound >= 0 && pp.w.deps.Now().Sub(lastOK) > bound
+	if stale != pp.commitsPaused {
+		pp.commitsPaused = stale
+		if stale {
+			pp.log.Error("checkpoints are failing beyond max staleness; offset commits paused until one succeeds",
+				"last_success", lastOK, "err", lastErr)
+		} else {
+			pp.log.Info("checkpoint succeeded; offset commits resumed")
+		}
+	}
+	// Below resume the group already committed further: never move it back.
+	if !stale && pp.next >= pp.resume {
+		pp.com.offer(ctx, pp.p, pp.next)
+	}
+}
+
+// housekeeping starts due checkpoints and refreshes filter metrics.
+func (pp *partitionProc) housekeeping(ctx context.Context) {
+	w := pp.w
+	now := w.deps.Now()
+	// A checkpoint below resume could lead a later recovery to scan too
+	// little of the output (see docs/worker.md).
+	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval && pp.next >= pp.resume {
+		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+			// Idle: the stored checkpoint still covers everything.
+			pp.cp.touch(now)
+			pp.lastCheckpoint = now
+		} else if pp.cp.trySubmit(pp.checkpoint) {
+			pp.lastCheckpoint = now
+		}
+		pp.offerCommit(ctx)
+	}
+	if dt := now.Sub(pp.rateAt); dt >= time.Second {
+		// Stats may walk the filter: keep it rare.
+		if now.Sub(pp.statsAt) >= filterStatsInterval {
+			pp.stats = pp.filter.Stats()
+			pp.statsAt = now
+			pp.pm.setFilter(pp.stats)
+		}
+		stats := pp.stats
+		rate := float64(pp.rateCount) / dt.Seconds()
+		pp.rateCount, pp.rateAt = 0, now
+		lastOK, lastOffset, lastErr := pp.cp.state()
+		committed, _ := pp.com.lastCommitted(pp.p)
+		pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+			ps.Filter = stats
+			ps.Rate = 0.7*rate + 0.3*ps.Rate
+			ps.LastCheckpoint, ps.LastCheckpointOffset = lastOK, lastOffset
+			ps.CheckpointError = ""
+			if lastErr != nil {
+				ps.CheckpointError = lastErr.Error()
+			}
+			ps.CommitsPaused = pp.commitsPaused
+			ps.Committed = committed
+		})
+	}
+}
+
+// checkpoint captures the partition's state; called by the owner goroutine.
+func (pp *partitionProc) checkpoint() Checkpoint {
+	out := map[string]map[int]int64{}
+	for tp, from := range pp.scanFrom {
+		o := from
+		if len(pp.skip) == 0 {
+			// Every record of this partition at src offset >= next is
+			// written after now, so after anything acknowledged so far.
+			o = max(o, pp.scanTo[tp], pp.w.out.ackedOffset(tp.topic, tp.partition))
+		}
+		if out[tp.topic] == nil {
+			out[tp.topic] = map[int]int64{}
+		}
+		out[tp.topic][tp.partition] = o
+	}
+	return Checkpoint{
+		InputOffset:   pp.next,
+		OutputOffsets: out,
+		Params:        pp.w.params,
+		Snapshot:      pp.filter.Snapshot(),
+		Owner:         pp.w.cfg.Owner,
+	}
+}
+
+// finish ends a session whose ctx ended: on revoke or shutdown it commits and
+// writes a final checkpoint; when fenced or halted it just stops.
+func (pp *partitionProc) finish(ctx context.Context) error {
+	w := pp.w
+	cause := context.Cause(ctx)
+	if w.halted.Load() {
+		return nil
+	}
+	if lost(ctx) {
+		pp.log.Warn("partition lost; stopped without final commit", "cause", cause)
+		return nil
+	}
+	if pp.next < pp.resume {
+		pp.log.Info("partition released during replay; nothing to commit")
+		return nil
+	}
+	pp.setState("stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	defer cancel()
+	start := w.deps.Now()
+	if !pp.commitsPaused {
+		if err := pp.com.commitNow(sctx, pp.p, pp.next); err != nil {
+			pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
+		}
+	}
+	if err := pp.cp.idle(sctx); err != nil {
+		pp.log.Warn("final checkpoint skipped: previous upload still running", "err", err)
+		return nil
+	}
+	if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+		pp.log.Info("partition released; stored checkpoint is current", "offset", pp.next, "took", w.deps.Now().Sub(start))
+		return nil
+	}
+	if err := pp.cp.commit(sctx, pp.checkpoint()); err != nil {
+		pp.log.Warn("final checkpoint failed", "offset", pp.next, "err", err)
+		return nil
+	}
+	pp.log.Info("partition released", "offset", pp.next, "took", w.deps.Now().Sub(start))
+	return nil
+}
+
+// lost reports whether ctx ended because the partition belongs to someone
+// else now (fenced checkpoint, or an offset commit rejected for a stale
+// generation): then nothing more may be written, committed or checkpointed.
+func lost(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != nil && (errors.Is(cause, errFencedPartition) || errors.Is(cause, errStaleGeneration))
+}
+
+// reasonOf maps an extraction error to its reason label.
+func reasonOf(err error) string {
+	if r := keys.ReasonOf(err); r != "" {
+		return r
+	}
+	var ke *KeyError
+	if errors.As(err, &ke) && ke.Reason != "" {
+		return ke.Reason
+	}
+	return "other"
+}

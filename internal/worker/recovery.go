@@ -1,0 +1,219 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Recovery, in short (the argument is in docs/worker.md):
+//
+//	C  = checkpoint input offset (state covers input < C)
+//	A  = group's committed offset (outputs of input < A are acknowledged)
+//	R  = max(C, A): where forwarding may resume
+//	replay input [C, R) into the filter without writing;
+//	scan every written partition from the checkpoint's output offset O for
+//	records naming this partition at src offset >= R: they were written but
+//	not committed. They form the skip set: from R on, input is processed in
+//	order as always, but a record in the skip set is only inserted, not
+//	written again.
+//
+// Processing in input order (instead of inserting scanned keys first) keeps
+// the filter a pure function of the input sequence, rotation included.
+
+// writtenKind says where a scanned record was found.
+type writtenKind uint8
+
+const (
+	toOutput writtenKind = iota
+	toDuplicates
+	toDeadLetter
+)
+
+type skipEntry struct {
+	kind   writtenKind
+	reason string // bloomgate-error of a dead-lettered record
+}
+
+type offsetBounds struct{ first, last int64 } // log start and high-water mark
+
+// bounds lists log start and high-water mark of partitions of one topic.
+func (w *Worker) bounds(ctx context.Context, topic string, partitions []int) (map[int]offsetBounds, error) {
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(partitions))
+	for _, p := range partitions {
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+	}
+	res, err := w.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("listing offsets of %s: %w", topic, err)
+	}
+	out := map[int]offsetBounds{}
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("listing offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = offsetBounds{first: po.FirstOffset, last: po.LastOffset}
+	}
+	for _, p := range partitions {
+		if _, ok := out[p]; !ok {
+			return nil, fmt.Errorf("listing offsets of %s/%d: partition missing from the answer", topic, p)
+		}
+	}
+	return out, nil
+}
+
+// newReader reads one partition from offset, outside any group.
+func (w *Worker) newReader(topic string, partition int, offset int64, queue int) (*kafka.Reader, error) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:       w.cfg.Brokers,
+		Topic:         topic,
+		Partition:     partition,
+		Dialer:        w.cfg.Dialer,
+		MinBytes:      1,
+		MaxBytes:      16 << 20,
+		MaxWait:       250 * time.Millisecond,
+		QueueCapacity: queue,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) {
+			w.log.Debug("kafka reader: "+fmt.Sprintf(msg, a...), "topic", topic, "partition", partition)
+		}),
+	})
+	if err := r.SetOffset(offset); err != nil {
+		_ = r.Close()
+		return nil, fmt.Errorf("seeking %s/%d to %d: %w", topic, partition, offset, err)
+	}
+	return r, nil
+}
+
+// scanIdle ends a scan that gets no record for this long although the
+// high-water mark was not reached (transaction markers at the end of the log
+// are never delivered).
+const scanIdle = 2 * time.Second
+
+// scanRange calls fn for every record of topic/partition in [from, to).
+func (w *Worker) scanRange(ctx context.Context, topic string, partition int, from, to int64, fn func(*kafka.Message)) (int, error) {
+	if from >= to {
+		return 0, nil
+	}
+	r, err := w.newReader(topic, partition, from, 1000)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	n := 0
+	for next := from; next < to; {
+		fctx, cancel := context.WithTimeout(ctx, scanIdle)
+		m, err := r.FetchMessage(fctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				w.log.Warn("output scan ended before the high-water mark (no more records delivered)",
+					"topic", topic, "partition", partition, "at", next, "high_water_mark", to)
+				return n, nil
+			}
+			return n, fmt.Errorf("scanning %s/%d: %w", topic, partition, err)
+		}
+		if m.Offset >= to {
+			break
+		}
+		next = m.Offset + 1
+		n++
+		fn(&m)
+	}
+	return n, nil
+}
+
+// scanTargets lists the partitions the worker may have written records of
+// input partition p to.
+func (w *Worker) scanTargets(p int) []topicPartition {
+	var out []topicPartition
+	for _, t := range []string{w.cfg.Output, w.cfg.Duplicates, w.cfg.DeadLetter} {
+		if t == "" {
+			continue
+		}
+		n := w.partitions[t]
+		if w.cfg.Partitioning == PartitioningSame {
+			out = append(out, topicPartition{t, targetPartition(p, n)})
+			continue
+		}
+		for q := 0; q < n; q++ {
+			out = append(out, topicPartition{t, q})
+		}
+	}
+	return out
+}
+
+func (w *Worker) kindOf(topic string) writtenKind {
+	switch topic {
+	case w.cfg.Duplicates:
+		return toDuplicates
+	case w.cfg.DeadLetter:
+		return toDeadLetter
+	}
+	return toOutput
+}
+
+// scanWritten builds the skip set of input partition p: records at src
+// offset >= resume already present in a written topic. It returns, per
+// target, the offset the scan started at and the high-water mark it ran to.
+func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored map[string]map[int]int64) (
+	skip map[int64]skipEntry, from, to map[topicPartition]int64, scanned int, err error) {
+	skip = map[int64]skipEntry{}
+	from, to = map[topicPartition]int64{}, map[topicPartition]int64{}
+	byTopic := map[string][]int{}
+	targets := w.scanTargets(p)
+	for _, tp := range targets {
+		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
+	}
+	for topic, parts := range byTopic {
+		b, err := w.bounds(ctx, topic, parts)
+		if err != nil {
+			return nil, nil, nil, 0, err
+		}
+		for _, q := range parts {
+			tp := topicPartition{topic, q}
+			start := b[q].first
+			if o, ok := restored[topic][q]; ok && o > start {
+				start = o
+			}
+			if start > b[q].last {
+				// The topic was recreated or truncated since the checkpoint.
+				start = b[q].first
+			}
+			from[tp], to[tp] = start, b[q].last
+		}
+	}
+	for _, tp := range targets {
+		kind := w.kindOf(tp.topic)
+		n, err := w.scanRange(ctx, tp.topic, tp.partition, from[tp], to[tp], func(m *kafka.Message) {
+			sp, so, ok := srcOf(m.Headers)
+			if !ok || sp != p || so < resume {
+				return
+			}
+			e := skipEntry{kind: kind}
+			if kind == toDeadLetter {
+				e.reason = headerValue(m.Headers, HeaderError)
+			}
+			skip[so] = e
+		})
+		scanned += n
+		if err != nil {
+			return nil, nil, nil, scanned, err
+		}
+	}
+	return skip, from, to, scanned, nil
+}
+
+func headerValue(hs []kafka.Header, key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestCrashRecoveryExact kills a worker (no final commit, no final
+// checkpoint) right after an acknowledged output write, in three orders of
+// checkpoint and commit progress; the next worker must forward nothing twice
+// and lose nothing.
+func TestCrashRecoveryExact(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name               string
+		commit, checkpoint time.Duration
+	}{
+		{"nothing committed nor checkpointed", time.Hour, time.Hour},
+		{"checkpoint ahead of commit", time.Hour, 30 * time.Millisecond},
+		{"commit ahead of checkpoint", 20 * time.Millisecond, time.Hour},
+		{"both progressing", 20 * time.Millisecond, 50 * time.Millisecond},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			brokers := newCluster(t, 2)
+			evs := genEvents(3000, 2, 0.3, int64(10+i), base)
+			produce(t, brokers, evs)
+			store := newMemStore()
+			cfg := testConfig(brokers)
+			cfg.BatchSize = 40
+			cfg.CommitInterval, cfg.CheckpointInterval = tc.commit, tc.checkpoint
+			cfg.MaxCheckpointStaleness = 2 * time.Hour
+			cfg.Owner = "crashing"
+			var batches atomic.Int64
+			crash := make(chan struct{})
+			a := startWorker(t, cfg, store, func(w *Worker) {
+				w.afterWrite = func(int, int64) {
+					if batches.Add(1) == 30 {
+						// kill -9 right after an acknowledged write, before its commit.
+						w.halted.Store(true)
+						close(crash)
+					}
+				}
+			})
+			go func() { <-crash; a.cancel() }()
+			select {
+			case <-a.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("crashing worker did not stop")
+			}
+			a.done <- nil // let cleanup's stop return
+			written := a.metricSum(t, "bloomgate_records_consumed_total")
+
+			cfg = testConfig(brokers)
+			cfg.Owner = "successor"
+			b := startWorker(t, cfg, store, nil)
+			perPartition := map[int]int64{}
+			for _, e := range evs {
+				perPartition[e.partition]++
+			}
+			waitFor(t, 60*time.Second, "successor caught up", func() bool {
+				s := b.w.Status()
+				done := 0
+				for _, p := range s.Partitions {
+					if p.State == "running" && p.NextOffset == perPartition[p.Partition] {
+						done++
+					}
+				}
+				return done == len(perPartition)
+			})
+			b.stop(t)
+			t.Logf("crashed after %v records; successor replayed %v, recovered %v already-written records",
+				written, b.metricSum(t, "bloomgate_recovery_replayed_records_total"), skippedTotal(b))
+			wantOut, wantDup, _ := expectation(evs, time.Hour)
+			checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
+			checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
+			b.conservation(t)
+		})
+	}
+}
+
+// skippedTotal is not kept after partitions stop; the log line carries it.
+func skippedTotal(*runningWorker) string { return "(see log)" }
+
+// TestBadInputPolicies routes unextractable events by policy.
+func TestBadInputPolicies(t *testing.T) {
+	t.Parallel()
+	evs := []event{
+		{key: []byte("k1"), value: "v0"},
+		{key: nil, value: "v1"},
+		{key: []byte("k2"), value: "v2"},
+		{key: []byte{}, value: "v3"},
+		{key: []byte("k1"), value: "v4"},
+		{key: []byte("k3"), value: "malformed"},
+		{key: []byte("k4"), value: "v6"},
+	}
+	for i := range evs {
+		evs[i].ts = base.Add(time.Duration(i) * time.Second)
+	}
+	cases := []struct {
+		policy     MissingKeyPolicy
+		out, dlq   string
+		dlqReasons string
+		dropped    float64
+		wantErr    bool
+	}{
+		{policy: MissingKeyDeadLetter, out: "v0 v2 v6", dlq: "v1 v3 malformed", dlqReasons: "null_key null_key malformed_json"}, // kafka-go writes an empty key as null,
+		{policy: MissingKeyForward, out: "v0 v1 v2 v3 malformed v6"},
+		{policy: MissingKeyDrop, out: "v0 v2 v6", dropped: 3},
+		{policy: MissingKeyFail, out: "v0", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			t.Parallel()
+			brokers := newCluster(t, 1)
+			produce(t, brokers, evs)
+			cfg := testConfig(brokers)
+			cfg.OnMissingKey = tc.policy
+			rw := startWorker(t, cfg, newMemStore(), nil)
+			var runErr error
+			if tc.wantErr {
+				select {
+				case runErr = <-rw.done:
+					rw.done <- nil
+				case <-time.After(60 * time.Second):
+					t.Fatal("worker did not stop on a bad event with on-missing-key=fail")
+				}
+				if runErr == nil || !strings.Contains(runErr.Error(), "offset 1") {
+					t.Errorf("Run error = %v, want one naming offset 1", runErr)
+				}
+			} else {
+				waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+				if err := rw.stop(t); err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+			}
+			if got := values(readTopic(t, brokers, tOut, 1)[0]); got != tc.out {
+				t.Errorf("output %q, want %q", got, tc.out)
+			}
+			dlq := readTopic(t, brokers, tDLQ, 1)[0]
+			if got := values(dlq); got != tc.dlq {
+				t.Errorf("dead-letter %q, want %q", got, tc.dlq)
+			}
+			var reasons []string
+			for _, m := range dlq {
+				reasons = append(reasons, headerValue(m.Headers, HeaderError))
+			}
+			if got := strings.Join(reasons, " "); got != tc.dlqReasons {
+				t.Errorf("dead-letter reasons %q, want %q", got, tc.dlqReasons)
+			}
+			if d := rw.metricSum(t, "bloomgate_records_dropped_total"); d != tc.dropped {
+				t.Errorf("dropped %v, want %v", d, tc.dropped)
+			}
+			rw.conservation(t)
+		})
+	}
+}
+
+func values(msgs []kafka.Message) string {
+	var vs []string
+	for _, m := range msgs {
+		vs = append(vs, string(m.Value))
+	}
+	return strings.Join(vs, " ")
+}
+
+var _ = errors.Is
+var _ = context.Background

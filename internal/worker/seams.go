@@ -1,0 +1,122 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/keys"
+)
+
+// FilterParams sizes one partition's filter.
+type FilterParams struct {
+	Window      time.Duration // dedup window W
+	Generations int           // ring size G >= 2
+	Capacity    uint64        // expected distinct keys per window for this partition
+	FPR         float64       // target false-positive rate of the partition, (0,1)
+}
+
+// Filter is the dedup memory of one partition. Only the goroutine that owns
+// the partition calls it, so implementations need no locking.
+type Filter interface {
+	// TestAndAdd reports whether key was seen inside the window before ts and
+	// records it. ts is the event time; implementations must not read the
+	// wall clock (determinism makes replay-based recovery exact).
+	TestAndAdd(key []byte, ts time.Time) (seen bool)
+	// Stats is called a few times per second at most.
+	Stats() FilterStats
+	// Snapshot returns a consistent view of the filter that a StateStore may
+	// encode from another goroutine while the owner keeps inserting. It must
+	// be cheap (copy-on-write, not a copy of the bitsets).
+	Snapshot() Snapshot
+}
+
+// FilterStats is what the status page and the filter metrics show.
+type FilterStats struct {
+	Bytes          uint64
+	Fill           float64 // fill ratio of the newest generation
+	EstFPR         float64
+	EstKeys        uint64
+	Generations    int
+	OverflowStacks int
+}
+
+// Snapshot is an opaque filter view handed to StateStore.Commit. The
+// StateStore that created the filter knows its concrete type.
+type Snapshot interface {
+	Release()
+}
+
+// StateStore restores and checkpoints partition filters. It owns both the
+// filter implementation and the object store, so the worker never sees
+// either format.
+type StateStore interface {
+	// NewFilter returns an empty filter.
+	NewFilter(p FilterParams) (Filter, error)
+	// Partition returns the handle of one input partition. A handle is used
+	// by one goroutine at a time.
+	Partition(topic string, partition int) PartitionStore
+}
+
+// PartitionStore is one partition's checkpoint history.
+type PartitionStore interface {
+	// Restore loads the newest usable checkpoint. It returns an error
+	// wrapping ErrNoCheckpoint when none was ever written, and one wrapping
+	// ErrNoUsableCheckpoint when some exist but none loads.
+	Restore(ctx context.Context, p FilterParams) (*Restored, error)
+	// Claim fences earlier owners: after it returns, their Commit calls fail
+	// with ErrFenced. It is called once per assignment, after Restore.
+	Claim(ctx context.Context, owner string) error
+	// Commit stores a checkpoint. It returns an error wrapping ErrFenced if
+	// another owner claimed the partition since this handle's Claim.
+	Commit(ctx context.Context, cp Checkpoint) error
+}
+
+// Restored is a loaded checkpoint.
+type Restored struct {
+	Filter        Filter
+	InputOffset   int64                    // all input offsets < InputOffset are covered
+	OutputOffsets map[string]map[int]int64 // where the recovery scan starts
+}
+
+// Checkpoint is the state handed to PartitionStore.Commit.
+type Checkpoint struct {
+	// InputOffset is the next input offset to process: every record before
+	// it was handled and its output writes acknowledged.
+	InputOffset int64
+	// OutputOffsets are, per written topic and partition, offsets at or
+	// before which any record written for input offsets >= InputOffset
+	// lies: the recovery scan starts there.
+	OutputOffsets map[string]map[int]int64
+	Params        FilterParams
+	Snapshot      Snapshot
+	Owner         string
+}
+
+// Errors a StateStore reports; the worker branches on them with errors.Is.
+var (
+	ErrNoCheckpoint       = errors.New("no checkpoint")
+	ErrNoUsableCheckpoint = errors.New("no usable checkpoint")
+	ErrFenced             = errors.New("checkpoint fenced by a newer owner")
+)
+
+// Extractor derives the dedup key of a record. *keys.Extractor satisfies it.
+type Extractor interface {
+	// Extract appends the key to dst. A failure is reported with an error
+	// whose Reason (see ReasonOf) names the cause in a small fixed set.
+	Extract(dst []byte, key, value []byte, headers []kafka.Header) ([]byte, error)
+}
+
+// KeyError is a key extraction failure with a reason from a small fixed set
+// ("missing", "empty", "malformed_json", "too_large", "invalid_utf8",
+// "null_key", "bad_url"), used as a metric label and as the bloomgate-error
+// header of dead-lettered records.
+type KeyError struct{ Reason string }
+
+func (e *KeyError) Error() string { return "extracting key: " + e.Reason }
+
+// KeyReasons is the fixed set of extraction failure reasons; metric series
+// are created for each up front.
+var KeyReasons = append(keys.Reasons(), "other")

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is a snapshot of the worker for /readyz and the status page.
+type Status struct {
+	// Ready: joined a generation and every assigned partition restored.
+	Ready      bool              `json:"ready"`
+	Joined     bool              `json:"joined"`
+	Generation int32             `json:"generation"`
+	MemberID   string            `json:"member_id"`
+	Assigned   []int             `json:"assigned"`
+	Partitions []PartitionStatus `json:"partitions"`
+	Error      string            `json:"error,omitempty"`
+}
+
+// PartitionStatus describes one assigned partition.
+type PartitionStatus struct {
+	Topic      string `json:"topic"`
+	Partition  int    `json:"partition"`
+	Generation int32  `json:"generation"`
+	// State: restoring, recovering, running, stopping.
+	State string `json:"state"`
+	// NextOffset is the next input offset to process (all before it written
+	// and acknowledged).
+	NextOffset int64   `json:"next_offset"`
+	Committed  int64   `json:"committed_offset"`
+	Lag        int64   `json:"lag"`
+	Rate       float64 `json:"rate_per_second"` // consumed records/s, smoothed
+
+	Consumed     uint64 `json:"consumed"`
+	Forwarded    uint64 `json:"forwarded"`
+	Duplicates   uint64 `json:"duplicates"`
+	DeadLettered uint64 `json:"dead_lettered"`
+	Dropped      uint64 `json:"dropped"`
+
+	Filter               FilterStats   `json:"filter"`
+	LastCheckpoint       time.Time     `json:"last_checkpoint"`
+	LastCheckpointOffset int64         `json:"last_checkpoint_offset"`
+	CheckpointError      string        `json:"checkpoint_error,omitempty"`
+	CommitsPaused        bool          `json:"commits_paused"`
+	RecoveryReplayed     int64         `json:"recovery_replayed"`
+	RecoverySkipped      int           `json:"recovery_skipped"`
+	RecoveryDuration     time.Duration `json:"recovery_duration_ns"`
+}
+
+type partitionStatus struct{ PartitionStatus }
+
+// Status returns a copy of the current status.
+func (w *Worker) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.status
+	s.Assigned = append([]int(nil), w.status.Assigned...)
+	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
+	running := 0
+	for _, p := range w.parts {
+		s.Partitions = append(s.Partitions, p.PartitionStatus)
+		if p.State == "running" && p.Generation == s.Generation {
+			running++
+		}
+	}
+	sort.Slice(s.Partitions, func(i, j int) bool { return s.Partitions[i].Partition < s.Partitions[j].Partition })
+	s.Ready = s.Joined && running == len(s.Assigned)
+	if errp := w.fatal.Load(); errp != nil {
+		s.Error = (*errp).Error()
+		s.Ready = false
+	}
+	return s
+}
+
+func (w *Worker) updatePartition(p int, f func(*PartitionStatus)) {
+	w.mu.Lock()
+	ps := w.parts[p]
+	if ps == nil {
+		ps = &partitionStatus{}
+		w.parts[p] = ps
+	}
+	f(&ps.PartitionStatus)
+	w.mu.Unlock()
+}
+
+func (w *Worker) removePartition(p int, gen int32) {
+	w.mu.Lock()
+	if ps := w.parts[p]; ps != nil && ps.Generation == gen {
+		delete(w.parts, p)
+	}
+	w.mu.Unlock()
+}
+
+// Handler serves /metrics from g, /healthz (200 while the worker has not
+// failed), /readyz (200 once joined and every assigned partition restored)
+// and /status.json.
+func (w *Worker) Handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		if errp := w.fatal.Load(); errp != nil {
+			http.Error(rw, (*errp).Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !w.Status().Ready {
+			http.Error(rw, "not ready: joining the group or restoring partitions", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = rw.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /status.json", func(rw http.ResponseWriter, _ *http.Request) {
+		rw.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(rw)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(w.Status())
+	})
+	return mux
+}

@@ -1,0 +1,168 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+func newClusterWith(t *testing.T, opts ...kfake.Opt) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.Ports(0), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatalf("starting kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// TestTopicChecks: missing topics and unequal partition counts in same mode
+// fail Run at start with errors naming the topics.
+func TestTopicChecks(t *testing.T) {
+	t.Parallel()
+	brokers := newClusterWith(t, kfake.SeedTopics(4, tIn), kfake.SeedTopics(3, tOut))
+	cases := []struct {
+		name string
+		cfg  func(Config) Config
+		want string
+	}{
+		{"unequal partitions", func(c Config) Config { c.Duplicates, c.DeadLetter = "", ""; return c },
+			`input "in" has 4, output "out" has 3`},
+		{"missing duplicates topic", func(c Config) Config {
+			c.Partitioning, c.DeadLetter, c.Duplicates = PartitioningHash, "", "nope"
+			return c
+		}, `"nope"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := New(tc.cfg(testConfig(brokers)), Deps{State: newMemStore(), Extractor: keyExtractor{}})
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			err = w.Run(ctx)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want an error containing %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHashPartitioningCrash: hash mode with an output of another partition
+// count; a crash forces the recovery scan over every output partition.
+func TestHashPartitioningCrash(t *testing.T) {
+	t.Parallel()
+	brokers := newClusterWith(t, kfake.SeedTopics(4, tIn), kfake.SeedTopics(3, tOut, tDup, tDLQ))
+	evs := genEvents(2000, 4, 0.3, 31, base)
+	produce(t, brokers, evs)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.Partitioning = PartitioningHash
+	cfg.BatchSize = 40
+	cfg.CommitInterval = 30 * time.Millisecond
+	cfg.CheckpointInterval = 70 * time.Millisecond
+	var batches atomic.Int64
+	crash := make(chan struct{})
+	a := startWorker(t, cfg, store, func(w *Worker) {
+		w.afterWrite = func(int, int64) {
+			if batches.Add(1) == 25 {
+				w.halted.Store(true)
+				close(crash)
+			}
+		}
+	})
+	go func() { <-crash; a.cancel() }()
+	<-a.done
+	a.done <- nil
+	cfg.Owner = "successor"
+	b := startWorker(t, cfg, store, nil)
+	waitFor(t, 60*time.Second, "successor consumed everything", func() bool {
+		s := b.w.Status()
+		var next int64
+		for _, p := range s.Partitions {
+			next += p.NextOffset
+		}
+		return s.Ready && next == int64(len(evs))
+	})
+	b.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeySet(t, "output", readTopic(t, brokers, tOut, 3), wantOut)
+	checkKeySet(t, "duplicates", readTopic(t, brokers, tDup, 3), wantDup)
+}
+
+// checkKeySet compares the multiset of keys regardless of partition.
+func checkKeySet(t *testing.T, what string, got map[int][]kafka.Message, want map[int][]string) {
+	t.Helper()
+	var g, w []string
+	for _, ms := range got {
+		for _, m := range ms {
+			g = append(g, string(m.Key))
+		}
+	}
+	for _, ks := range want {
+		w = append(w, ks...)
+	}
+	sort.Strings(g)
+	sort.Strings(w)
+	if strings.Join(g, ",") != strings.Join(w, ",") {
+		t.Errorf("%s: %d records, want %d (key sets differ)", what, len(g), len(w))
+	}
+}
+
+// TestHTTPHandler: /healthz, /readyz, /metrics, /status.json.
+func TestHTTPHandler(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	reg := prometheus.NewRegistry()
+	w, err := New(testConfig(brokers), Deps{Registerer: reg, State: newMemStore(), Extractor: keyExtractor{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(w.Handler(reg))
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		res, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, _ := get("/readyz"); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before Run = %d, want 503", code)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, 30*time.Second, "ready", func() bool { code, _ := get("/readyz"); return code == http.StatusOK })
+	if code, _ := get("/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	_, metrics := get("/metrics")
+	for _, want := range []string{
+		`bloomgate_records_consumed_total{partition="1",topic="in"} 0`,
+		`bloomgate_records_dead_lettered_total{partition="0",reason="null_key",topic="in"} 0`,
+		`bloomgate_rebalances_total 1`,
+		`bloomgate_consumer_lag{partition="0",topic="in"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if _, body := get("/status.json"); !strings.Contains(body, `"ready": true`) || !strings.Contains(body, `"state": "running"`) {
+		t.Errorf("/status.json = %s", body)
+	}
+}

@@ -1,0 +1,278 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+)
+
+// Deps are the collaborators of a Worker.
+type Deps struct {
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	State      StateStore
+	Extractor  Extractor
+	// Now schedules checkpoints and measures durations; never used for the
+	// filter (that runs on event time). Default time.Now.
+	Now func() time.Time
+}
+
+// Worker is one member of the consumer group.
+type Worker struct {
+	cfg  Config
+	deps Deps
+	log  *slog.Logger
+	m    *metrics
+
+	running atomic.Bool
+	fail    context.CancelCauseFunc
+	fatal   atomic.Pointer[error]
+
+	// Set once Run has looked at the topics.
+	params     FilterParams
+	partitions map[string]int // partition count per topic
+	out        *output
+	client     *kafka.Client
+
+	mu     sync.Mutex
+	status Status
+	parts  map[int]*partitionStatus
+
+	// halted simulates kill -9 in tests: partitions stop without final
+	// commit or checkpoint.
+	halted atomic.Bool
+	// afterWrite, if set, runs after each acknowledged output write (tests).
+	afterWrite func(partition int, next int64)
+	// loseAck, if set and true, turns a successful output write into a
+	// failure, as if the acknowledgement was lost (tests).
+	loseAck func(partition int) bool
+}
+
+// errFatal marks errors that end Run.
+var errFatal = errors.New("worker stopped")
+
+// New checks cfg and deps; it starts nothing.
+func New(cfg Config, deps Deps) (*Worker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("invalid worker config: %w", err)
+	}
+	cfg.applyDefaults()
+	if deps.State == nil {
+		return nil, errors.New("worker deps: State is required")
+	}
+	if deps.Extractor == nil {
+		return nil, errors.New("worker deps: Extractor is required")
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.Registerer == nil {
+		deps.Registerer = prometheus.NewRegistry()
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	m, err := newMetrics(deps.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg: cfg, deps: deps, m: m,
+		log:   deps.Logger.With("group", cfg.Group, "input", cfg.Input),
+		parts: map[int]*partitionStatus{},
+	}, nil
+}
+
+// Run joins the group and processes assigned partitions until ctx ends, then
+// shuts down in order: stop fetching, flush output, commit, checkpoint,
+// leave the group, within cfg.ShutdownTimeout. It returns nil after a
+// shutdown caused by ctx, and an error if the worker could not start or had
+// to stop (bad topics, on-missing-key=fail, unusable checkpoint with
+// on-restore-failure=fail).
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("worker: Run called twice")
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w.fail = cancel
+
+	w.client = &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: w.cfg.Transport, Timeout: 30 * time.Second}
+	if err := w.checkTopics(ctx); err != nil {
+		return err
+	}
+	w.out = newOutput(w.cfg)
+	w.out.w.ErrorLogger = kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka writer: " + fmt.Sprintf(msg, a...)) })
+	defer w.out.w.Close()
+	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
+		w.m.partition(w.cfg.Input, p) // series start at 0
+	}
+
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                w.cfg.Group,
+		Brokers:           w.cfg.Brokers,
+		Dialer:            w.cfg.Dialer,
+		Topics:            []string{w.cfg.Input},
+		HeartbeatInterval: w.cfg.HeartbeatInterval,
+		SessionTimeout:    w.cfg.SessionTimeout,
+		RebalanceTimeout:  w.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  w.cfg.JoinGroupBackoff,
+		StartOffset:       kafka.FirstOffset,
+		ErrorLogger:       kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer group: %w", err)
+	}
+	w.log.Info("worker started", "partitions", w.partitions[w.cfg.Input], "filter_capacity_per_partition", w.params.Capacity)
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				break
+			}
+			// Rebalance in progress, coordinator moved, broker restarting:
+			// kafka-go rejoins by itself.
+			w.log.Warn("consumer group generation failed; rejoining", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		w.startGeneration(gen)
+	}
+
+	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
+	closed := make(chan struct{})
+	go func() { _ = cg.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
+		w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
+	}
+	w.mu.Lock()
+	w.status.Joined = false
+	w.mu.Unlock()
+	if errp := w.fatal.Load(); errp != nil {
+		return *errp
+	}
+	if parent.Err() == nil && ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return nil
+}
+
+// stop ends Run with err.
+func (w *Worker) stop(err error) {
+	w.fatal.CompareAndSwap(nil, &err)
+	w.fail(err)
+}
+
+// startupRetry bounds how long Run waits for unreachable brokers at start.
+const startupRetry = time.Minute
+
+// checkTopics reads the partition counts and refuses what cannot work.
+func (w *Worker) checkTopics(ctx context.Context) error {
+	names := []string{w.cfg.Input, w.cfg.Output}
+	for _, t := range []string{w.cfg.Duplicates, w.cfg.DeadLetter} {
+		if t != "" {
+			names = append(names, t)
+		}
+	}
+	// A broker that is restarting is not a configuration error: retry
+	// connection failures for a while before giving up.
+	var md *kafka.MetadataResponse
+	deadline := time.Now().Add(startupRetry)
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		var err error
+		md, err = w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
+		}
+		w.log.Warn("brokers unreachable; retrying", "brokers", w.cfg.Brokers, "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+	w.partitions = map[string]int{}
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return fmt.Errorf("topic %q: %w", t.Name, t.Error)
+		}
+		w.partitions[t.Name] = len(t.Partitions)
+	}
+	var errs []error
+	for _, n := range names {
+		if w.partitions[n] == 0 {
+			errs = append(errs, fmt.Errorf("topic %q does not exist (or has no partitions); create it first", n))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	in, out := w.partitions[w.cfg.Input], w.partitions[w.cfg.Output]
+	if w.cfg.Partitioning == PartitioningSame && in != out {
+		return fmt.Errorf("partitioning same needs equal partition counts: input %q has %d, output %q has %d; "+
+			"repartition the output or set partitioning to hash", w.cfg.Input, in, w.cfg.Output, out)
+	}
+	w.params = w.cfg.partitionParams(in)
+	return nil
+}
+
+// startGeneration runs one generation: a supervisor that owns the committer
+// and one goroutine per assigned partition, all tied to the generation.
+func (w *Worker) startGeneration(gen *kafka.Generation) {
+	w.m.rebalances.Inc()
+	assigned := append([]kafka.PartitionAssignment(nil), gen.Assignments[w.cfg.Input]...)
+	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
+	ids := make([]int, len(assigned))
+	for i, a := range assigned {
+		ids[i] = a.ID
+	}
+	w.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+	w.mu.Lock()
+	w.status.Joined = true
+	w.status.Generation = gen.ID
+	w.status.MemberID = gen.MemberID
+	w.status.Assigned = ids
+	w.mu.Unlock()
+
+	gen.Start(func(genCtx context.Context) {
+		gctx, gcancel := context.WithCancelCause(genCtx)
+		defer gcancel(nil)
+		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
+		com.halted = w.halted.Load
+		go com.run()
+		var wg sync.WaitGroup
+		for _, a := range assigned {
+			wg.Add(1)
+			gen.Start(func(context.Context) {
+				defer wg.Done()
+				w.runPartition(gctx, gen.ID, com, a)
+			})
+		}
+		// With nothing assigned, returning would end the generation.
+		<-gctx.Done()
+		wg.Wait()
+		com.close()
+		w.mu.Lock()
+		if w.status.Generation == gen.ID {
+			w.status.Joined = false
+			w.status.Assigned = nil
+		}
+		w.mu.Unlock()
+	})
+}
