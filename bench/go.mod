@@ -12,6 +12,8 @@ require (
 require (
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/segmentio/kafka-go v0.4.51 // indirect
 	github.com/twmb/murmur3 v1.2.2 // indirect
 )
 

@@ -1,0 +1,450 @@
+// Command pipeline measures bloomgate end to end against a kafka-go
+// pass-through pipe, side by side in one run.
+//
+// It builds bloomgate, starts `bloomgate broker` as its own process, loads
+// the input topic once with `bloomgate loadgen` (order events, ~200-byte JSON
+// values, a known share of duplicates), then for every batch setting runs,
+// one after the other on the same input, a `bloomgate run` process and a
+// pass-through pipe process (this program with -mode pipe: the same
+// consumer group, per-partition readers, batching, writer and single
+// committer as the worker, without key extraction and filter). Each process
+// gets its own consumer group and output topic.
+//
+// Measured per process, from outside:
+//   - events/s: the output topic's high-water marks are sampled every 50ms;
+//     the rate covers the span from the first sample with output to the first
+//     sample at the final output size, converted to input events (bloomgate
+//     writes ~80% of its input);
+//   - CPU seconds per million input events over the same span, from
+//     /proc/<pid>/stat (utime+stime);
+//   - peak RSS: VmHWM from /proc/<pid>/status at the end.
+//
+// Usage (from the bench directory):
+//
+//	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:1ms,2000:5ms
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+func main() {
+	mode := flag.String("mode", "bench", "bench (the measurement) or pipe (the pass-through pipe process)")
+	var b benchConfig
+	var p pipeConfig
+	flag.IntVar(&b.events, "events", 1_000_000, "bench: input events")
+	flag.IntVar(&b.partitions, "partitions", 8, "bench: partitions of every topic")
+	flag.Float64Var(&b.duplicates, "duplicates", 0.2, "bench: fraction of duplicate events")
+	flag.StringVar(&b.settings, "settings", "1000:1ms,2000:1ms,2000:5ms,3000:5ms", "bench: comma-separated batch-size:batch-timeout settings, each run for both")
+	flag.IntVar(&b.reps, "reps", 1, "bench: repetitions of every setting (order of the two alternates)")
+	flag.StringVar(&b.repo, "repo", "..", "bench: the bloomgate repository (to build cmd/bloomgate)")
+	flag.StringVar(&b.bloomgate, "bloomgate", "", "bench: use this bloomgate binary instead of building one")
+	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
+	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
+	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
+	flag.StringVar(&p.input, "input", "", "pipe: input topic")
+	flag.StringVar(&p.output, "output", "", "pipe: output topic")
+	flag.IntVar(&p.batchSize, "batch-size", 2000, "pipe: records per read/write batch")
+	flag.DurationVar(&p.batchTimeout, "batch-timeout", time.Millisecond, "pipe: max wait to fill a batch")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	switch *mode {
+	case "pipe":
+		err = runPipe(ctx, p)
+	case "bench":
+		err = runBench(ctx, b, os.Stdout)
+	default:
+		err = fmt.Errorf("-mode %q: bench or pipe", *mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pipeline:", err)
+		os.Exit(1)
+	}
+}
+
+type benchConfig struct {
+	events     int
+	partitions int
+	duplicates float64
+	settings   string
+	reps       int
+	repo       string
+	bloomgate  string
+	extraArgs  string
+}
+
+type setting struct {
+	batchSize    int
+	batchTimeout time.Duration
+}
+
+func parseSettings(s string) ([]setting, error) {
+	var out []setting
+	for _, part := range strings.Split(s, ",") {
+		a, b, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok {
+			return nil, fmt.Errorf("setting %q: want batch-size:batch-timeout, e.g. 2000:1ms", part)
+		}
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("setting %q: batch size %q", part, a)
+		}
+		d, err := time.ParseDuration(b)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("setting %q: batch timeout %q", part, b)
+		}
+		out = append(out, setting{n, d})
+	}
+	return out, nil
+}
+
+// result is one measured process.
+type result struct {
+	system    string
+	set       setting
+	rate      float64 // input events/s
+	cpuPerM   float64 // CPU seconds per million input events
+	hwmMiB    float64
+	output    int64
+	span      time.Duration
+	cpuTotalS float64 // whole process life, startup included
+}
+
+func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
+	sets, err := parseSettings(cfg.settings)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "bloomgate-pipeline")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	bin := cfg.bloomgate
+	if bin == "" {
+		bin = filepath.Join(tmp, "bloomgate")
+		logf("building bloomgate from %s", cfg.repo)
+		build := exec.CommandContext(ctx, "go", "build", "-C", cfg.repo, "-o", bin, "./cmd/bloomgate")
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("building bloomgate: %w", err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+
+	passes := len(sets) * cfg.reps * 2
+	args := []string{"broker", "--listen", "127.0.0.1:0", "--topic", fmt.Sprintf("in:%d", cfg.partitions)}
+	for i := 0; i < passes; i++ {
+		args = append(args, "--topic", fmt.Sprintf("out-%d:%d", i, cfg.partitions))
+	}
+	brk, err := startProc(ctx, bin, args...)
+	if err != nil {
+		return err
+	}
+	defer brk.stop(20 * time.Second)
+	addr, err := brk.waitFor(regexp.MustCompile(`broker listening on (\S+)`), 30*time.Second)
+	if err != nil {
+		return err
+	}
+	logf("broker %s (pid %d)", addr, brk.cmd.Process.Pid)
+
+	logf("loading %d events (%.0f%% duplicates) into topic in", cfg.events, 100*cfg.duplicates)
+	lg := exec.CommandContext(ctx, bin, "loadgen", "--brokers", addr, "--topic", "in",
+		"--count", strconv.Itoa(cfg.events), "--duplicates", strconv.FormatFloat(cfg.duplicates, 'f', -1, 64), "--quiet")
+	lg.Stderr = os.Stderr
+	lgOut, err := lg.Output()
+	if err != nil {
+		return fmt.Errorf("loadgen: %w", err)
+	}
+	logf("loadgen: %s", strings.TrimSpace(string(lgOut)))
+	valueBytes := 0.0
+	if m := regexp.MustCompile(`bytes=(\d+)`).FindStringSubmatch(string(lgOut)); m != nil {
+		b, _ := strconv.ParseFloat(m[1], 64)
+		valueBytes = b / float64(cfg.events)
+	}
+
+	probe := newProbe(addr)
+	var results []result
+	pass := 0
+	for _, s := range sets {
+		for rep := 0; rep < cfg.reps; rep++ {
+			order := []string{"pipe", "bloomgate"}
+			if rep%2 == 1 {
+				order = []string{"bloomgate", "pipe"}
+			}
+			for _, system := range order {
+				group := fmt.Sprintf("g-%d", pass)
+				topic := fmt.Sprintf("out-%d", pass)
+				var pargs []string
+				var exe string
+				if system == "pipe" {
+					exe = self
+					pargs = []string{"-mode", "pipe", "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
+						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
+				} else {
+					exe = bin
+					pargs = []string{"run", "--brokers", addr, "--group", group, "--input", "in", "--output", topic,
+						"--key", "json:order_id", "--capacity", strconv.Itoa(cfg.events),
+						"--checkpoint-url", "file://" + filepath.Join(tmp, "cp-"+strconv.Itoa(pass)),
+						"--metrics-addr", "", "--log-level", "warn",
+						"--batch-size", strconv.Itoa(s.batchSize), "--batch-timeout", s.batchTimeout.String()}
+					if cfg.extraArgs != "" {
+						pargs = append(pargs, strings.Fields(cfg.extraArgs)...)
+					}
+				}
+				r, err := measure(ctx, probe, exe, pargs, group, topic, int64(cfg.events), cfg.partitions)
+				if err != nil {
+					return fmt.Errorf("%s with %d:%s: %w", system, s.batchSize, s.batchTimeout, err)
+				}
+				r.system, r.set = system, s
+				logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events, peak RSS %.0f MiB (output %d records, span %s)",
+					system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond))
+				results = append(results, r)
+				pass++
+			}
+		}
+	}
+	brokerCPU := procCPU(brk.cmd.Process.Pid)
+	writeTable(out, cfg, valueBytes, results, brokerCPU)
+	return nil
+}
+
+func logf(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, time.Now().Format("15:04:05 ")+format+"\n", a...)
+}
+
+type sample struct {
+	at     time.Time
+	output int64
+	cpu    float64
+}
+
+// measure runs one process until its group has committed every input
+// offset, sampling its output and CPU.
+func measure(ctx context.Context, pr *probe, exe string, args []string, group, topic string, events int64, partitions int) (result, error) {
+	p, err := startProc(ctx, exe, args...)
+	if err != nil {
+		return result{}, err
+	}
+	pid := p.cmd.Process.Pid
+	var samples []sample
+	deadline := time.Now().Add(10 * time.Minute)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	lastCommitCheck := time.Time{}
+poll:
+	for {
+		select {
+		case <-ctx.Done():
+			p.stop(30 * time.Second)
+			return result{}, ctx.Err()
+		case <-p.done:
+			return result{}, fmt.Errorf("process exited early: %v\n%s", p.err, tail(p.output.String(), 3000))
+		case <-tick.C:
+		}
+		if time.Now().After(deadline) {
+			p.stop(30 * time.Second)
+			return result{}, fmt.Errorf("not done within 10 minutes\n%s", tail(p.output.String(), 3000))
+		}
+		n, err := pr.highWater(ctx, topic, partitions)
+		if err != nil {
+			continue
+		}
+		samples = append(samples, sample{time.Now(), n, procCPU(pid)})
+		if time.Since(lastCommitCheck) >= 200*time.Millisecond {
+			lastCommitCheck = time.Now()
+			c, err := pr.committed(ctx, group, "in", partitions)
+			if err == nil && c >= events {
+				break poll
+			}
+		}
+	}
+	hwm := procHWM(pid)
+	cpuTotal := procCPU(pid)
+	if err := p.stop(60 * time.Second); err != nil {
+		return result{}, fmt.Errorf("stopping: %w\n%s", err, tail(p.output.String(), 3000))
+	}
+	final := samples[len(samples)-1].output
+	first, done := -1, -1
+	for i, s := range samples {
+		if first < 0 && s.output > 0 {
+			first = i
+		}
+		if done < 0 && s.output == final {
+			done = i
+		}
+	}
+	if first < 0 || done <= first || final == 0 {
+		return result{}, fmt.Errorf("too few samples with output (%d samples, final output %d)", len(samples), final)
+	}
+	span := samples[done].at.Sub(samples[first].at)
+	outInSpan := float64(final - samples[first].output)
+	inInSpan := outInSpan * float64(events) / float64(final)
+	return result{
+		rate:      inInSpan / span.Seconds(),
+		cpuPerM:   (samples[done].cpu - samples[first].cpu) / inInSpan * 1e6,
+		hwmMiB:    hwm,
+		output:    final,
+		span:      span,
+		cpuTotalS: cpuTotal,
+	}, nil
+}
+
+var clkTck = 100.0 // USER_HZ on Linux
+
+// procCPU is utime+stime of pid in seconds.
+func procCPU(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may contain spaces) start at ")".
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64) // field 14
+	st, _ := strconv.ParseFloat(f[12], 64) // field 15
+	return (ut + st) / clkTck
+}
+
+// procHWM is the peak resident set size of pid in MiB.
+func procHWM(pid int) float64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func writeTable(w io.Writer, cfg benchConfig, valueBytes float64, rs []result, brokerCPU float64) {
+	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d)\n\n",
+		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	fmt.Fprintln(w, "| batch size / timeout | pipe events/s | bloomgate events/s | ratio | pipe CPU s / 1M | bloomgate CPU s / 1M | pipe peak RSS | bloomgate peak RSS |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+	// Results come in pairs (pipe and bloomgate of one setting and
+	// repetition, in either order).
+	for i := 1; i < len(rs); i += 2 {
+		a, b := rs[i-1], rs[i]
+		if a.system == "bloomgate" {
+			a, b = b, a
+		}
+		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f MiB | %.0f MiB |\n",
+			a.set.batchSize, a.set.batchTimeout, a.rate, b.rate, b.rate/a.rate, a.cpuPerM, b.cpuPerM, a.hwmMiB, b.hwmMiB)
+	}
+	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// proc is a child process with captured output.
+type proc struct {
+	cmd    *exec.Cmd
+	output *syncBuffer
+	done   chan struct{}
+	err    error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.b.Len() > 1<<20 {
+		return len(p), nil // enough to diagnose
+	}
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func startProc(ctx context.Context, exe string, args ...string) (*proc, error) {
+	p := &proc{cmd: exec.Command(exe, args...), output: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", exe, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+func (p *proc) waitFor(re *regexp.Regexp, limit time.Duration) (string, error) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		if m := re.FindStringSubmatch(p.output.String()); m != nil {
+			return m[1], nil
+		}
+		select {
+		case <-p.done:
+			return "", fmt.Errorf("exited: %v\n%s", p.err, p.output.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return "", fmt.Errorf("no %q within %s", re, limit)
+}
+
+// stop sends SIGTERM and waits; after limit it kills.
+func (p *proc) stop(limit time.Duration) error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(limit):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("killed: no exit after SIGTERM")
+	}
+}
