@@ -36,6 +36,8 @@ const (
 	devDuplicates = "orders-duplicates"
 	devDeadLetter = "orders-dead-letter"
 	devGroup      = "bloomgate-dev"
+
+	devCheckpointInterval = 10 * time.Second
 )
 
 type devOptions struct {
@@ -191,7 +193,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	cfg.OnMissingKey = config.OnMissingDeadLetter
 	cfg.Capacity = uint64(max(1000, o.events))
 	cfg.CheckpointURL = cpURL
-	cfg.CheckpointInterval = 10 * time.Second
+	cfg.CheckpointInterval = devCheckpointInterval
 	cfg.MaxCheckpointStaleness = 10 * cfg.CheckpointInterval
 	cfg.BatchSize = o.batchSize
 	cfg.BatchTimeout = o.batchTimeout
@@ -312,12 +314,35 @@ loop:
 	elapsed := time.Since(start)
 	pr.finish()
 
-	if o.keepRunning && drained && !workerDone {
-		fmt.Fprintf(stdout, "\nDemo data is in. Broker %s and the worker keep running; Ctrl-C stops them.\n", b.Addr())
-		fmt.Fprintf(stdout, "  kcat -b %s -C -t %s -e -f '%%p %%o %%k %%s\\n' | head\n", b.Addr(), devOutput)
-		fmt.Fprintf(stdout, "  bloomgate loadgen --brokers %s --topic %s --count 10000\n", b.Addr(), devInput)
-		<-ctx.Done()
-		interrupted = true
+	if o.keepRunning && drained && !workerDone && !interrupted {
+		writeDevSummary(stdout, devSummary{
+			opts: o, lg: lg.st, counts: gatherCounts(reg), elapsed: elapsed, drained: true, keepRunning: true,
+			cpURL: cpURL, baseURL: o.checkpointURL, sizes: checkpointSizes(store), metricsAddr: metricsAddr,
+		})
+		fmt.Fprintf(stdout, "\nBroker %s and the worker keep running; Ctrl-C stops them (final checkpoints are written then).\n", b.Addr())
+		fmt.Fprintf(stdout, "  kcat -b %s -C -t %s -e -f '%%p %%o %%k %%h %%s\\n' | head\n", b.Addr(), devOutput)
+		fmt.Fprintf(stdout, "  bloomgate loadgen --brokers %s --topic %s --count 100000\n", b.Addr(), devInput)
+		if metricsAddr != "" {
+			fmt.Fprintf(stdout, "  curl -s http://%s/status.json\n", metricsAddr)
+		}
+		select {
+		case <-ctx.Done():
+		case workerErr = <-werr:
+			workerDone = true
+		}
+		fmt.Fprintln(stderr, "stopping: worker flushes, commits and writes final checkpoints ...")
+		stopWorker()
+		if !workerDone {
+			workerErr = <-werr
+		}
+		b.Close()
+		if workerErr != nil {
+			return fmt.Errorf("worker: %w", workerErr)
+		}
+		c := gatherCounts(reg)
+		fmt.Fprintf(stdout, "stopped after %.0f consumed, %.0f forwarded, %.0f duplicates; checkpoints in %s\n",
+			c.consumed, c.forwarded, c.duplicates, cpURL)
+		return nil
 	}
 
 	// 5. Ordered shutdown: the worker flushes, commits and writes its final
@@ -434,6 +459,7 @@ type devSummary struct {
 	elapsed     time.Duration
 	drained     bool
 	interrupted bool
+	keepRunning bool // summary printed while broker and worker go on
 	cpURL       string
 	baseURL     string
 	sizes       cpSizes
@@ -446,6 +472,8 @@ func writeDevSummary(w io.Writer, s devSummary) {
 	fp := float64(s.lg.Unique) - c.forwarded
 	fmt.Fprintln(w)
 	switch {
+	case s.drained && !s.interrupted && s.keepRunning:
+		fmt.Fprintln(w, "Summary of the demo data (every produced event was consumed)")
 	case s.drained && !s.interrupted:
 		fmt.Fprintln(w, "Summary (every produced event was consumed)")
 	case s.interrupted:
@@ -480,9 +508,17 @@ func writeDevSummary(w io.Writer, s devSummary) {
 	if s.sizes.err != nil {
 		row("checkpoints", "%s (could not inspect: %v)", s.cpURL, s.sizes.err)
 	} else {
-		row("checkpoints", "%s", s.cpURL)
-		row("", "%d partitions, %s in the newest checkpoints (%s stored, %d objects), ~%d keys estimated",
-			s.sizes.partitions, bytesText(s.sizes.bytes), bytesText(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
+		if s.keepRunning {
+			row("checkpoints", "%s (periodic ones so far)", s.cpURL)
+		} else {
+			row("checkpoints", "%s", s.cpURL)
+		}
+		if s.sizes.bytes == 0 {
+			row("", "%d partitions claimed, no filter state written yet (every %s, and at shutdown)", s.sizes.partitions, devCheckpointInterval)
+		} else {
+			row("", "%d partitions, %s in the newest checkpoints (%s stored, %d objects), ~%d keys estimated",
+				s.sizes.partitions, bytesText(s.sizes.bytes), bytesText(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
+		}
 	}
 	row("fresh state", "every run writes to a new run-… directory: the demo broker is in memory and")
 	row("", "its offsets restart at 0, so old filter state must not be restored (make clean)")
