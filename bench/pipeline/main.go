@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,14 +120,16 @@ func parseSettings(s string) ([]setting, error) {
 
 // result is one measured process.
 type result struct {
-	system    string
-	set       setting
-	rate      float64 // input events/s
-	cpuPerM   float64 // CPU seconds per million input events
-	hwmMiB    float64
-	output    int64
-	span      time.Duration
-	cpuTotalS float64 // whole process life, startup included
+	system     string
+	set        setting
+	rate       float64 // input events/s
+	cpuPerM    float64 // CPU seconds per million input events
+	hwmMiB     float64
+	output     int64
+	span       time.Duration
+	cpuTotalS  float64 // whole process life, startup included
+	brokerPerM float64 // broker CPU seconds per million input events, same span
+	warnings   int     // WARN/ERROR log lines of the process
 }
 
 func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
@@ -155,6 +158,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		return err
 	}
 
+	loadStart := loadavg()
 	passes := len(sets) * cfg.reps * 2
 	args := []string{"broker", "--listen", "127.0.0.1:0", "--topic", fmt.Sprintf("in:%d", cfg.partitions)}
 	for i := 0; i < passes; i++ {
@@ -215,13 +219,13 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 						pargs = append(pargs, strings.Fields(cfg.extraArgs)...)
 					}
 				}
-				r, err := measure(ctx, probe, exe, pargs, group, topic, int64(cfg.events), cfg.partitions)
+				r, err := measure(ctx, probe, brk.cmd.Process.Pid, exe, pargs, group, topic, int64(cfg.events), cfg.partitions)
 				if err != nil {
 					return fmt.Errorf("%s with %d:%s: %w", system, s.batchSize, s.batchTimeout, err)
 				}
 				r.system, r.set = system, s
-				logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events, peak RSS %.0f MiB (output %d records, span %s)",
-					system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond))
+				logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB (output %d records, span %s, %d warnings)",
+					system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond), r.warnings)
 				results = append(results, r)
 				pass++
 			}
@@ -229,7 +233,20 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	}
 	brokerCPU := procCPU(brk.cmd.Process.Pid)
 	writeTable(out, cfg, valueBytes, results, brokerCPU)
+	fmt.Fprintf(out, "load average at start: %s; at end: %s (other work on this machine shares the CPUs)\n", loadStart, loadavg())
 	return nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func logf(format string, a ...any) {
@@ -237,14 +254,15 @@ func logf(format string, a ...any) {
 }
 
 type sample struct {
-	at     time.Time
-	output int64
-	cpu    float64
+	at        time.Time
+	output    int64
+	cpu       float64
+	brokerCPU float64
 }
 
 // measure runs one process until its group has committed every input
 // offset, sampling its output and CPU.
-func measure(ctx context.Context, pr *probe, exe string, args []string, group, topic string, events int64, partitions int) (result, error) {
+func measure(ctx context.Context, pr *probe, brokerPid int, exe string, args []string, group, topic string, events int64, partitions int) (result, error) {
 	p, err := startProc(ctx, exe, args...)
 	if err != nil {
 		return result{}, err
@@ -273,7 +291,7 @@ poll:
 		if err != nil {
 			continue
 		}
-		samples = append(samples, sample{time.Now(), n, procCPU(pid)})
+		samples = append(samples, sample{time.Now(), n, procCPU(pid), procCPU(brokerPid)})
 		if time.Since(lastCommitCheck) >= 200*time.Millisecond {
 			lastCommitCheck = time.Now()
 			c, err := pr.committed(ctx, group, "in", partitions)
@@ -287,6 +305,8 @@ poll:
 	if err := p.stop(60 * time.Second); err != nil {
 		return result{}, fmt.Errorf("stopping: %w\n%s", err, tail(p.output.String(), 3000))
 	}
+	logText := p.output.String()
+	warnings := strings.Count(logText, "level=WARN") + strings.Count(logText, "level=ERROR")
 	final := samples[len(samples)-1].output
 	first, done := -1, -1
 	for i, s := range samples {
@@ -304,12 +324,14 @@ poll:
 	outInSpan := float64(final - samples[first].output)
 	inInSpan := outInSpan * float64(events) / float64(final)
 	return result{
-		rate:      inInSpan / span.Seconds(),
-		cpuPerM:   (samples[done].cpu - samples[first].cpu) / inInSpan * 1e6,
-		hwmMiB:    hwm,
-		output:    final,
-		span:      span,
-		cpuTotalS: cpuTotal,
+		rate:       inInSpan / span.Seconds(),
+		cpuPerM:    (samples[done].cpu - samples[first].cpu) / inInSpan * 1e6,
+		hwmMiB:     hwm,
+		output:     final,
+		span:       span,
+		cpuTotalS:  cpuTotal,
+		warnings:   warnings,
+		brokerPerM: (samples[done].brokerCPU - samples[first].brokerCPU) / inInSpan * 1e6,
 	}, nil
 }
 
@@ -354,21 +376,52 @@ func procHWM(pid int) float64 {
 }
 
 func writeTable(w io.Writer, cfg benchConfig, valueBytes float64, rs []result, brokerCPU float64) {
-	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d)\n\n",
-		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0))
-	fmt.Fprintln(w, "| batch size / timeout | pipe events/s | bloomgate events/s | ratio | pipe CPU s / 1M | bloomgate CPU s / 1M | pipe peak RSS | bloomgate peak RSS |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
-	// Results come in pairs (pipe and bloomgate of one setting and
-	// repetition, in either order).
-	for i := 1; i < len(rs); i += 2 {
-		a, b := rs[i-1], rs[i]
-		if a.system == "bloomgate" {
-			a, b = b, a
+	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); median of %d run(s) per cell\n\n",
+		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.reps)
+	fmt.Fprintln(w, "| batch size / timeout | pipe events/s | bloomgate events/s | ratio | pipe CPU s / 1M | bloomgate CPU s / 1M | broker CPU s / 1M (pipe / bloomgate) | pipe peak RSS | bloomgate peak RSS |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	var order []setting
+	by := map[setting]map[string][]result{}
+	for _, r := range rs {
+		if by[r.set] == nil {
+			by[r.set] = map[string][]result{}
+			order = append(order, r.set)
 		}
-		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.0f MiB | %.0f MiB |\n",
-			a.set.batchSize, a.set.batchTimeout, a.rate, b.rate, b.rate/a.rate, a.cpuPerM, b.cpuPerM, a.hwmMiB, b.hwmMiB)
+		by[r.set][r.system] = append(by[r.set][r.system], r)
+	}
+	for _, s := range order {
+		p, b := by[s]["pipe"], by[s]["bloomgate"]
+		pr, br := median(p, func(r result) float64 { return r.rate }), median(b, func(r result) float64 { return r.rate })
+		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f / %.2f | %.0f MiB | %.0f MiB |\n",
+			s.batchSize, s.batchTimeout, pr, br, br/pr,
+			median(p, func(r result) float64 { return r.cpuPerM }), median(b, func(r result) float64 { return r.cpuPerM }),
+			median(p, func(r result) float64 { return r.brokerPerM }), median(b, func(r result) float64 { return r.brokerPerM }),
+			maxOf(p, func(r result) float64 { return r.hwmMiB }), maxOf(b, func(r result) float64 { return r.hwmMiB }))
 	}
 	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+}
+
+func median(rs []result, f func(result) float64) float64 {
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func maxOf(rs []result, f func(result) float64) float64 {
+	m := 0.0
+	for _, r := range rs {
+		m = max(m, f(r))
+	}
+	return m
 }
 
 func tail(s string, n int) string {
