@@ -12,9 +12,8 @@
 //
 // Measured per process, from outside:
 //   - events/s: the output topic's high-water marks are sampled every 50ms;
-//     the rate covers the span from the first sample with output to the first
-//     sample at the final output size, converted to input events (bloomgate
-//     writes ~80% of its input);
+//     the rate covers the steady state, from 5% to 95% of the final output,
+//     converted to input events (bloomgate writes ~80% of its input);
 //   - CPU seconds per million input events over the same span, from
 //     /proc/<pid>/stat (utime+stime);
 //   - peak RSS: VmHWM from /proc/<pid>/status at the end.
@@ -57,6 +56,8 @@ func main() {
 	flag.StringVar(&b.repo, "repo", "..", "bench: the bloomgate repository (to build cmd/bloomgate)")
 	flag.StringVar(&b.bloomgate, "bloomgate", "", "bench: use this bloomgate binary instead of building one")
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
+	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
+	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
 	flag.StringVar(&p.input, "input", "", "pipe: input topic")
@@ -91,6 +92,8 @@ type benchConfig struct {
 	repo       string
 	bloomgate  string
 	extraArgs  string
+	perf       string // directory for perf profiles of the bloomgate passes
+	mode       string // sequential or concurrent
 }
 
 type setting struct {
@@ -199,35 +202,49 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 			if rep%2 == 1 {
 				order = []string{"bloomgate", "pipe"}
 			}
+			var jobs []job
 			for _, system := range order {
 				group := fmt.Sprintf("g-%d", pass)
 				topic := fmt.Sprintf("out-%d", pass)
-				var pargs []string
-				var exe string
+				pass++
+				j := job{system: system, group: group, topic: topic}
 				if system == "pipe" {
-					exe = self
-					pargs = []string{"-mode", "pipe", "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
+					j.exe = self
+					j.args = []string{"-mode", "pipe", "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
 						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
 				} else {
-					exe = bin
-					pargs = []string{"run", "--brokers", addr, "--group", group, "--input", "in", "--output", topic,
+					j.exe = bin
+					j.args = []string{"run", "--brokers", addr, "--group", group, "--input", "in", "--output", topic,
 						"--key", "json:order_id", "--capacity", strconv.Itoa(cfg.events),
 						"--checkpoint-url", "file://" + filepath.Join(tmp, "cp-"+strconv.Itoa(pass)),
 						"--metrics-addr", "", "--log-level", "warn",
 						"--batch-size", strconv.Itoa(s.batchSize), "--batch-timeout", s.batchTimeout.String()}
 					if cfg.extraArgs != "" {
-						pargs = append(pargs, strings.Fields(cfg.extraArgs)...)
+						j.args = append(j.args, strings.Fields(cfg.extraArgs)...)
+					}
+					if cfg.perf != "" {
+						j.perfOut = filepath.Join(cfg.perf, fmt.Sprintf("bloomgate-%d-%s-%d-%s.perf", s.batchSize, s.batchTimeout, rep, cfg.mode))
 					}
 				}
-				r, err := measure(ctx, probe, brk.cmd.Process.Pid, exe, pargs, group, topic, int64(cfg.events), cfg.partitions)
+				jobs = append(jobs, j)
+			}
+			var batches [][]job
+			if cfg.mode == "concurrent" {
+				batches = [][]job{jobs}
+			} else {
+				batches = [][]job{{jobs[0]}, {jobs[1]}}
+			}
+			for _, b := range batches {
+				rs, err := measure(ctx, probe, brk.cmd.Process.Pid, b, int64(cfg.events), cfg.partitions)
 				if err != nil {
-					return fmt.Errorf("%s with %d:%s: %w", system, s.batchSize, s.batchTimeout, err)
+					return fmt.Errorf("batch %d:%s: %w", s.batchSize, s.batchTimeout, err)
 				}
-				r.system, r.set = system, s
-				logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB (output %d records, span %s, %d warnings)",
-					system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond), r.warnings)
-				results = append(results, r)
-				pass++
+				for _, r := range rs {
+					r.set = s
+					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB (output %d records, span %s, %d warnings)",
+						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond), r.warnings)
+					results = append(results, r)
+				}
 			}
 		}
 	}
@@ -260,76 +277,136 @@ type sample struct {
 	brokerCPU float64
 }
 
-// measure runs one process until its group has committed every input
-// offset, sampling its output and CPU.
-func measure(ctx context.Context, pr *probe, brokerPid int, exe string, args []string, group, topic string, events int64, partitions int) (result, error) {
-	p, err := startProc(ctx, exe, args...)
-	if err != nil {
-		return result{}, err
+// job is one process to measure.
+type job struct {
+	system       string
+	exe          string
+	args         []string
+	group, topic string
+	perfOut      string
+}
+
+type running struct {
+	job
+	p        *proc
+	samples  []sample
+	finished bool
+	hwm, cpu float64
+}
+
+// measure runs the jobs at the same time (one job: alone) until each job's
+// group has committed every input offset, sampling output and CPU.
+func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events int64, partitions int) ([]result, error) {
+	var rs []*running
+	defer func() {
+		for _, r := range rs {
+			_ = r.p.stop(30 * time.Second)
+		}
+	}()
+	for _, j := range jobs {
+		p, err := startProc(ctx, j.exe, j.args...)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, &running{job: j, p: p})
+		if j.perfOut != "" {
+			time.Sleep(300 * time.Millisecond) // let the runtime start its threads: perf -p follows the threads present
+			rec, err := startProc(ctx, "perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-o", j.perfOut, "-p", strconv.Itoa(p.cmd.Process.Pid))
+			if err != nil {
+				return nil, err
+			}
+			defer func() {
+				_ = rec.cmd.Process.Signal(os.Interrupt)
+				<-rec.done
+			}()
+		}
 	}
-	pid := p.cmd.Process.Pid
-	var samples []sample
 	deadline := time.Now().Add(10 * time.Minute)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	lastCommitCheck := time.Time{}
-poll:
-	for {
+	for left := len(rs); left > 0; {
 		select {
 		case <-ctx.Done():
-			p.stop(30 * time.Second)
-			return result{}, ctx.Err()
-		case <-p.done:
-			return result{}, fmt.Errorf("process exited early: %v\n%s", p.err, tail(p.output.String(), 3000))
+			return nil, ctx.Err()
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			p.stop(30 * time.Second)
-			return result{}, fmt.Errorf("not done within 10 minutes\n%s", tail(p.output.String(), 3000))
+			return nil, errors.New("not done within 10 minutes")
 		}
-		n, err := pr.highWater(ctx, topic, partitions)
-		if err != nil {
-			continue
-		}
-		samples = append(samples, sample{time.Now(), n, procCPU(pid), procCPU(brokerPid)})
-		if time.Since(lastCommitCheck) >= 200*time.Millisecond {
+		checkCommit := time.Since(lastCommitCheck) >= 200*time.Millisecond
+		if checkCommit {
 			lastCommitCheck = time.Now()
-			c, err := pr.committed(ctx, group, "in", partitions)
-			if err == nil && c >= events {
-				break poll
+		}
+		for _, r := range rs {
+			if r.finished {
+				continue
+			}
+			select {
+			case <-r.p.done:
+				return nil, fmt.Errorf("%s exited early: %v\n%s", r.system, r.p.err, tail(r.p.output.String(), 3000))
+			default:
+			}
+			n, err := pr.highWater(ctx, r.topic, partitions)
+			if err != nil {
+				continue
+			}
+			pid := r.p.cmd.Process.Pid
+			r.samples = append(r.samples, sample{time.Now(), n, procCPU(pid), procCPU(brokerPid)})
+			if checkCommit {
+				if c, err := pr.committed(ctx, r.group, "in", partitions); err == nil && c >= events {
+					r.finished = true
+					r.hwm, r.cpu = procHWM(pid), procCPU(pid)
+					left--
+				}
 			}
 		}
 	}
-	hwm := procHWM(pid)
-	cpuTotal := procCPU(pid)
-	if err := p.stop(60 * time.Second); err != nil {
-		return result{}, fmt.Errorf("stopping: %w\n%s", err, tail(p.output.String(), 3000))
+	var out []result
+	for _, r := range rs {
+		if err := r.p.stop(60 * time.Second); err != nil {
+			return nil, fmt.Errorf("stopping %s: %w\n%s", r.system, err, tail(r.p.output.String(), 3000))
+		}
+		res, err := summarize(r, events)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.system, err)
+		}
+		out = append(out, res)
 	}
-	logText := p.output.String()
+	return out, nil
+}
+
+func summarize(r *running, events int64) (result, error) {
+	samples := r.samples
+	logText := r.p.output.String()
 	warnings := strings.Count(logText, "level=WARN") + strings.Count(logText, "level=ERROR")
 	final := samples[len(samples)-1].output
+	// The steady-state window: from the first sample at >= 5% of the final
+	// output to the first at >= 95%, so that start-up (group join, restore,
+	// partitions starting one by one) and the tail do not count.
 	first, done := -1, -1
 	for i, s := range samples {
-		if first < 0 && s.output > 0 {
+		if first < 0 && s.output > 0 && s.output*20 >= final {
 			first = i
 		}
-		if done < 0 && s.output == final {
+		if done < 0 && s.output*20 >= final*19 {
 			done = i
 		}
 	}
-	if first < 0 || done <= first || final == 0 {
+	if final == 0 || first < 0 || done <= first {
 		return result{}, fmt.Errorf("too few samples with output (%d samples, final output %d)", len(samples), final)
 	}
 	span := samples[done].at.Sub(samples[first].at)
-	outInSpan := float64(final - samples[first].output)
+	outInSpan := float64(samples[done].output - samples[first].output)
 	inInSpan := outInSpan * float64(events) / float64(final)
 	return result{
+		system:     r.system,
 		rate:       inInSpan / span.Seconds(),
 		cpuPerM:    (samples[done].cpu - samples[first].cpu) / inInSpan * 1e6,
-		hwmMiB:     hwm,
+		hwmMiB:     r.hwm,
 		output:     final,
 		span:       span,
-		cpuTotalS:  cpuTotal,
+		cpuTotalS:  r.cpu,
 		warnings:   warnings,
 		brokerPerM: (samples[done].brokerCPU - samples[first].brokerCPU) / inInSpan * 1e6,
 	}, nil
@@ -376,8 +453,8 @@ func procHWM(pid int) float64 {
 }
 
 func writeTable(w io.Writer, cfg benchConfig, valueBytes float64, rs []result, brokerCPU float64) {
-	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); median of %d run(s) per cell\n\n",
-		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.reps)
+	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
+		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.mode, cfg.reps)
 	fmt.Fprintln(w, "| batch size / timeout | pipe events/s | bloomgate events/s | ratio | pipe CPU s / 1M | bloomgate CPU s / 1M | broker CPU s / 1M (pipe / bloomgate) | pipe peak RSS | bloomgate peak RSS |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var order []setting
