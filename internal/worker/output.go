@@ -42,7 +42,9 @@ func newOutput(cfg Config) *output {
 		// scans the output to learn what landed.
 		MaxAttempts:  1,
 		BatchSize:    cfg.BatchSize,
-		BatchBytes:   64 << 20,
+		// Must not exceed the brokers' message.max.bytes: a larger produce
+		// batch is refused whole (MESSAGE_TOO_LARGE).
+		BatchBytes:   cfg.MaxBatchBytes,
 		BatchTimeout: cfg.BatchTimeout,
 		WriteTimeout: cfg.WriteTimeout,
 		ReadTimeout:  cfg.WriteTimeout,

@@ -439,6 +439,13 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
 			err = errors.New("acknowledgement lost (test)")
 		}
+		var tooLarge kafka.MessageTooLargeError
+		if errors.As(err, &tooLarge) {
+			// Nothing was written; retrying cannot help.
+			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds max-batch-bytes %d; raise it (and the topic's max.message.bytes)",
+				errFatal, w.cfg.Input, pp.p, headerValue(tooLarge.Message.Headers, HeaderSrcOffset),
+				len(tooLarge.Message.Key)+len(tooLarge.Message.Value), w.cfg.MaxBatchBytes)
+		}
 		if err != nil {
 			pp.pm.writeFailures.Inc()
 			n := len(pp.rb.msgs)
