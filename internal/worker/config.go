@@ -81,11 +81,11 @@ type Config struct {
 	// committed offset (0: replay the whole retained partition, exact).
 	MaxReplay int64
 
-	BatchSize       int           // records per read/write batch; default 5000
+	BatchSize int // records per read/write batch; default 5000
 	// MaxBatchBytes bounds one produce batch per partition; it must not
 	// exceed the output topics' max.message.bytes (Kafka's default 1 MiB,
 	// also the default here). A single record larger than it stops Run.
-	MaxBatchBytes int64
+	MaxBatchBytes   int64
 	BatchTimeout    time.Duration // how long a batch waits to fill; default 5ms
 	CommitInterval  time.Duration // default 1s
 	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default 30s
