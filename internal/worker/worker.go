@@ -250,9 +250,7 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 	w.status.Assigned = ids
 	w.mu.Unlock()
 
-	if r, ok := w.deps.State.(interface {
-		Retain(topic string, partitions []int)
-	}); ok {
+	if r, ok := w.deps.State.(Retainer); ok {
 		r.Retain(w.cfg.Input, ids)
 	}
 	gen.Start(func(genCtx context.Context) {
