@@ -274,3 +274,63 @@ func TestBrokerDataDirSurvivesKill(t *testing.T) {
 		t.Fatalf("after kill -9 and restart the broker holds %d records, want 5000", total)
 	}
 }
+
+func TestLoadgenWithSASL(t *testing.T) {
+	addr, _ := startBroker(t, "--topic", "t:1", "--user", "SCRAM-SHA-256:alice:pw")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "100", "--quiet",
+		"--sasl-mechanism", "scram-sha-256", "--sasl-username", "alice")
+	cmd.Env = append(os.Environ(), "BLOOMGATE_SASL_PASSWORD=pw")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "events=100 ") {
+		t.Fatalf("loadgen with SASL: %v\n%s", err, out)
+	}
+	bad := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "1", "--quiet",
+		"--sasl-mechanism", "scram-sha-256", "--sasl-username", "alice", "--sasl-password", "wrong")
+	if err := bad.Run(); err == nil {
+		t.Fatal("loadgen with a wrong password succeeded")
+	}
+}
+
+// TestBrokerOffsetsSurviveKill: offsets a consumer group committed before a
+// SIGKILL of the broker are there after a restart.
+func TestBrokerOffsetsSurviveKill(t *testing.T) {
+	dir := t.TempDir()
+	addr, cmd := startBroker(t, "--topic", "t:1", "--data-dir", dir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "100", "--quiet")
+	if out, err := lg.CombinedOutput(); err != nil {
+		t.Fatalf("loadgen: %v\n%s", err, out)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "t", GroupID: "g",
+		SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: time.Second, StartOffset: kafka.FirstOffset})
+	var last kafka.Message
+	for i := 0; i < 60; i++ {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = m
+	}
+	if err := r.CommitMessages(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	addr, _ = startBroker(t, "--topic", "t:1", "--data-dir", dir)
+	r = kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "t", GroupID: "g",
+		SessionTimeout: time.Second, HeartbeatInterval: 100 * time.Millisecond, RebalanceTimeout: time.Second, StartOffset: kafka.FirstOffset})
+	defer r.Close()
+	m, err := r.FetchMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Offset != 60 {
+		t.Fatalf("group resumed at offset %d after kill -9 of the broker, want 60", m.Offset)
+	}
+}

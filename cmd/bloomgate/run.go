@@ -30,6 +30,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logger.Info("starting bloomgate", "version", buildinfo.String(), "config", cfg)
 	if err := runWorker(ctx, cfg, logger); err != nil {
 		logger.Error("worker stopped", "err", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return exitUsage
+		}
 		return exitRuntime
 	}
 	logger.Info("stopped")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -145,6 +146,7 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		keyspace  string
 		startTime string
 		quiet     bool
+		sec       config.Run // TLS and SASL settings only
 	)
 	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated `host:port` list")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic to write to (required)")
@@ -161,6 +163,14 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.IntVar(&cfg.BatchSize, "batch-size", 10000, "events per produce call and batch")
 	fs.DurationVar(&cfg.BatchTimeout, "batch-timeout", time.Millisecond, "max wait to fill a produce batch")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	fs.BoolVar(&sec.TLS.Enabled, "tls-enabled", false, "connect over TLS")
+	fs.StringVar(&sec.TLS.CAFile, "tls-ca-file", "", "PEM CA `file` to trust")
+	fs.StringVar(&sec.TLS.CertFile, "tls-cert-file", "", "PEM client certificate `file`")
+	fs.StringVar(&sec.TLS.KeyFile, "tls-key-file", "", "PEM client key `file`")
+	fs.BoolVar(&sec.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", false, "do not verify the broker certificate")
+	fs.StringVar(&sec.SASL.Mechanism, "sasl-mechanism", "", "SASL `mechanism`: plain, scram-sha-256, scram-sha-512")
+	fs.StringVar(&sec.SASL.Username, "sasl-username", "", "SASL user name")
+	fs.StringVar(&sec.SASL.Password, "sasl-password", os.Getenv("BLOOMGATE_SASL_PASSWORD"), "SASL password (default: $BLOOMGATE_SASL_PASSWORD)")
 	header := `Usage: bloomgate loadgen [flags]
 
 Writes synthetic events with an exact, known number of duplicates. Progress
@@ -188,6 +198,13 @@ Flags:
 			return exitCode(stderr, "loadgen", usageError{fmt.Errorf("--start-time: %w", err)})
 		}
 		cfg.StartTime = t
+	}
+	if sec.TLS.Enabled || sec.SASL.Mechanism != "" {
+		tr, err := sec.Transport()
+		if err != nil {
+			return exitCode(stderr, "loadgen", usageError{err})
+		}
+		cfg.Transport = tr
 	}
 	if cfg.AdjacentFraction == 0 {
 		cfg.AdjacentFraction = -1 // explicit zero

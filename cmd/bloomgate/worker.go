@@ -3,14 +3,136 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/bloomgate/bloomgate/internal/buildinfo"
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// runWorker runs the dedup worker until ctx ends. This file is replaced when
-// the worker package is wired in.
+// runWorker runs the dedup worker until ctx ends, then waits for its ordered
+// shutdown (stop fetching, flush, commit, checkpoint).
 func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error {
-	_, _, _ = ctx, cfg, logger
-	return errors.New("the worker is not available in this build")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildinfo.Collector(),
+	)
+
+	w, store, err := newWorker(ctx, cfg, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+
+	if cfg.MetricsAddr != "" {
+		srv, err := serveHTTP(cfg.MetricsAddr, w.Handler(reg), logger)
+		if err != nil {
+			return err
+		}
+		defer shutdownHTTP(srv)
+	}
+	return w.Run(ctx)
+}
+
+// newWorker builds the worker and its checkpoint store from the settings.
+// The caller closes the store after Run returns.
+func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg prometheus.Registerer) (*worker.Worker, *checkpoint.Store, error) {
+	ex, err := cfg.Extractor()
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("key: %w", err)}
+	}
+	dialer, err := cfg.Dialer()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	transport, err := cfg.Transport()
+	if err != nil {
+		return nil, nil, usageError{err}
+	}
+	store, err := checkpoint.Open(ctx, cfg.CheckpointURL, checkpoint.Options{
+		Logger:     logger.With("component", "checkpoint"),
+		Registerer: reg,
+		Retain:     cfg.CheckpointRetain,
+		// Generation objects are already compressed page by page by the
+		// filter's format (zstd only where it gains), so a second pass
+		// would only cost CPU.
+		Compression: "none",
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening checkpoint store %s: %w", cfg.CheckpointURL, err)
+	}
+	staleness := cfg.MaxCheckpointStaleness
+	if staleness == 0 {
+		staleness = -1 // config: 0 means no bound; worker: negative means no bound
+	}
+	host, _ := os.Hostname()
+	w, err := worker.New(worker.Config{
+		Brokers:      cfg.Brokers,
+		Group:        cfg.Group,
+		Input:        cfg.Input,
+		Output:       cfg.Output,
+		Duplicates:   cfg.Duplicates,
+		DeadLetter:   cfg.DeadLetter,
+		OnMissingKey: worker.MissingKeyPolicy(cfg.OnMissingKey),
+		Filter: worker.FilterConfig{
+			Window:      cfg.Window,
+			Generations: cfg.Generations,
+			Capacity:    cfg.Capacity,
+			FPR:         cfg.FPR,
+		},
+		Partitioning:           worker.Partitioning(cfg.Partitioning),
+		CheckpointInterval:     cfg.CheckpointInterval,
+		MaxCheckpointStaleness: staleness,
+		OnRestoreFailure:       worker.RestorePolicy(cfg.OnRestoreFailure),
+		BatchSize:              cfg.BatchSize,
+		BatchTimeout:           cfg.BatchTimeout,
+		ShutdownTimeout:        cfg.ShutdownTimeout,
+		Dialer:                 dialer,
+		Transport:              transport,
+		Owner:                  fmt.Sprintf("%s/%d", host, os.Getpid()),
+	}, worker.Deps{
+		Logger:     logger,
+		Registerer: reg,
+		State:      worker.NewBloomState(store, cfg.Group),
+		Extractor:  ex,
+	})
+	if err != nil {
+		store.Close()
+		return nil, nil, usageError{err}
+	}
+	return w, store, nil
+}
+
+// serveHTTP starts the metrics/health endpoint. A port that cannot be bound
+// is a start-up error, not something to log and ignore.
+func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("metrics-addr %s: %w", addr, err)}
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics endpoint stopped", "err", err)
+		}
+	}()
+	logger.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+func shutdownHTTP(srv *http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(ctx)
 }

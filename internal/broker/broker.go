@@ -94,6 +94,9 @@ type Config struct {
 	// TLS, if set, serves TLS with this server configuration.
 	TLS *tls.Config
 	// Users, if any, enable SASL: clients must authenticate as one of them.
+	// kafka-go and franz-go clients work; librdkafka 2.0 (Debian's kcat)
+	// refuses to authenticate because kfake advertises SaslHandshake from
+	// version 1 only, while librdkafka requires version 0 in the range.
 	Users []User
 	// Logger receives the broker's warnings and errors. Default: discard.
 	Logger *slog.Logger
@@ -246,6 +249,20 @@ func (b *Broker) ensureTopics() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	return b.CreateTopics(ctx, b.cfg.Topics...)
+}
+
+// CreateTopics creates the topics that do not exist yet; an existing topic
+// keeps its partition count. Not available on a broker with TLS or SASL.
+func (b *Broker) CreateTopics(ctx context.Context, topics ...TopicSpec) error {
+	if b.cfg.TLS != nil || len(b.cfg.Users) > 0 {
+		return errors.New("creating topics on a broker with TLS or SASL: give them in Config.Topics")
+	}
+	for _, t := range topics {
+		if err := t.validate(); err != nil {
+			return err
+		}
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
 	if err != nil {
 		return fmt.Errorf("creating topics: %w", err)
@@ -253,7 +270,7 @@ func (b *Broker) ensureTopics() error {
 	defer cl.Close()
 	req := kmsg.NewPtrCreateTopicsRequest()
 	req.TimeoutMillis = 10000
-	for _, t := range b.cfg.Topics {
+	for _, t := range topics {
 		rt := kmsg.NewCreateTopicsRequestTopic()
 		rt.Topic = t.Name
 		rt.NumPartitions = int32(t.Partitions)

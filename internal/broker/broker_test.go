@@ -126,6 +126,28 @@ func TestKafkaGoRoundTripAndGroup(t *testing.T) {
 	t.Logf("group join + consume 200 records: %v", time.Since(start))
 }
 
+func TestCreateTopics(t *testing.T) {
+	b, _, _ := start(t, Config{Topics: []TopicSpec{{"a", 2}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := b.CreateTopics(ctx, TopicSpec{"a", 5}, TopicSpec{"b", 3}); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := kafka.Dial("tcp", b.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	for name, want := range map[string]int{"a": 2, "b": 3} {
+		if parts, err := conn.ReadPartitions(name); err != nil || len(parts) != want {
+			t.Errorf("topic %s: %d partitions, %v; want %d", name, len(parts), err, want)
+		}
+	}
+	if err := b.CreateTopics(ctx, TopicSpec{"", 1}); err == nil {
+		t.Error("empty topic name accepted")
+	}
+}
+
 func TestRunStopsOnCancel(t *testing.T) {
 	b, err := New(Config{})
 	if err != nil {

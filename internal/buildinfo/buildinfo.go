@@ -4,6 +4,8 @@ package buildinfo
 import (
 	"runtime"
 	"runtime/debug"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Version is set at link time with
@@ -49,3 +51,15 @@ func String() string {
 
 // GoVersion is the Go toolchain that built the binary.
 func GoVersion() string { return runtime.Version() }
+
+// Collector exports bloomgate_build_info{version,goversion} = 1, so that
+// dashboards can show which build runs where.
+func Collector() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "bloomgate_build_info",
+		Help:        "Build information of the running binary; the value is always 1.",
+		ConstLabels: prometheus.Labels{"version": String(), "goversion": GoVersion()},
+	})
+	g.Set(1)
+	return g
+}

@@ -145,6 +145,42 @@ func testLifecycle(t *testing.T, url string) {
 		t.Errorf("failures_total = %v", f)
 	}
 	restoreT(t, s, st)
+
+	// A loader may open and read generations in parallel.
+	var mu sync.Mutex
+	read := 0
+	_, err = s.Partition("g", "t", 0).Restore(ctx, func(m *Manifest, open func(context.Context, GenerationRef) (io.ReadCloser, error)) error {
+		var wg sync.WaitGroup
+		errs := make([]error, len(m.Generations))
+		for i, g := range m.Generations {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r, err := open(ctx, g)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				n, err := io.Copy(io.Discard, r)
+				if err == nil {
+					err = r.Close()
+				}
+				errs[i] = err
+				mu.Lock()
+				read += int(n)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	})
+	want := 0
+	for _, g := range st.gens {
+		want += int(g.Source.(*randSource).size)
+	}
+	if err != nil || read != want {
+		t.Fatalf("parallel restore: %v, %d bytes", err, read)
+	}
 }
 
 // fixURL turns "base-suffix" into a valid location for each scheme: the
@@ -305,6 +341,9 @@ func testFencing(t *testing.T, url string) {
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie commit: %v, want ErrFenced", err)
 	}
+	if !a.Fenced() || b.Fenced() || b.Last().Seq != 3 {
+		t.Fatalf("fenced a=%v b=%v, b last seq %d", a.Fenced(), b.Fenced(), b.Last().Seq)
+	}
 	if got := counter(t, a.m.fenced); got != 1 {
 		t.Fatalf("fenced_total = %v", got)
 	}
@@ -330,16 +369,25 @@ func testFencing(t *testing.T, url string) {
 	restoreT(t, s, st)
 }
 
-// testRace: two writers restore the same head and claim at the same moment;
-// exactly one must win, every time.
+// testRace: two writers want the same sequence at the same moment; exactly
+// one must win, every time. Even trials race two new owners' Claims; odd
+// trials race the current owner's Commit (uploads, then the manifest) against
+// a new owner's Claim.
 func testRace(t *testing.T, url string, trials int) {
 	url = fixURL(url)
 	ctx := context.Background()
 	s := openT(t, url, testOptions(prometheus.NewRegistry()))
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
+	var owner *Partition
 	for i := 0; i < trials && time.Now().Before(deadline); i++ {
-		hs := [2]*Partition{s.Partition("g", "t", 0), s.Partition("g", "t", 0)}
+		hs := [2]*Partition{owner, s.Partition("g", "t", 0)}
+		if i%2 == 0 || owner == nil {
+			hs[0] = s.Partition("g", "t", 0)
+		}
 		for _, h := range hs {
+			if h.claimed {
+				continue
+			}
 			if _, err := h.Restore(ctx, loadAll(new([][32]byte))); err != nil && !errors.Is(err, ErrNoCheckpoint) {
 				t.Fatal(err)
 			}
@@ -352,16 +400,21 @@ func testRace(t *testing.T, url string, trials int) {
 			go func() {
 				defer wg.Done()
 				<-startCh
-				errs[j] = h.Claim(ctx, "racer")
+				if h.claimed {
+					_, errs[j] = h.Commit(ctx, state{offset: int64(i), gens: []Generation{gen(1, false, uint64(i), 2000)}}.checkpoint())
+				} else {
+					errs[j] = h.Claim(ctx, "racer")
+				}
 			}()
 		}
 		close(startCh)
 		wg.Wait()
 		wins := 0
-		for _, err := range errs {
+		for j, err := range errs {
 			switch {
 			case err == nil:
 				wins++
+				owner = hs[j]
 			case errors.Is(err, ErrFenced):
 			default:
 				t.Fatalf("trial %d: %v", i, err)

@@ -61,6 +61,26 @@ func BenchmarkCheckpoint(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckpointFile: the same 120 MB commit to a file:// location
+// (write, fsync, link), for the embedded default.
+func BenchmarkCheckpointFile(b *testing.B) {
+	s, err := Open(context.Background(), "file://"+b.TempDir(), Options{Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	p := benchClaim(b, s)
+	b.SetBytes(shardBytes)
+	i := 0
+	for b.Loop() {
+		i++
+		st := state{offset: int64(i), gens: []Generation{gen(1, false, uint64(i), shardBytes)}}
+		if _, err := p.Commit(context.Background(), st.checkpoint()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCheckpointPeriodic: the shard as 4 generations of 30 MB (3 sealed,
 // 1 live). After the first checkpoint, each one uploads only the live
 // generation; uploaded-bytes/op shows it.

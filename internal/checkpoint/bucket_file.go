@@ -25,10 +25,9 @@ type fileBucket struct {
 	root string
 }
 
+// openFile does not create dir: the first write does, so that inspecting a
+// mistyped location reports it empty instead of creating it.
 func openFile(dir string) (*fileBucket, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("creating checkpoint directory: %w", err)
-	}
 	return &fileBucket{root: filepath.Clean(dir)}, nil
 }
 

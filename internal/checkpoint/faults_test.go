@@ -196,7 +196,17 @@ func TestS3Unavailable(t *testing.T) {
 	if _, err := p.Commit(ctx, state{offset: 1, gens: []Generation{gen(1, false, 1, 1000)}}.checkpoint()); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
+	noBucket := openT(t, strings.Replace(srv.URL("x"), "s3://"+s3test.Bucket, "s3://no-such-bucket", 1), o)
+	if err := noBucket.Ping(ctx); err == nil {
+		t.Fatal("ping of a missing bucket succeeded")
+	}
 	srv.Stop()
+	if err := s.Ping(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("ping of a stopped server: %v", err)
+	}
 	q := s.Partition("g", "t", 0)
 	_, err := q.Restore(ctx, loadAll(new([][32]byte)))
 	if !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNoUsableCheckpoint) || errors.Is(err, ErrNoCheckpoint) {
@@ -214,5 +224,77 @@ func TestS3Unavailable(t *testing.T) {
 	}
 	if got := counter(t, q.m.failures); got != before {
 		t.Fatalf("cancellation counted as failure (%v -> %v)", before, got)
+	}
+}
+
+// TestS3AccessDeniedIsNotCorruption: a store refusing reads must not make
+// Restore fall back to older state (or report "no usable checkpoint", which
+// a caller may answer by starting empty).
+func TestS3AccessDeniedIsNotCorruption(t *testing.T) {
+	srv := s3test.Start(t)
+	s3test.SetEnv(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint())
+	ctx := context.Background()
+	s := openT(t, s3test.URLFor(proxy.Endpoint(), "denied"), faultOptions())
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err := p.Commit(ctx, state{offset: int64(i), gens: []Generation{gen(1, false, uint64(i), 1000)}}.checkpoint()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, path := range []string{"/gens/", "/manifests/"} {
+		proxy.Inject(func(r *http.Request) s3test.Fault {
+			if r.Method == http.MethodGet && strings.Contains(r.URL.Path, path) {
+				return s3test.Fault{Status: http.StatusForbidden}
+			}
+			return s3test.Fault{}
+		})
+		q := s.Partition("g", "t", 0)
+		_, err := q.Restore(ctx, loadAll(new([][32]byte)))
+		if err == nil || errors.Is(err, ErrNoUsableCheckpoint) || errors.Is(err, ErrCorrupt) {
+			t.Fatalf("restore with %s denied: %v", path, err)
+		}
+		if got := counter(t, q.m.fallbacks); got != 0 {
+			t.Fatalf("%s denied: %v fallbacks", path, got)
+		}
+	}
+}
+
+// TestS3StalledDownload: a server that stops sending mid-body is detected
+// by the per-read watchdog and the download resumes.
+func TestS3StalledDownload(t *testing.T) {
+	srv := s3test.Start(t)
+	s3test.SetEnv(t)
+	proxy := s3test.NewFaultProxy(t, srv.Endpoint())
+	ctx := context.Background()
+	o := faultOptions()
+	o.RequestTimeout = 300 * time.Millisecond
+	o.Compression = encodingNone
+	s := openT(t, s3test.URLFor(proxy.Endpoint(), "stall"), o)
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	st := state{offset: 1, gens: []Generation{gen(1, false, 1, 2<<20)}}
+	if _, err := p.Commit(ctx, st.checkpoint()); err != nil {
+		t.Fatal(err)
+	}
+	var stalled atomic.Bool
+	proxy.Inject(func(r *http.Request) s3test.Fault {
+		if r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/gens/") && stalled.CompareAndSwap(false, true) {
+			return s3test.Fault{TruncateBody: 256 << 10, Stall: 20 * time.Second}
+		}
+		return s3test.Fault{}
+	})
+	start := time.Now()
+	restoreT(t, s, st)
+	if !stalled.Load() {
+		t.Fatal("no stall injected")
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("restore took %s: stall not detected", d)
 	}
 }

@@ -153,20 +153,23 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 // WriteText writes the report for humans: one block per partition with its
 // generations.
 func (r *Report) WriteText(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "location %s (%d partitions)\n", r.URL, len(r.Partitions))
+	bw := &errWriter{w: w}
+	kv := func(k, format string, args ...any) {
+		fmt.Fprintf(bw, "  %-15s %s\n", k, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(bw, "location %s (%d partitions)\n", r.URL, len(r.Partitions))
 	for _, p := range r.Partitions {
-		fmt.Fprintf(tw, "\n%s / %s / %d\tseq %d (%d kept)\n", p.Group, p.Topic, p.Partition, p.Seq, p.Manifests)
+		fmt.Fprintf(bw, "\n%s / %s / %d: seq %d (%d manifests kept)\n", p.Group, p.Topic, p.Partition, p.Seq, p.Manifests)
 		if p.Error != "" {
-			fmt.Fprintf(tw, "  error\t%s\n", p.Error)
+			kv("error", "%s", p.Error)
 			continue
 		}
-		fmt.Fprintf(tw, "  created\t%s (%s ago) by %s\n", p.CreatedAt.Format(time.RFC3339), p.AgeText, p.Owner)
+		kv("created", "%s (%s ago) by %s", p.CreatedAt.Format(time.RFC3339), p.AgeText, p.Owner)
 		if p.Empty {
-			fmt.Fprintf(tw, "  state\tempty claim (no filter state)\n")
+			kv("state", "empty claim (no filter state)")
 			continue
 		}
-		fmt.Fprintf(tw, "  input offset\t%d\n", p.InputOffset)
+		kv("input offset", "%d", p.InputOffset)
 		for _, topic := range sortedKeys(p.OutputOffsets) {
 			parts := p.OutputOffsets[topic]
 			ps := make([]int, 0, len(parts))
@@ -181,11 +184,12 @@ func (r *Report) WriteText(w io.Writer) error {
 				}
 				fmt.Fprintf(&b, "%d:%d", k, parts[k])
 			}
-			fmt.Fprintf(tw, "  output offsets\t%s %s\n", topic, b.String())
+			kv("output offsets", "%s %s", topic, b.String())
 		}
-		fmt.Fprintf(tw, "  filter\twindow %s, %d generations, capacity %d, fpr %g\n", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
-		fmt.Fprintf(tw, "  estimate\t%d keys, fpr %.3g\n", p.EstKeys, p.EstFPR)
-		fmt.Fprintf(tw, "  bytes\t%s referenced, %s stored in %d objects\n", humanBytes(p.Bytes), humanBytes(p.StoredBytes), p.Objects)
+		kv("filter", "window %s, %d generations, capacity %d, fpr %g", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
+		kv("estimate", "%d keys, fpr %.3g", p.EstKeys, p.EstFPR)
+		kv("bytes", "%s referenced, %s stored in %d objects", humanBytes(p.Bytes), humanBytes(p.StoredBytes), p.Objects)
+		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
 		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes\n")
 		for _, g := range p.Generations {
 			state := "live"
@@ -195,8 +199,24 @@ func (r *Report) WriteText(w io.Writer) error {
 			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s\n", g.ID, state,
 				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, humanBytes(g.Bytes))
 		}
+		tw.Flush()
 	}
-	return tw.Flush()
+	return bw.err
+}
+
+// errWriter keeps the first write error, so formatting code stays linear.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(b []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(b)
+	e.err = err
+	return n, err
 }
 
 func sortedKeys[V any](m map[string]V) []string {

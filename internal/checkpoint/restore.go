@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -26,8 +27,8 @@ import (
 // If a manifest or its objects are corrupt or missing, or load fails, the
 // failure is logged, counted in bloomgate_checkpoint_restore_fallbacks_total,
 // and the previous manifest is tried. If the store is unreachable (errors
-// wrapping ErrUnavailable) or ctx ends, Restore returns that error at once:
-// an outage is not a reason to fall back to older state.
+// wrapping ErrUnavailable), refuses access, or ctx ends, Restore returns
+// that error at once: an outage is not a reason to fall back to older state.
 //
 // ErrNoCheckpoint: no checkpoint exists (or only empty claims).
 // ErrNoUsableCheckpoint: checkpoints exist, none could be loaded.
@@ -77,7 +78,8 @@ func (p *Partition) Restore(ctx context.Context,
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		var se *storageError
+		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 		}
 		lastErr = err
@@ -94,7 +96,10 @@ func (p *Partition) Restore(ctx context.Context,
 func (p *Partition) load(ctx context.Context, m *Manifest,
 	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
 ) error {
-	var opened []*objectReader
+	var (
+		mu     sync.Mutex // open may be called from several goroutines
+		opened []*objectReader
+	)
 	open := func(octx context.Context, g GenerationRef) (io.ReadCloser, error) {
 		if err := validRelKey(g.Key); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
@@ -103,10 +108,14 @@ func (p *Partition) load(ctx context.Context, m *Manifest,
 		if err != nil {
 			return nil, err
 		}
+		mu.Lock()
 		opened = append(opened, r)
+		mu.Unlock()
 		return r, nil
 	}
 	err := load(m, open)
+	mu.Lock()
+	defer mu.Unlock()
 	for _, r := range opened {
 		if cerr := r.Close(); cerr != nil && err == nil {
 			err = cerr
@@ -224,22 +233,34 @@ type verifyingReader struct {
 	rc      io.ReadCloser
 	err     error // sticky: io.EOF after successful verification
 	resumes int
+	// stall cancels the current body when one Read waits longer than
+	// RequestTimeout (a server that stops sending without closing).
+	stall  *time.Timer
+	cancel context.CancelFunc
 }
 
 func (v *verifyingReader) open() error {
 	err := v.s.retry.do(v.ctx, func(ctx context.Context) error {
-		rc, err := v.s.bkt.Get(v.ctx, v.key, v.off)
+		// The body outlives this attempt: its own context, cancelled by
+		// close or by the stall watchdog.
+		bctx, cancel := context.WithCancel(v.ctx)
+		rc, err := v.s.bkt.Get(bctx, v.key, v.off)
 		if err != nil {
+			cancel()
 			return err
 		}
-		v.rc = rc
+		v.rc, v.cancel = rc, cancel
+		if t := v.s.retry.timeout; t > 0 {
+			v.stall = time.AfterFunc(t, cancel)
+			v.stall.Stop()
+		}
 		return nil
 	})
 	if errors.Is(err, errNotExist) {
 		return fmt.Errorf("%w: object %s is missing", ErrCorrupt, v.key)
 	}
 	if err != nil {
-		return fmt.Errorf("opening %s: %w", v.key, err)
+		return &storageError{fmt.Errorf("opening %s: %w", v.key, err)}
 	}
 	return nil
 }
@@ -255,7 +276,13 @@ func (v *verifyingReader) Read(b []byte) (int, error) {
 				return 0, err
 			}
 		}
+		if v.stall != nil {
+			v.stall.Reset(v.s.retry.timeout)
+		}
 		n, err := v.rc.Read(b)
+		if v.stall != nil {
+			v.stall.Stop()
+		}
 		if n > 0 {
 			v.off += int64(n)
 			v.crc.Write(b[:n])
@@ -281,7 +308,7 @@ func (v *verifyingReader) Read(b []byte) (int, error) {
 		}
 		v.resumes++
 		if v.resumes >= v.s.retry.attempts {
-			v.err = fmt.Errorf("%w: reading %s: %d resumes: %w", ErrUnavailable, v.key, v.resumes, err)
+			v.err = &storageError{fmt.Errorf("%w: reading %s: %d resumes: %w", ErrUnavailable, v.key, v.resumes, err)}
 			return n, v.err
 		}
 		if serr := sleep(v.ctx, v.s.retry.backoff(v.resumes)); serr != nil {
@@ -310,8 +337,23 @@ func (v *verifyingReader) verify() error {
 }
 
 func (v *verifyingReader) close() {
+	if v.stall != nil {
+		v.stall.Stop()
+		v.stall = nil
+	}
 	if v.rc != nil {
 		v.rc.Close()
 		v.rc = nil
 	}
+	if v.cancel != nil {
+		v.cancel()
+		v.cancel = nil
+	}
 }
+
+// storageError marks a failure to talk to the store (unreachable, access
+// denied, ...) as opposed to bad data: Restore does not fall back on it.
+type storageError struct{ err error }
+
+func (e *storageError) Error() string { return e.err.Error() }
+func (e *storageError) Unwrap() error { return e.err }

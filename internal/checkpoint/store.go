@@ -292,7 +292,7 @@ func (p *Partition) readManifest(ctx context.Context, seq uint64) (*Manifest, er
 		if errors.Is(err, errNotExist) {
 			return nil, fmt.Errorf("%w: manifest %d vanished: %w", ErrCorrupt, seq, err)
 		}
-		return nil, fmt.Errorf("reading manifest %d: %w", seq, err)
+		return nil, &storageError{fmt.Errorf("reading manifest %d: %w", seq, err)}
 	}
 	m, err := decodeManifest(data)
 	if err != nil {
@@ -320,4 +320,32 @@ func (s *Store) readSmall(ctx context.Context, key string) ([]byte, error) {
 		return nil
 	})
 	return data, err
+}
+
+// Last returns the last manifest this handle restored or wrote (nil if
+// none), for status pages and staleness checks; callers must not modify it.
+func (p *Partition) Last() *Manifest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// Fenced reports whether this handle lost the partition to another writer.
+func (p *Partition) Fenced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.fenced
+}
+
+// Ping checks that the location answers and can be listed (for readiness
+// probes): one LIST of a prefix that holds nothing. A missing bucket or
+// missing permissions are errors.
+func (s *Store) Ping(ctx context.Context) error {
+	err := s.retry.do(ctx, func(ctx context.Context) error {
+		return s.bkt.List(ctx, "bloomgate-ping/", func(objectAttrs) error { return nil })
+	})
+	if err != nil {
+		return fmt.Errorf("checking %s: %w", s.url, err)
+	}
+	return nil
 }

@@ -6,8 +6,10 @@
 // variable (BLOOMGATE_ + the flag name in upper snake case, e.g.
 // BLOOMGATE_CHECKPOINT_URL) and a command-line flag. Parsing is done by
 // github.com/peterbourgon/ff/v3, which implements exactly this layering over
-// the standard flag package; Validate checks the result and names the
-// setting and the fix in every error.
+// the standard flag package. The file is read with gopkg.in/yaml.v3 and
+// every value is taken as written (no YAML 1.1 booleans: `output: no` is the
+// topic "no"). Validate checks the result and names the setting and the fix
+// in every error.
 package config
 
 import (
@@ -21,7 +23,6 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
-	"github.com/peterbourgon/ff/v3/ffyaml"
 )
 
 // EnvPrefix prefixes every environment variable.
@@ -168,7 +169,7 @@ func Parse(args []string, out io.Writer) (*Run, error) {
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix(EnvPrefix),
 		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser((&ffyaml.ParseConfig{Delimiter: "-"}).Parse),
+		ff.WithConfigFileParser(yamlParser(fs)),
 	)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,13 +94,43 @@ sasl:
 	}
 }
 
+func TestYAMLValuesTakenAsWritten(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "brokers: [a:1]\ninput: y\noutput: no\ngroup: on\ncapacity: 1e7\nduplicates: ~\ndead-letter:\nfpr: .5\ntls:\n  enabled: off\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Input != "y" || cfg.Output != "no" || cfg.Group != "on" || cfg.Capacity != 1e7 || cfg.FPR != 0.5 ||
+		cfg.Duplicates != "" || cfg.DeadLetter != "" || cfg.TLS.Enabled {
+		t.Fatalf("values not taken as written: %+v", cfg)
+	}
+	for _, bad := range []string{"input: [a, [b]]\n", "- a\n- b\n", "input: x\n  bad indent: [\n"} {
+		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{}); err == nil {
+			t.Errorf("config file %q accepted", bad)
+		}
+	}
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{}); err != nil {
+		t.Errorf("empty config file: %v", err)
+	}
+}
+
 func TestUnknownFileKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(file, []byte("windw: 1h\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "windw") {
+	if err == nil || !strings.Contains(err.Error(), `unknown setting "windw"`) || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("typo in config file: %v", err)
 	}
 }
@@ -269,4 +301,60 @@ func TestAbsFileURL(t *testing.T) {
 			t.Errorf("absFileURL(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestExampleFile: the example file names every setting and, apart from the
+// example values, holds the defaults.
+func TestExampleFile(t *testing.T) {
+	file := filepath.Join("testdata", "bloomgate.example.yaml")
+	cfg, err := Load([]string{"--config", file}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	if err := want.Validate(); err == nil {
+		t.Fatal("defaults without brokers validated")
+	}
+	want.Brokers, want.Input, want.Output, want.Key = []string{"127.0.0.1:9092"}, "orders", "orders-deduped", "json:order_id"
+	want.ConfigFile = file
+	want.OnMissingKey = OnMissingForward
+	want.CheckpointURL = absFileURL(want.CheckpointURL)
+	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
+		t.Fatalf("example file:\n got %+v\nwant %+v", *cfg, want)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := Default()
+	def.FlagSet("run").VisitAll(func(f *flag.Flag) {
+		name := f.Name
+		for _, p := range []string{"tls-", "sasl-"} {
+			if rest, ok := strings.CutPrefix(name, p); ok {
+				name = rest
+			}
+		}
+		if f.Name != "config" && !strings.Contains(string(data), name+":") {
+			t.Errorf("example file lacks %s", f.Name)
+		}
+	})
+}
+
+// FuzzConfigFile: any file content loads or fails with an error, never a panic.
+func FuzzConfigFile(f *testing.F) {
+	f.Add([]byte("brokers: [a:1]\ninput: x\noutput: y\n"))
+	f.Add([]byte("tls:\n  enabled: on\nsasl: {mechanism: plain}\n"))
+	f.Add([]byte("a: &x 1\nb: *x\n"))
+	f.Add([]byte("capacity: 1e400\nfpr: NaN\nwindow: -1h\n"))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := Load([]string{"--config", file}, io.Discard)
+		if err == nil && cfg == nil {
+			t.Fatal("nil config without error")
+		}
+	})
 }

@@ -8,11 +8,22 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
 )
+
+// Extractor builds the key extractor of --key, --normalize, --max-key-bytes
+// and --json-validation.
+func (c *Run) Extractor() (*keys.Extractor, error) {
+	var opts []keys.Option
+	if c.JSONValidation == JSONValidationLazy {
+		opts = append(opts, keys.LazyJSONValidation())
+	}
+	return keys.NewExtractor(c.Key, c.Normalize, c.MaxKeyBytes, opts...)
+}
 
 // TLSConfig builds the client TLS configuration, or nil when TLS is off.
 func (c *Run) TLSConfig() (*tls.Config, error) {

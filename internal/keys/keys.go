@@ -18,6 +18,17 @@
 // on the raw bytes; the document is never decoded into Go values. The url
 // normalization parses the URL with net/url and allocates.
 //
+// JSON values: a string field yields its unescaped text, a number its raw
+// text as written (so 12, 12.0 and 1.2e1 are different keys, and the number
+// 12 equals the string "12"), true/false their text. A null field or an
+// empty string is ReasonEmpty, an absent field ReasonMissing. An object or
+// array is refused (ReasonUnsupportedType) rather than keyed by its raw text:
+// the same object can be written with other spacing or key order, so its raw
+// text is no stable identity, and a path that ends on an object is almost
+// always a mistake in the key spec. Values nesting arrays and objects deeper
+// than 512 levels are malformed_json: the validator is recursive, and such
+// input must not exhaust the stack.
+//
 // A record whose key cannot be extracted yields an *Error whose Reason is
 // one of the Reason* constants; the set is small and fixed so it can be used
 // as a metric label and as the bloomgate-error header value.
@@ -269,6 +280,11 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 				reason = ReasonEmpty
 			}
 		case fromJSON:
+			if len(value) > maxJSONDepth && tooDeep(value) {
+				// gjson validates recursively: a value of millions of '['
+				// would exhaust the goroutine stack, a fatal error.
+				return dst[:start], e.errs[errKey{i, ReasonMalformedJSON}]
+			}
 			if !validated && !e.lazyJSON {
 				if !gjson.ValidBytes(value) {
 					return dst[:start], e.errs[errKey{i, ReasonMalformedJSON}]
@@ -309,6 +325,39 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 		}
 	}
 	return dst, nil
+}
+
+// maxJSONDepth is the deepest nesting of arrays and objects accepted in a
+// JSON value; deeper values are malformed_json.
+const maxJSONDepth = 512
+
+// tooDeep reports whether the JSON text nests arrays and objects deeper than
+// maxJSONDepth. Brackets inside strings do not count.
+func tooDeep(b []byte) bool {
+	depth, inString := 0, false
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if inString {
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+		case '[', '{':
+			if depth++; depth > maxJSONDepth {
+				return true
+			}
+		case ']', '}':
+			depth--
+		}
+	}
+	return false
 }
 
 // jsonField returns the key text of the field at path, or a reason.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -159,6 +160,41 @@ func TestLazyJSONValidation(t *testing.T) {
 		k, err := lazy.Extract(nil, nil, []byte(tc.value), nil)
 		if ReasonOf(err) != tc.lazyReason || string(k) != tc.lazyKey {
 			t.Errorf("lazy %s: %q %v, want %q %q", tc.value, k, err, tc.lazyKey, tc.lazyReason)
+		}
+	}
+}
+
+func TestDeepJSONIsMalformedNotFatal(t *testing.T) {
+	for _, opts := range [][]Option{nil, {LazyJSONValidation()}} {
+		e, err := NewExtractor("json:a", "none", 0, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []string{
+			strings.Repeat("[", 10_000_000),
+			`{"a":"x","b":` + strings.Repeat(`{"c":`, 1_000_000),
+			`{"b":"` + strings.Repeat("[", 100_000) + `","a":"ok"}`, // brackets inside a string
+			strings.Repeat("[", maxJSONDepth) + strings.Repeat("]", maxJSONDepth),
+		} {
+			start := time.Now()
+			k, err := e.Extract(nil, nil, []byte(v), nil)
+			if d := time.Since(start); d > 2*time.Second {
+				t.Errorf("%d-byte value took %v", len(v), d)
+			}
+			switch {
+			case strings.Contains(v, `"ok"`):
+				if string(k) != "ok" {
+					t.Errorf("brackets inside strings counted as nesting: %q, %v", k, err)
+				}
+			case len(v) == 2*maxJSONDepth:
+				if ReasonOf(err) != ReasonMissing {
+					t.Errorf("nesting at the limit: %v, want missing", err)
+				}
+			default:
+				if ReasonOf(err) != ReasonMalformedJSON {
+					t.Errorf("%d-byte deep value: %v, want malformed_json", len(v), err)
+				}
+			}
 		}
 	}
 }

@@ -200,8 +200,13 @@ func (g *Generator) Next() (Event, bool) {
 		ev.Key = []byte(canon)
 		ev.Value = urlValue(spellURL(ev.KeyID, g.rng), ev.KeyID, ts)
 	default:
-		ev.Key = orderID(nil, ev.KeyID)
-		ev.Value = orderValue(ev.KeyID, ts)
+		// One allocation holds key and value: the writer keeps both until
+		// the batch is acknowledged.
+		buf := make([]byte, 0, 256)
+		buf = orderID(buf, ev.KeyID)
+		n := len(buf)
+		buf = appendOrderValue(buf, ev.KeyID, ts)
+		ev.Key, ev.Value = buf[:n:n], buf[n:]
 	}
 	return ev, true
 }
@@ -260,7 +265,8 @@ func addMod(a, b, n uint64) uint64 {
 // orderID appends the order id of key ID id: ORD- and 12 or more digits.
 func orderID(dst []byte, id uint64) []byte {
 	dst = append(dst, "ORD-"...)
-	s := strconv.FormatUint(id, 10)
+	var tmp [20]byte
+	s := strconv.AppendUint(tmp[:0], id, 10)
 	for i := len(s); i < 12; i++ {
 		dst = append(dst, '0')
 	}
@@ -273,11 +279,22 @@ var (
 	channels   = []string{"web", "app", "pos", "partner"}
 )
 
-// orderValue is the ~200-byte JSON order document of key ID id. Everything
-// but ts is a function of id, as in a producer retry.
-func orderValue(id uint64, ts time.Time) []byte {
-	r := rand.New(rand.NewPCG(id, 0x6f72646572)) //nolint:gosec // synthetic data
-	b := make([]byte, 0, 224)
+// idRand draws the fields of an event from its key ID, so that every
+// occurrence of a key carries the same fields.
+type idRand struct{ pcg rand.PCG }
+
+func newIDRand(id uint64) *idRand {
+	r := &idRand{}
+	r.pcg.Seed(id, 0x6f72646572)
+	return r
+}
+
+func (r *idRand) IntN(n int) int { return int(r.pcg.Uint64() % uint64(n)) }
+
+// appendOrderValue appends the ~200-byte JSON order document of key ID id.
+// Everything but ts is a function of id, as in a producer retry.
+func appendOrderValue(b []byte, id uint64, ts time.Time) []byte {
+	r := newIDRand(id)
 	b = append(b, `{"order_id":"`...)
 	b = orderID(b, id)
 	b = append(b, `","amount":`...)

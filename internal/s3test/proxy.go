@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Fault says what the proxy does with one request.
@@ -24,6 +25,10 @@ type Fault struct {
 	// only the first TruncateBody bytes of the body, then drops the
 	// connection.
 	TruncateBody int64
+	// Stall, with TruncateBody, holds the connection open without sending
+	// anything for this long (or until the client gives up) before dropping
+	// it: a server that hangs mid-body.
+	Stall time.Duration
 }
 
 // FaultProxy is a reverse proxy on 127.0.0.1 in front of an S3 endpoint that
@@ -69,7 +74,9 @@ func NewFaultProxy(t testing.TB, endpoint string) *FaultProxy {
 			writeS3Error(w, f.Status)
 		case f.TruncateBody > 0:
 			p.faults.Add(1)
-			rp.ServeHTTP(&truncatingWriter{ResponseWriter: w, left: f.TruncateBody}, r)
+			// The proxy aborts the connection itself when the body copy
+			// fails (it panics with http.ErrAbortHandler); just in case:
+			rp.ServeHTTP(&truncatingWriter{ResponseWriter: w, left: f.TruncateBody, stall: f.Stall, done: r.Context().Done()}, r)
 			panic(http.ErrAbortHandler) // drop the connection mid-body
 		default:
 			rp.ServeHTTP(w, r)
@@ -104,7 +111,9 @@ func writeS3Error(w http.ResponseWriter, status int) {
 
 type truncatingWriter struct {
 	http.ResponseWriter
-	left int64
+	left  int64
+	stall time.Duration
+	done  <-chan struct{}
 }
 
 func (t *truncatingWriter) Write(p []byte) (int, error) {
@@ -119,6 +128,12 @@ func (t *truncatingWriter) Write(p []byte) (int, error) {
 	if err == nil && t.left <= 0 {
 		if f, ok := t.ResponseWriter.(http.Flusher); ok {
 			f.Flush()
+		}
+		if t.stall > 0 {
+			select {
+			case <-time.After(t.stall):
+			case <-t.done:
+			}
 		}
 		return n, io.ErrClosedPipe
 	}
