@@ -69,7 +69,12 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
 	}
 	defer w.removePartition(a.ID, gen)
-	defer pp.pm.lag.Set(0)
+	// A moved partition's gauges belong to its new owner: summing filter
+	// bytes or lag over workers must not count it twice.
+	defer func() {
+		pp.pm.lag.Set(0)
+		pp.pm.setFilter(FilterStats{})
+	}()
 	backoff := 200 * time.Millisecond
 	for {
 		began := time.Now()
