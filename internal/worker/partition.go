@@ -79,7 +79,11 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 	for {
 		began := time.Now()
 		err := pp.session(ctx)
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			pp.log.Info("partition revoked during recovery", "err", err)
 			return
 		}
 		if errors.Is(err, errFatal) {
@@ -189,6 +193,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.rateAt = pp.lastCheckpoint
 
 	// Replay [c, resume) before declaring the partition running.
+	pp.setState("replaying")
 	replayed := int64(0)
 	for pp.next < pp.resume {
 		batch, err := pp.nextBatch(ctx, scanIdle)
