@@ -12,6 +12,10 @@ import (
 	"github.com/bloomgate/bloomgate/internal/bloom"
 )
 
+// BaselineBytes is the memory of a worker besides its filters: Go runtime,
+// fetch and produce buffers, checkpoint upload parts.
+const BaselineBytes = 128 << 20
+
 // Sizing is the planned filter memory of one partition.
 type Sizing struct {
 	Config bloom.Config
