@@ -27,6 +27,7 @@ var files embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 2, 64) + " %" },
+	"fpr":     func(f float64) string { return strconv.FormatFloat(100*f, 'g', 3, 64) + " %" },
 	"width":   func(f float64) string { return strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64) + "%" },
 	"rate":    func(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) },
 	"count":   count,
