@@ -273,6 +273,7 @@ func k8sDocs(t *testing.T) (kustomization map[string]any, byKind map[string]map[
 	want := map[string]string{
 		"ServiceAccount": "v1", "Deployment": "apps/v1", "Service": "v1",
 		"PodDisruptionBudget": "policy/v1", "ServiceMonitor": "monitoring.coreos.com/v1",
+		"PrometheusRule": "monitoring.coreos.com/v1",
 	}
 	for _, r := range list(kustomization, "resources") {
 		for _, d := range yamlDocs(t, filepath.Join(dir, r.(string))) {
