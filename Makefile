@@ -11,7 +11,18 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 LDFLAGS  := -s -w -X github.com/bloomgate/bloomgate/internal/buildinfo.Version=$(VERSION)
 TEST_TIMEOUT ?= 40m
 
-.PHONY: build run test test-short deps bench lint fmt clean
+FUZZTIME ?= 5s
+# package:FuzzTarget pairs run for $(FUZZTIME) each by `make fuzz` (part of `make test`).
+FUZZ_TARGETS := \
+	./internal/bloom:FuzzDecodeGeneration \
+	./internal/checkpoint:FuzzDecodeManifest \
+	./internal/config:FuzzConfigFile \
+	./internal/keys:FuzzExtract \
+	./internal/keys:FuzzExtractJSON \
+	./internal/keys:FuzzNormalizeURL \
+	./internal/keys:FuzzRemoveDotSegments
+
+.PHONY: build run test test-short deps bench lint fmt fuzz image clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bloomgate
@@ -27,6 +38,16 @@ test:
 	@vgw=$$(.ci/deps.sh | tail -n 1) && \
 	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 \
 	  $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@$(MAKE) --no-print-directory fuzz
+
+# A short run of every fuzz target; a crasher is written to the package's
+# testdata/fuzz and becomes a regression case of the normal test run.
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 # Without installing anything: tests that need kcat or versitygw skip with the reason.
 test-short:
@@ -45,3 +66,7 @@ fmt:
 
 clean:
 	rm -rf bin .bloomgate
+
+# Container image (needs a Docker engine).
+image:
+	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t bloomgate:$(VERSION) .

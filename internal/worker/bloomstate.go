@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
@@ -13,16 +15,58 @@ import (
 
 // BloomState is the production StateStore: bloom shards, checkpointed as
 // generation objects plus manifests in a checkpoint.Store.
+//
+// It keeps the filter of a partition whose last checkpoint this process
+// wrote: kafka-go rebalances eagerly, so every rebalance revokes every
+// partition, and a partition that comes back to this worker is then resumed
+// from memory instead of downloading and decoding its checkpoint again —
+// but only if the store's newest manifest is the one this process committed
+// last and the filter did not change since (see Restore).
 type BloomState struct {
 	store *checkpoint.Store
 	group string
 	// MaxGenerationBytes caps one decoded generation (≤ 0: bloom's limit).
 	MaxGenerationBytes int64
+
+	mu    sync.Mutex
+	kept  map[topicPartition]keptFilter
+	reuse atomic.Int64 // restores served from memory (tests)
+}
+
+// keptFilter is a filter whose state equals manifest seq.
+type keptFilter struct {
+	seq     uint64
+	filter  *bloomFilter
+	inserts uint64 // filter.inserts when seq was written
 }
 
 // NewBloomState checkpoints the partitions of group in store.
 func NewBloomState(store *checkpoint.Store, group string) *BloomState {
-	return &BloomState{store: store, group: group}
+	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}}
+}
+
+// Retain drops kept filters of partitions not in the new assignment; the
+// worker calls it at the start of each generation.
+func (s *BloomState) Retain(topic string, partitions []int) {
+	keep := map[int]bool{}
+	for _, p := range partitions {
+		keep[p] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tp := range s.kept {
+		if tp.topic != topic || !keep[tp.partition] {
+			delete(s.kept, tp)
+		}
+	}
+}
+
+func (s *BloomState) take(tp topicPartition) (keptFilter, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.kept[tp]
+	delete(s.kept, tp)
+	return k, ok
 }
 
 func bloomConfig(p FilterParams) bloom.Config {
@@ -40,12 +84,16 @@ func (s *BloomState) NewFilter(p FilterParams) (Filter, error) {
 
 // Partition returns a checkpoint handle of one input partition.
 func (s *BloomState) Partition(topic string, partition int) PartitionStore {
-	return &bloomPartition{s: s, p: s.store.Partition(s.group, topic, partition)}
+	return &bloomPartition{s: s, tp: topicPartition{topic, partition}, p: s.store.Partition(s.group, topic, partition)}
 }
 
-type bloomFilter struct{ s *bloom.Shard }
+type bloomFilter struct {
+	s       *bloom.Shard
+	inserts uint64 // TestAndAdd calls, to tell whether the filter changed
+}
 
 func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
+	f.inserts++
 	return f.s.TestAndAdd(bloom.HashKey(key), ts)
 }
 
@@ -59,15 +107,22 @@ func (f *bloomFilter) Stats() FilterStats {
 	return fs
 }
 
-func (f *bloomFilter) Snapshot() Snapshot { return &bloomSnapshot{f.s.Snapshot()} }
+func (f *bloomFilter) Snapshot() Snapshot {
+	return &bloomSnapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts}
+}
 
-type bloomSnapshot struct{ sn *bloom.Snapshot }
+type bloomSnapshot struct {
+	sn      *bloom.Snapshot
+	from    *bloomFilter
+	inserts uint64
+}
 
 func (b *bloomSnapshot) Release() { b.sn.Release() }
 
 type bloomPartition struct {
-	s *BloomState
-	p *checkpoint.Partition
+	s  *BloomState
+	tp topicPartition
+	p  *checkpoint.Partition
 }
 
 // storeErr maps checkpoint sentinels to the worker's.
@@ -87,7 +142,16 @@ func storeErr(err error) error {
 
 func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Restored, error) {
 	var shard *bloom.Shard
+	var reused *bloomFilter
+	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+		// The newest manifest is the last one this process wrote, and the
+		// filter is unchanged since: it is that manifest's state.
+		if haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
+			kept.filter.s.Config() == bloomConfig(params) {
+			reused = kept.filter
+			return nil
+		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
 		for _, ref := range m.Generations {
 			rc, err := open(ctx, ref)
@@ -114,6 +178,10 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	if err != nil {
 		return nil, storeErr(err)
 	}
+	if reused != nil {
+		b.s.reuse.Add(1)
+		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
+	}
 	return &Restored{Filter: &bloomFilter{s: shard}, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 }
 
@@ -134,12 +202,18 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 			Stacks: g.Stats.Stacks, Source: g,
 		})
 	}
-	_, err := b.p.Commit(ctx, checkpoint.Checkpoint{
+	m, err := b.p.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
 		Generations:   gens,
 		Owner:         cp.Owner,
 	})
-	return storeErr(err)
+	if err != nil {
+		return storeErr(err)
+	}
+	b.s.mu.Lock()
+	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
+	b.s.mu.Unlock()
+	return nil
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -119,5 +120,98 @@ func TestRealStateWindow(t *testing.T) {
 	rw.stop(t)
 	if got := values(readTopic(t, brokers, tOut, 1)[0]); got != "a c d" {
 		t.Errorf("forwarded %q, want %q", got, "a c d")
+	}
+}
+
+// TestRealStateReuseOnRebalance: a partition that stays with a worker across
+// a rebalance resumes from memory, not from the store; dedup stays exact.
+func TestRealStateReuseOnRebalance(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 4)
+	dir := t.TempDir()
+	evs := genEvents(3000, 4, 0.3, 52, base)
+	ex := realExtractor(t)
+	stA := realState(t, dir)
+	cfg := realConfig(brokers)
+	cfg.Owner = "a"
+	a := startWorkerWith(t, cfg, stA, ex, nil)
+	produce(t, brokers, evs[:1500])
+	waitFor(t, 60*time.Second, "a consumed the first part", func() bool { return a.consumed() == 1500 })
+	cfg.Owner = "b"
+	b := startWorkerWith(t, cfg, realState(t, dir), ex, nil)
+	waitFor(t, 60*time.Second, "partitions split", func() bool {
+		sa, sb := a.w.Status(), b.w.Status()
+		return sa.Ready && sb.Ready && len(sa.Assigned) == 2 && len(sb.Assigned) == 2
+	})
+	if n := stA.reuse.Load(); n != 2 {
+		t.Errorf("a resumed %d partitions from memory, want 2", n)
+	}
+	produce(t, brokers, evs[1500:])
+	waitFor(t, 60*time.Second, "everything consumed", func() bool {
+		return a.metricSum(t, "bloomgate_records_consumed_total")+b.metricSum(t, "bloomgate_records_consumed_total") == 3000
+	})
+	a.stop(t)
+	b.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 4), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 4), wantDup)
+}
+
+// TestBloomStateReuseRules: a kept filter is reused only when the newest
+// manifest is the one this process wrote last and the filter is unchanged.
+func TestBloomStateReuseRules(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st := realState(t, dir)
+	params := FilterParams{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01}
+	commit := func(h PartitionStore, f Filter, off int64) {
+		t.Helper()
+		if err := h.Commit(ctx, Checkpoint{InputOffset: off, Params: params, Snapshot: f.Snapshot(), Owner: "t"}); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	}
+	restore := func(s *BloomState) (PartitionStore, *Restored) {
+		t.Helper()
+		h := s.Partition("in", 0)
+		r, err := h.Restore(ctx, params)
+		if err != nil {
+			t.Fatalf("restore: %v", err)
+		}
+		if err := h.Claim(ctx, "t"); err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		return h, r
+	}
+
+	h := st.Partition("in", 0)
+	if _, err := h.Restore(ctx, params); !errors.Is(err, ErrNoCheckpoint) {
+		t.Fatalf("first restore = %v, want ErrNoCheckpoint", err)
+	}
+	if err := h.Claim(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := st.NewFilter(params)
+	f.TestAndAdd([]byte("a"), base)
+	commit(h, f, 1)
+
+	h, r := restore(st)
+	if r.Filter != f || st.reuse.Load() != 1 {
+		t.Fatalf("unchanged filter not reused (reuse=%d)", st.reuse.Load())
+	}
+	commit(h, f, 1)
+	f.TestAndAdd([]byte("b"), base) // changed after its checkpoint
+	h, r = restore(st)
+	if r.Filter == f || st.reuse.Load() != 1 {
+		t.Fatalf("changed filter reused")
+	}
+	if !r.Filter.TestAndAdd([]byte("a"), base) || r.Filter.TestAndAdd([]byte("b"), base) {
+		t.Fatalf("restored filter does not hold the checkpointed state")
+	}
+
+	commit(h, r.Filter, 2)
+	restore(realState(t, dir)) // another owner claims in between
+	_, r2 := restore(st)
+	if r2.Filter == r.Filter || st.reuse.Load() != 1 {
+		t.Fatalf("filter reused although another owner claimed the partition since")
 	}
 }

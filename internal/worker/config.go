@@ -75,13 +75,17 @@ type Config struct {
 	// otherwise replay more than the bound). Default 10 × CheckpointInterval;
 	// negative: no bound.
 	MaxCheckpointStaleness time.Duration
-	CheckpointTimeout      time.Duration // one upload; default CheckpointInterval
+	CheckpointTimeout      time.Duration // one upload; default max(CheckpointInterval, 2m)
 	OnRestoreFailure       RestorePolicy // default fail
 	// MaxReplay bounds the records replayed when no checkpoint covers the
 	// committed offset (0: replay the whole retained partition, exact).
 	MaxReplay int64
 
-	BatchSize       int           // records per read/write batch; default 5000
+	BatchSize int // records per read/write batch; default 5000
+	// MaxBatchBytes bounds one produce batch per partition; it must not
+	// exceed the output topics' max.message.bytes (Kafka's default 1 MiB,
+	// also the default here). A single record larger than it stops Run.
+	MaxBatchBytes   int64
 	BatchTimeout    time.Duration // how long a batch waits to fill; default 5ms
 	CommitInterval  time.Duration // default 1s
 	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default 30s
@@ -124,7 +128,12 @@ func (c *Config) applyDefaults() {
 		c.MaxCheckpointStaleness = 10 * c.CheckpointInterval
 	}
 	if c.CheckpointTimeout == 0 {
-		c.CheckpointTimeout = c.CheckpointInterval
+		// Uploads of large generations take a while; a short interval must
+		// not make them fail.
+		c.CheckpointTimeout = max(c.CheckpointInterval, 2*time.Minute)
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 1 << 20
 	}
 	if c.OnRestoreFailure == "" {
 		c.OnRestoreFailure = RestoreFail
@@ -244,6 +253,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize < 0 || c.BatchSize > 1_000_000 {
 		bad("batch-size: %d is outside 1..1000000", c.BatchSize)
+	}
+	if c.MaxBatchBytes < 0 {
+		bad("max-batch-bytes: %d is negative", c.MaxBatchBytes)
 	}
 	if c.MaxReplay < 0 {
 		bad("max-replay: %d is negative", c.MaxReplay)

@@ -90,3 +90,43 @@ func TestRestoreFailurePolicy(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestLargeBatchesSplit: batches larger than a produce request may carry are
+// split by the writer; a single record above the limit stops Run with an
+// error naming the setting instead of retrying forever.
+func TestLargeBatchesSplit(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	big := strings.Repeat("x", 20_000)
+	evs := make([]event, 300) // ~6 MB in one batch
+	for i := range evs {
+		evs[i] = event{key: []byte("k" + strconv.Itoa(i%200)), value: big, ts: base.Add(time.Duration(i) * time.Millisecond)}
+	}
+	produce(t, brokers, evs)
+	cfg := testConfig(brokers)
+	cfg.BatchSize = 1000
+	cfg.BatchTimeout = 200 * time.Millisecond
+	rw := startWorker(t, cfg, newMemStore(), nil)
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
+	if f := rw.metricSum(t, "bloomgate_output_write_failures_total"); f != 0 {
+		t.Errorf("%v write failures", f)
+	}
+	rw.stop(t)
+
+	// A fresh cluster: on the old one the output already holds every record,
+	// so recovery would skip them all.
+	brokers = newCluster(t, 1)
+	produce(t, brokers, evs[:10])
+	cfg.Brokers = brokers
+	cfg.MaxBatchBytes = 10_000
+	rw2 := startWorker(t, cfg, newMemStore(), nil)
+	select {
+	case err := <-rw2.done:
+		rw2.done <- nil
+		if err == nil || !strings.Contains(err.Error(), "max-batch-bytes") {
+			t.Fatalf("Run = %v, want an error naming max-batch-bytes", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("worker kept retrying a record larger than max-batch-bytes")
+	}
+}

@@ -40,9 +40,11 @@ func newOutput(cfg Config) *output {
 		// One attempt: a retry of a write that did land would duplicate
 		// records. On failure the partition re-runs exact recovery, which
 		// scans the output to learn what landed.
-		MaxAttempts:  1,
-		BatchSize:    cfg.BatchSize,
-		BatchBytes:   64 << 20,
+		MaxAttempts: 1,
+		BatchSize:   cfg.BatchSize,
+		// Must not exceed the brokers' message.max.bytes: a larger produce
+		// batch is refused whole (MESSAGE_TOO_LARGE).
+		BatchBytes:   cfg.MaxBatchBytes,
 		BatchTimeout: cfg.BatchTimeout,
 		WriteTimeout: cfg.WriteTimeout,
 		ReadTimeout:  cfg.WriteTimeout,

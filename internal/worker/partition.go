@@ -69,12 +69,21 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
 	}
 	defer w.removePartition(a.ID, gen)
-	defer pp.pm.lag.Set(0)
+	// A moved partition's gauges belong to its new owner: summing filter
+	// bytes or lag over workers must not count it twice.
+	defer func() {
+		pp.pm.lag.Set(0)
+		pp.pm.setFilter(FilterStats{})
+	}()
 	backoff := 200 * time.Millisecond
 	for {
 		began := time.Now()
 		err := pp.session(ctx)
-		if err == nil || ctx.Err() != nil {
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			pp.log.Info("partition revoked during recovery", "err", err)
 			return
 		}
 		if errors.Is(err, errFatal) {
@@ -184,6 +193,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.rateAt = pp.lastCheckpoint
 
 	// Replay [c, resume) before declaring the partition running.
+	pp.setState("replaying")
 	replayed := int64(0)
 	for pp.next < pp.resume {
 		batch, err := pp.nextBatch(ctx, scanIdle)
@@ -438,6 +448,13 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		cancel()
 		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
 			err = errors.New("acknowledgement lost (test)")
+		}
+		var tooLarge kafka.MessageTooLargeError
+		if errors.As(err, &tooLarge) {
+			// Nothing was written; retrying cannot help.
+			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds max-batch-bytes %d; raise it (and the topic's max.message.bytes)",
+				errFatal, w.cfg.Input, pp.p, headerValue(tooLarge.Message.Headers, HeaderSrcOffset),
+				len(tooLarge.Message.Key)+len(tooLarge.Message.Value), w.cfg.MaxBatchBytes)
 		}
 		if err != nil {
 			pp.pm.writeFailures.Inc()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -173,3 +174,91 @@ func values(msgs []kafka.Message) string {
 
 var _ = errors.Is
 var _ = context.Background
+
+// slowExtractor makes replays long enough to rebalance in the middle.
+type slowExtractor struct {
+	keyExtractor
+	slow *atomic.Bool
+}
+
+func (s slowExtractor) Extract(dst []byte, key, value []byte, hs []kafka.Header) ([]byte, error) {
+	if s.slow.Load() {
+		time.Sleep(100 * time.Microsecond)
+	}
+	return s.keyExtractor.Extract(dst, key, value, hs)
+}
+
+// TestRebalanceDuringReplay: a partition revoked while it replays neither
+// commits nor checkpoints; whoever gets it next recovers exactly.
+func TestRebalanceDuringReplay(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	evs := genEvents(4000, 2, 0.3, 71, base)
+	produce(t, brokers, evs[:3000])
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = time.Hour // nothing checkpointed: the successor replays everything committed
+	cfg.CommitInterval = 20 * time.Millisecond
+	cfg.Owner = "first"
+	crash := make(chan struct{})
+	var once sync.Once
+	first := startWorker(t, cfg, store, func(w *Worker) {
+		w.afterWrite = func(p int, next int64) {
+			if ps := w.Status().Partitions; len(ps) == 2 && ps[0].NextOffset+ps[1].NextOffset == 3000 {
+				once.Do(func() { w.halted.Store(true); close(crash) })
+			}
+		}
+	})
+	go func() { <-crash; first.cancel() }()
+	waitFor(t, 60*time.Second, "first worker crashed after everything", func() bool {
+		select {
+		case <-crash:
+			return true
+		default:
+			return false
+		}
+	})
+	<-first.done
+	first.done <- nil
+	time.Sleep(200 * time.Millisecond) // let the last commits land
+
+	var slow atomic.Bool
+	slow.Store(true)
+	cfg.Owner = "replayer"
+	a := startWorkerWith(t, cfg, store, slowExtractor{slow: &slow}, nil)
+	waitFor(t, 60*time.Second, "replay under way", func() bool {
+		for _, p := range a.w.Status().Partitions {
+			if p.State == "replaying" {
+				return true
+			}
+		}
+		return false
+	})
+	cfg.Owner = "joiner"
+	b := startWorkerWith(t, cfg, store, slowExtractor{slow: &slow}, nil)
+	waitFor(t, 60*time.Second, "partitions split", func() bool {
+		return len(a.w.Status().Assigned) == 1 && len(b.w.Status().Assigned) == 1
+	})
+	slow.Store(false)
+	produce(t, brokers, evs[3000:])
+	per := map[int]int64{}
+	for _, e := range evs {
+		per[e.partition]++
+	}
+	waitFor(t, 60*time.Second, "everything processed", func() bool {
+		done := 0
+		for _, rw := range []*runningWorker{a, b} {
+			for _, p := range rw.w.Status().Partitions {
+				if p.State == "running" && p.NextOffset == per[p.Partition] {
+					done++
+				}
+			}
+		}
+		return done == 2
+	})
+	a.stop(t)
+	b.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
+}

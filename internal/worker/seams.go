@@ -60,6 +60,13 @@ type StateStore interface {
 	Partition(topic string, partition int) PartitionStore
 }
 
+// Retainer is optionally implemented by a StateStore that keeps filters of
+// revoked partitions in memory; the worker calls Retain with the new
+// assignment at the start of every generation.
+type Retainer interface {
+	Retain(topic string, partitions []int)
+}
+
 // PartitionStore is one partition's checkpoint history.
 type PartitionStore interface {
 	// Restore loads the newest usable checkpoint. It returns an error

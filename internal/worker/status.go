@@ -27,7 +27,7 @@ type PartitionStatus struct {
 	Topic      string `json:"topic"`
 	Partition  int    `json:"partition"`
 	Generation int32  `json:"generation"`
-	// State: restoring, recovering, running, stopping.
+	// State: restoring, recovering (output scan), replaying, running, stopping.
 	State string `json:"state"`
 	// NextOffset is the next input offset to process (all before it written
 	// and acknowledged).

@@ -250,6 +250,9 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 	w.status.Assigned = ids
 	w.mu.Unlock()
 
+	if r, ok := w.deps.State.(Retainer); ok {
+		r.Retain(w.cfg.Input, ids)
+	}
 	gen.Start(func(genCtx context.Context) {
 		gctx, gcancel := context.WithCancelCause(genCtx)
 		defer gcancel(nil)
