@@ -26,6 +26,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
+	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -220,7 +221,10 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		if note != "" {
 			fmt.Fprintln(stderr, note)
 		}
-		srv := &http.Server{Handler: w.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		mux := http.NewServeMux()
+		mux.Handle("/", w.Handler(reg))                      // /metrics, /healthz, /readyz, /status.json
+		mux.Handle("GET /{$}", statuspage.Handler(w.Status)) // the HTML status page
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer shutdownHTTP(srv)
 	}
@@ -231,7 +235,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "  worker       group %s, key json:order_id, capacity %d keys, fpr %g, window %s\n", devGroup, cfg.Capacity, cfg.FPR, cfg.Window)
 	fmt.Fprintf(stderr, "  checkpoints  %s (every %s and at shutdown)\n", cpURL, cfg.CheckpointInterval)
 	if metricsAddr != "" {
-		fmt.Fprintf(stderr, "  metrics      http://%s/metrics  (also /status.json, /readyz)\n", metricsAddr)
+		fmt.Fprintf(stderr, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", metricsAddr)
 	}
 	fmt.Fprintf(stderr, "  producer     %d order events, %.0f%% duplicates, rate %s\n\n", o.events, 100*o.duplicates, rateText(o.rate))
 
@@ -323,7 +327,7 @@ loop:
 		fmt.Fprintf(stdout, "  kcat -b %s -C -t %s -e -f '%%p %%o %%k %%h %%s\\n' | head\n", b.Addr(), devOutput)
 		fmt.Fprintf(stdout, "  bloomgate loadgen --brokers %s --topic %s --count 100000\n", b.Addr(), devInput)
 		if metricsAddr != "" {
-			fmt.Fprintf(stdout, "  curl -s http://%s/status.json\n", metricsAddr)
+			fmt.Fprintf(stdout, "  open http://%s/ (status page), curl -s http://%s/metrics\n", metricsAddr, metricsAddr)
 		}
 		select {
 		case <-ctx.Done():

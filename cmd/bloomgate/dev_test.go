@@ -25,9 +25,7 @@ func summaryNumber(t *testing.T, out, label string) int64 {
 	return n
 }
 
-// Known bug being fixed in internal/worker: with the default batch size the
-// output writer exceeds the broker's message size; the tests use 2000.
-var devTestArgs = []string{"dev", "--events", "20000", "--batch-size", "2000", "--metrics-addr", "127.0.0.1:0"}
+var devTestArgs = []string{"dev", "--events", "20000", "--metrics-addr", "127.0.0.1:0"}
 
 func TestDevDemoTwice(t *testing.T) {
 	if testing.Short() {
@@ -110,7 +108,7 @@ func TestDevMetricsPortBusy(t *testing.T) {
 	}
 	defer ln.Close()
 	busy := ln.Addr().String()
-	code, stdout, stderr := runInProcess("dev", "--events", "2000", "--batch-size", "2000",
+	code, stdout, stderr := runInProcess("dev", "--events", "2000",
 		"--metrics-addr", busy, "--checkpoint-url", "file://"+filepath.Join(t.TempDir(), "cp"))
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)

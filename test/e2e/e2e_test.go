@@ -284,7 +284,7 @@ func waitConsumed(t *testing.T, worker *proc, addr string, n int) {
 
 var (
 	reBroker  = regexp.MustCompile(`broker listening on (\S+)`)
-	reMetrics = regexp.MustCompile(`serving /metrics.*addr=(\S+)`)
+	reMetrics = regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`)
 )
 
 func startWorker(t *testing.T, brokers, cpDir string) (*proc, string) {
@@ -295,8 +295,6 @@ func startWorker(t *testing.T, brokers, cpDir string) (*proc, string) {
 		"--key", "json:order_id", "--capacity", "100000",
 		"--checkpoint-url", "file://"+cpDir, "--checkpoint-interval", "2s",
 		"--metrics-addr", "127.0.0.1:0", "--shutdown-timeout", "20s",
-		// Known worker bug (message size with large batches) is being fixed.
-		"--batch-size", "2000",
 	)
 	return w, w.waitFor(t, reMetrics, 30*time.Second)
 }
