@@ -246,8 +246,15 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 
 	// 3. Producer, once the worker has joined (so the throughput shown is
 	// the worker's, not a backlog drained later).
-	if err := waitReady(ctx, w, werr, 60*time.Second); err != nil {
+	if exited, err := waitReady(ctx, w, werr, 60*time.Second); err != nil {
 		stopWorker()
+		if ctx.Err() != nil {
+			if !exited {
+				<-werr
+			}
+			fmt.Fprintln(stderr, "interrupted before the worker was ready; stopped")
+			return nil
+		}
 		return err
 	}
 	var produced atomic.Int64
@@ -265,8 +272,10 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		err error
 	}
 	lgDone := make(chan lgResult, 1)
+	lgCtx, stopProducer := context.WithCancel(ctx)
+	defer stopProducer()
 	go func() {
-		st, err := loadgen.Run(ctx, lgCfg)
+		st, err := loadgen.Run(lgCtx, lgCfg)
 		produced.Store(st.Events)
 		lgDone <- lgResult{st, err}
 	}()
@@ -357,7 +366,8 @@ loop:
 		workerErr = <-werr
 	}
 	if lg == nil {
-		r := <-lgDone // ctx is cancelled or the worker stopped: returns soon
+		stopProducer()
+		r := <-lgDone // returns soon once cancelled
 		lg = &r
 	}
 	final := gatherCounts(reg)
@@ -379,25 +389,25 @@ loop:
 
 // waitReady waits until the worker has joined the group and restored every
 // assigned partition.
-func waitReady(ctx context.Context, w workerStatus, werr <-chan error, limit time.Duration) error {
+func waitReady(ctx context.Context, w workerStatus, werr <-chan error, limit time.Duration) (exited bool, err error) {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if s := w.Status(); s.Ready && len(s.Assigned) > 0 {
-			return nil
+			return false, nil
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case err := <-werr:
 			if err == nil {
 				err = errors.New("stopped before it was ready")
 			}
-			return fmt.Errorf("worker: %w", err)
+			return true, fmt.Errorf("worker: %w", err)
 		case <-deadline.C:
-			return fmt.Errorf("worker not ready after %s (joining the group, restoring partitions)", limit)
+			return false, fmt.Errorf("worker not ready after %s (joining the group, restoring partitions)", limit)
 		case <-t.C:
 		}
 	}
