@@ -510,7 +510,9 @@ func writeDevSummary(w io.Writer, s devSummary) {
 	}
 	row("conservation", "%s (consumed = forwarded + duplicates + dead-lettered + dropped)",
 		okText(c.consumed == c.forwarded+c.duplicates+c.deadLettered+c.dropped))
-	if s.lg.Unique > 0 {
+	if !s.drained || float64(s.lg.Events) != c.consumed {
+		row("false positives", "not measured: not every produced event was consumed")
+	} else if s.lg.Unique > 0 {
 		if fp >= 0 {
 			row("false positives", "%.0f = unique order_ids - forwarded, %.4f%% of unique keys (filter target %g%%)",
 				fp, 100*fp/float64(s.lg.Unique), 100*config.Default().FPR)
