@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // summaryNumber returns the first integer after label in the summary.
@@ -133,5 +136,36 @@ func TestDevUsage(t *testing.T) {
 		if code, _, stderr := runInProcess(args...); code != exitUsage {
 			t.Errorf("%v: exit %d, want %d (%q)", args, code, exitUsage, stderr)
 		}
+	}
+}
+
+func TestDevInterrupted(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb bytes.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--events", "5000000", "--rate", "20000", "--metrics-addr", "",
+			"--checkpoint-url", "file://" + t.TempDir()}, &out, &errb)
+	}()
+	time.Sleep(3 * time.Second)
+	cancel()
+	select {
+	case code := <-done:
+		if code != exitOK {
+			t.Fatalf("exit %d after interrupt\n%s\n%s", code, out.String(), errb.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("no exit within 60s of the interrupt")
+	}
+	s := out.String()
+	if !strings.Contains(s, "Summary (interrupted: counts so far)") || !strings.Contains(s, "not measured") {
+		t.Errorf("summary after interrupt:\n%s", s)
+	}
+	if consumed := summaryNumber(t, s, "consumed"); consumed == 0 {
+		t.Errorf("nothing consumed in 3s:\n%s", s)
 	}
 }
