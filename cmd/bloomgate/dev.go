@@ -428,8 +428,20 @@ func devCheckpointURL(raw, runID string) (string, error) {
 		return "", fmt.Errorf("%q: use file:///dir, s3://bucket/prefix or mem://name", raw)
 	}
 	if u.Scheme == "file" {
-		if err := os.MkdirAll(filepath.Join(u.Path, runID), 0o755); err != nil {
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
 			return "", err
+		}
+		// Two runs started within the same second get distinct directories.
+		base := runID
+		for i := 2; ; i++ {
+			err := os.Mkdir(filepath.Join(u.Path, runID), 0o755)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, os.ErrExist) || i > 100 {
+				return "", err
+			}
+			runID = fmt.Sprintf("%s-%d", base, i)
 		}
 	}
 	u.Path = path.Join("/", u.Path, runID)

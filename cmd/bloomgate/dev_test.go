@@ -169,3 +169,24 @@ func TestDevInterrupted(t *testing.T) {
 		t.Errorf("nothing consumed in 3s:\n%s", s)
 	}
 }
+
+func TestDevCheckpointURL(t *testing.T) {
+	dir := t.TempDir()
+	a, err := devCheckpointURL("file://"+dir, "run-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := devCheckpointURL("file://"+dir, "run-x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != "file://"+dir+"/run-x" || b != "file://"+dir+"/run-x-2" {
+		t.Errorf("got %s and %s, want run-x and run-x-2 below %s", a, b, dir)
+	}
+	if u, err := devCheckpointURL("s3://bucket/pre?region=eu-west-1", "run-y"); err != nil || u != "s3://bucket/pre/run-y?region=eu-west-1" {
+		t.Errorf("s3: %q, %v", u, err)
+	}
+	if _, err := devCheckpointURL("ftp://x", "run-z"); err == nil {
+		t.Error("ftp accepted")
+	}
+}
