@@ -175,7 +175,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer pp.reader.Close()
+	defer closeReader(pp.reader)
 	rctx, stopReading := context.WithCancel(ctx)
 	pp.msgs = make(chan kafka.Message, w.cfg.BatchSize)
 	pumpDone := make(chan error, 1)
@@ -196,7 +196,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.setState("replaying")
 	replayed := int64(0)
 	for pp.next < pp.resume {
-		batch, err := pp.nextBatch(ctx, scanIdle)
+		batch, err := pp.nextBatch(ctx, replayIdle)
 		if err != nil || ctx.Err() != nil {
 			return pp.finish(ctx)
 		}
