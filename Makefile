@@ -22,7 +22,7 @@ FUZZ_TARGETS := \
 	./internal/keys:FuzzNormalizeURL \
 	./internal/keys:FuzzRemoveDotSegments
 
-.PHONY: build run test test-short deps bench lint fmt fuzz clean
+.PHONY: build run test test-short deps bench lint fmt fuzz image clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bloomgate
@@ -66,3 +66,7 @@ fmt:
 
 clean:
 	rm -rf bin .bloomgate
+
+# Container image (needs a Docker engine).
+image:
+	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t bloomgate:$(VERSION) .

@@ -17,6 +17,14 @@ if ! command -v kcat >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq kcat >&2
 fi
 
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "deps: installing chromium (Debian package; status page test)" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium >&2
+fi
+
 if [ ! -x "$vgw_dir/versitygw" ]; then
   echo "deps: building versitygw $VERSITYGW_VERSION (about 2-3 minutes, cached in $vgw_dir)" >&2
   mkdir -p "$vgw_dir"

@@ -16,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -36,7 +37,10 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	defer store.Close()
 
 	if cfg.MetricsAddr != "" {
-		srv, err := serveHTTP(cfg.MetricsAddr, w.Handler(reg), logger)
+		mux := http.NewServeMux()
+		mux.Handle("/", w.Handler(reg))                      // /metrics, /healthz, /readyz, /status.json
+		mux.Handle("GET /{$}", statuspage.Handler(w.Status)) // the HTML status page
+		srv, err := serveHTTP(cfg.MetricsAddr, mux, logger)
 		if err != nil {
 			return err
 		}
@@ -70,7 +74,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		Compression: "none",
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening checkpoint store %s: %w", cfg.CheckpointURL, err)
+		return nil, nil, fmt.Errorf("opening checkpoint store %s: %w", checkpoint.RedactURL(cfg.CheckpointURL), err)
 	}
 	staleness := cfg.MaxCheckpointStaleness
 	if staleness == 0 {
@@ -127,7 +131,7 @@ func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (*http.Server, 
 			logger.Error("metrics endpoint stopped", "err", err)
 		}
 	}()
-	logger.Info("serving /metrics, /healthz, /readyz", "addr", ln.Addr().String())
+	logger.Info("serving /, /status.json, /metrics, /healthz, /readyz", "addr", ln.Addr().String())
 	return srv, nil
 }
 

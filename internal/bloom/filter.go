@@ -47,16 +47,13 @@ func NewFilter(capacity uint64, fpr float64) (*Filter, error) {
 func newFilter(capacity uint64, fpr float64, k int, nblocks uint64) *Filter {
 	npages := (nblocks + pageBlocks - 1) / pageBlocks
 	f := &Filter{
-		pages:     make([]*[pageWords]uint64, npages),
 		nblocks:   nblocks,
 		k:         uint32(k),
 		capacity:  capacity,
 		fpr:       fpr,
 		pageEpoch: make([]uint32, npages),
 	}
-	for i := range f.pages {
-		f.pages[i] = new([pageWords]uint64)
-	}
+	f.pages = carvePages(npages)
 	return f
 }
 
@@ -227,6 +224,19 @@ func estimateKeys(ones, nblocks uint64, k int) uint64 {
 	}
 	q := math.Pow(1-1.0/blockBits, float64(k))
 	return uint64(math.Round(-float64(nblocks) * math.Log1p(-fill) / (1 - q)))
+}
+
+// carvePages allocates n pages as one contiguous array, so that the kernel
+// can back it with huge pages. A page cloned by copy-on-write is allocated
+// on its own; the array stays alive until none of its pages is referenced.
+func carvePages(n uint64) []*[pageWords]uint64 {
+	backing := make([]uint64, n*pageWords)
+	adviseHugePages(backing)
+	pages := make([]*[pageWords]uint64, n)
+	for i := range pages {
+		pages[i] = (*[pageWords]uint64)(backing[uint64(i)*pageWords:])
+	}
+	return pages
 }
 
 // pageSlice is the used part of page i of a filter with nblocks blocks.

@@ -180,7 +180,7 @@ func popcountWords(p []uint64) uint64 {
 
 // decoder reads a generation with offsets for error messages.
 type decoder struct {
-	r   *bufio.Reader
+	r   io.Reader // unbuffered: payloads are read straight into the pages
 	off int64
 }
 
@@ -201,9 +201,9 @@ func (d *decoder) read(section string, b []byte) error {
 }
 
 // DecodeGeneration reads one generation in binary format v1. It allocates
-// the declared bitsets (rounded up to 64 KiB pages) page by page as their
-// chunks arrive, and rejects a declared size above maxBytes (≤ 0:
-// MaxFilterBytes) with ErrTooLarge before allocating any.
+// the declared bitsets (rounded up to 64 KiB pages) one sub-filter at a time
+// after checking the declared total against maxBytes (≤ 0: MaxFilterBytes;
+// ErrTooLarge), and reads the chunks straight into them.
 // Format problems are *FormatError wrapping ErrCorrupt,
 // ErrUnsupportedVersion or ErrTooLarge; a non-nil error means a nil
 // Generation.
@@ -211,7 +211,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
 		maxBytes = MaxFilterBytes
 	}
-	d := &decoder{r: bufio.NewReaderSize(r, 256<<10)}
+	d := &decoder{r: r}
 
 	var pre [16]byte
 	if err := d.read("header", pre[:]); err != nil {
@@ -286,7 +286,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	)
 	for _, f := range g.subs {
 		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
-		f.pages = make([]*[pageWords]uint64, 0, npages)
+		f.pages = carvePages(npages) // declared size, checked against maxBytes above
 		f.pageEpoch = make([]uint32, npages)
 		for i := range npages {
 			chunkOff := d.off
@@ -294,8 +294,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 				return nil, err
 			}
 			kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
-			page := new([pageWords]uint64)
-			p := page[:min(pageWords, (f.nblocks-i*pageBlocks)*blockWords)]
+			p := pageSlice(f.pages, int(i), f.nblocks)
 			raw := pageAsBytes(p)
 			var payload []byte
 			switch {
@@ -339,7 +338,6 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 					p[j] = bits.ReverseBytes64(p[j])
 				}
 			}
-			f.pages = append(f.pages, page)
 			chunks++
 		}
 		if popcountPages(f.pages, f.nblocks) != f.ones {

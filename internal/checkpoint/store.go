@@ -166,7 +166,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	bkt, err := openBucket(ctx, loc, &opts)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", redactURL(rawURL), err)
+		return nil, fmt.Errorf("opening %s: %w", RedactURL(rawURL), err)
 	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
@@ -174,17 +174,17 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{
-		url:     redactURL(rawURL),
+		url:     RedactURL(rawURL),
 		opts:    opts,
-		log:     opts.Logger.With("checkpoint_store", redactURL(rawURL)),
+		log:     opts.Logger.With("checkpoint_store", RedactURL(rawURL)),
 		bkt:     bkt,
 		retry:   opts.retrier(),
 		metrics: m,
 	}, nil
 }
 
-// redactURL drops user info, should someone put credentials into the URL.
-func redactURL(raw string) string {
+// RedactURL returns raw without user information (credentials), for logs and errors.
+func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err != nil || u.User == nil {
 		return raw

@@ -238,7 +238,17 @@ func checkCheckpointURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("%q: %v", raw, err)
+		// url.Error repeats the URL, which may hold credentials: report only the cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("not a valid URL: %v", err)
+	}
+	if u.User != nil {
+		// Never echo the URL here: it holds a secret.
+		return errors.New("credentials in the URL are not supported (and would end up in logs): " +
+			"give them through the AWS chain, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a shared config profile or an IAM role")
 	}
 	switch u.Scheme {
 	case "file":

@@ -1,0 +1,60 @@
+package deploy
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSecretsNotLogged runs the binary with a SASL password and S3 keys at
+// debug level, against a broker that refuses connections, and checks that
+// no secret reaches the log.
+func TestSecretsNotLogged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary; not in -short")
+	}
+	const (
+		saslSecret = "sasl-pw-Zq81"
+		awsSecret  = "aws-secret-Xk27"
+		awsKeyID   = "AKIADEPLOYTEST"
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "run",
+		"--brokers", "127.0.0.1:1", "--input", "in", "--output", "out",
+		"--sasl-mechanism", "scram-sha-512", "--sasl-username", "bloomgate",
+		"--checkpoint-url", "s3://bucket/prefix?endpoint=http://127.0.0.1:1&region=us-east-1",
+		"--metrics-addr", "127.0.0.1:0", "--log-level", "debug", "--log-format", "json")
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "BLOOMGATE_") || strings.HasPrefix(kv, "AWS_")
+	}), "BLOOMGATE_SASL_PASSWORD="+saslSecret, "AWS_ACCESS_KEY_ID="+awsKeyID, "AWS_SECRET_ACCESS_KEY="+awsSecret)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait (bounded) until the worker has logged its settings and tried
+	// the brokers, then stop it.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out.String(), "brokers unreachable"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection attempt logged in 15s:\n%s", out.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	log := out.String()
+	if !strings.Contains(log, `"sasl_password":"[redacted]"`) {
+		t.Errorf("settings not logged with a redacted password:\n%s", log)
+	}
+	for _, secret := range []string{saslSecret, awsSecret} {
+		if strings.Contains(log, secret) {
+			t.Errorf("log contains the secret %q:\n%s", secret, log)
+		}
+	}
+}
