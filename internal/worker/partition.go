@@ -169,6 +169,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		return err
 	}
 	pp.skip, pp.scanFrom, pp.scanTo = skip, from, to
+	pp.pm.alreadyWritten.Add(float64(len(skip)))
 	pp.next, pp.resume = c, resume
 
 	pp.reader, err = w.newReader(w.cfg.Input, pp.p, c, w.cfg.BatchSize)
@@ -557,6 +558,9 @@ func (pp *partitionProc) offerCommit(ctx context.Context) {
 // housekeeping starts due checkpoints and refreshes filter metrics.
 func (pp *partitionProc) housekeeping(ctx context.Context) {
 	w := pp.w
+	if w.halted.Load() {
+		return
+	}
 	now := w.deps.Now()
 	// A checkpoint below resume could lead a later recovery to scan too
 	// little of the output (see docs/worker.md).
