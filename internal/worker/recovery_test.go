@@ -88,7 +88,6 @@ func TestCrashRecoveryExact(t *testing.T) {
 	}
 }
 
-
 // TestBadInputPolicies routes unextractable events by policy.
 func TestBadInputPolicies(t *testing.T) {
 	t.Parallel()
