@@ -102,6 +102,8 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		BatchSize:              cfg.BatchSize,
 		BatchTimeout:           cfg.BatchTimeout,
 		ShutdownTimeout:        cfg.ShutdownTimeout,
+		SessionTimeout:         cfg.SessionTimeout,
+		HeartbeatInterval:      cfg.HeartbeatInterval,
 		Dialer:                 dialer,
 		Transport:              transport,
 		Owner:                  fmt.Sprintf("%s/%d", host, os.Getpid()),

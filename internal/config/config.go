@@ -110,6 +110,10 @@ type Run struct {
 	// Operations.
 	MetricsAddr     string // "" disables the HTTP endpoint
 	ShutdownTimeout time.Duration
+
+	// Consumer group timings.
+	SessionTimeout    time.Duration // a crashed worker's partitions wait this long before moving
+	HeartbeatInterval time.Duration
 	LogFormat       string // text | json
 	LogLevel        string // debug | info | warn | error
 }
@@ -136,6 +140,8 @@ func Default() Run {
 		OnRestoreFailure:       OnRestoreFail,
 		MetricsAddr:            "127.0.0.1:9464",
 		ShutdownTimeout:        30 * time.Second,
+		SessionTimeout:         10 * time.Second,
+		HeartbeatInterval:      time.Second,
 		LogFormat:              "text",
 		LogLevel:               "info",
 	}

@@ -144,6 +144,12 @@ func (c *Run) Validate() error {
 			bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
 		}
 	}
+	if c.SessionTimeout <= 0 {
+		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", c.SessionTimeout)
+	}
+	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
+		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", c.HeartbeatInterval, c.SessionTimeout)
+	}
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", c.ShutdownTimeout)
 	}

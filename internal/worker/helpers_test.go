@@ -205,7 +205,7 @@ func readTopic(t *testing.T, brokers []string, topic string, partitions int) map
 		wg.Add(1)
 		go func(p int, end int64) {
 			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 100 * time.Millisecond})
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 2 * time.Second})
 			defer r.Close()
 			var msgs []kafka.Message
 			for {

@@ -24,6 +24,7 @@ type metrics struct {
 	filterOverflow *prometheus.GaugeVec
 
 	replayed         *prometheus.CounterVec
+	alreadyWritten   *prometheus.CounterVec
 	recoveryDuration *prometheus.HistogramVec
 	lag              *prometheus.GaugeVec
 	rebalances       prometheus.Counter
@@ -52,6 +53,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		filterGens:     gauge("filter_generations", "Generations in the partition's filter ring."),
 		filterOverflow: gauge("filter_overflow_stacks", "Overflow sub-filters stacked because a generation outgrew its planned capacity."),
 		replayed:       counter("recovery_replayed_records_total", "Input records replayed into the filter (without forwarding) during recovery.", pl...),
+		alreadyWritten: counter("recovery_already_written_records_total",
+			"Records the recovery scan found written but not committed (not written again).", pl...),
 		recoveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "bloomgate", Name: "recovery_duration_seconds",
 			Help:    "Time from assignment to resumed processing: restore, replay, output scan.",
@@ -66,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow,
-		m.replayed, m.recoveryDuration, m.lag, m.rebalances, m.commitFailures, m.writeFailures} {
+		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.rebalances, m.commitFailures, m.writeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}
@@ -77,29 +80,30 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // partitionMetrics are the resolved series of one partition, so that the hot
 // path does no label lookups.
 type partitionMetrics struct {
-	consumed, forwarded, duplicates, replayed, writeFailures prometheus.Counter
-	deadLettered, dropped                                    map[string]prometheus.Counter
-	lag                                                      prometheus.Gauge
-	bytes, fill, fpr, keys, gens, overflow                   prometheus.Gauge
+	consumed, forwarded, duplicates, replayed, writeFailures, alreadyWritten prometheus.Counter
+	deadLettered, dropped                                                    map[string]prometheus.Counter
+	lag                                                                      prometheus.Gauge
+	bytes, fill, fpr, keys, gens, overflow                                   prometheus.Gauge
 }
 
 func (m *metrics) partition(topic string, p int) *partitionMetrics {
 	ps := strconv.Itoa(p)
 	pm := &partitionMetrics{
-		consumed:      m.consumed.WithLabelValues(topic, ps),
-		forwarded:     m.forwarded.WithLabelValues(topic, ps),
-		duplicates:    m.duplicates.WithLabelValues(topic, ps),
-		replayed:      m.replayed.WithLabelValues(topic, ps),
-		writeFailures: m.writeFailures.WithLabelValues(topic, ps),
-		deadLettered:  map[string]prometheus.Counter{},
-		dropped:       map[string]prometheus.Counter{},
-		lag:           m.lag.WithLabelValues(topic, ps),
-		bytes:         m.filterBytes.WithLabelValues(topic, ps),
-		fill:          m.filterFill.WithLabelValues(topic, ps),
-		fpr:           m.filterFPR.WithLabelValues(topic, ps),
-		keys:          m.filterKeys.WithLabelValues(topic, ps),
-		gens:          m.filterGens.WithLabelValues(topic, ps),
-		overflow:      m.filterOverflow.WithLabelValues(topic, ps),
+		consumed:       m.consumed.WithLabelValues(topic, ps),
+		forwarded:      m.forwarded.WithLabelValues(topic, ps),
+		duplicates:     m.duplicates.WithLabelValues(topic, ps),
+		replayed:       m.replayed.WithLabelValues(topic, ps),
+		alreadyWritten: m.alreadyWritten.WithLabelValues(topic, ps),
+		writeFailures:  m.writeFailures.WithLabelValues(topic, ps),
+		deadLettered:   map[string]prometheus.Counter{},
+		dropped:        map[string]prometheus.Counter{},
+		lag:            m.lag.WithLabelValues(topic, ps),
+		bytes:          m.filterBytes.WithLabelValues(topic, ps),
+		fill:           m.filterFill.WithLabelValues(topic, ps),
+		fpr:            m.filterFPR.WithLabelValues(topic, ps),
+		keys:           m.filterKeys.WithLabelValues(topic, ps),
+		gens:           m.filterGens.WithLabelValues(topic, ps),
+		overflow:       m.filterOverflow.WithLabelValues(topic, ps),
 	}
 	for _, r := range KeyReasons {
 		pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)

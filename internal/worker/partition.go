@@ -169,13 +169,14 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		return err
 	}
 	pp.skip, pp.scanFrom, pp.scanTo = skip, from, to
+	pp.pm.alreadyWritten.Add(float64(len(skip)))
 	pp.next, pp.resume = c, resume
 
 	pp.reader, err = w.newReader(w.cfg.Input, pp.p, c, w.cfg.BatchSize)
 	if err != nil {
 		return err
 	}
-	defer pp.reader.Close()
+	defer closeReader(pp.reader)
 	rctx, stopReading := context.WithCancel(ctx)
 	pp.msgs = make(chan kafka.Message, w.cfg.BatchSize)
 	pumpDone := make(chan error, 1)
@@ -196,7 +197,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.setState("replaying")
 	replayed := int64(0)
 	for pp.next < pp.resume {
-		batch, err := pp.nextBatch(ctx, scanIdle)
+		batch, err := pp.nextBatch(ctx, replayIdle)
 		if err != nil || ctx.Err() != nil {
 			return pp.finish(ctx)
 		}
@@ -557,6 +558,9 @@ func (pp *partitionProc) offerCommit(ctx context.Context) {
 // housekeeping starts due checkpoints and refreshes filter metrics.
 func (pp *partitionProc) housekeeping(ctx context.Context) {
 	w := pp.w
+	if w.halted.Load() {
+		return
+	}
 	now := w.deps.Now()
 	// A checkpoint below resume could lead a later recovery to scan too
 	// little of the output (see docs/worker.md).

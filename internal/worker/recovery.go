@@ -68,13 +68,18 @@ func (w *Worker) bounds(ctx context.Context, topic string, partitions []int) (ma
 // newReader reads one partition from offset, outside any group.
 func (w *Worker) newReader(topic string, partition int, offset int64, queue int) (*kafka.Reader, error) {
 	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:       w.cfg.Brokers,
-		Topic:         topic,
-		Partition:     partition,
-		Dialer:        w.cfg.Dialer,
-		MinBytes:      1,
-		MaxBytes:      16 << 20,
-		MaxWait:       250 * time.Millisecond,
+		Brokers:   w.cfg.Brokers,
+		Topic:     topic,
+		Partition: partition,
+		Dialer:    w.cfg.Dialer,
+		MinBytes:  1,
+		MaxBytes:  8 << 20,
+		// kafka-go's read deadline for a fetch is MaxWait: it must cover
+		// the broker assembling and starting to send up to MaxBytes, or a
+		// loaded broker makes the same fetch time out forever. With
+		// MinBytes 1 the broker answers as soon as data exists, so a long
+		// MaxWait costs no latency.
+		MaxWait:       3 * time.Second,
 		QueueCapacity: queue,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) {
 			w.log.Debug("kafka reader: "+fmt.Sprintf(msg, a...), "topic", topic, "partition", partition)
@@ -87,10 +92,16 @@ func (w *Worker) newReader(topic string, partition int, offset int64, queue int)
 	return r, nil
 }
 
-// scanIdle ends a scan that gets no record for this long although the
-// high-water mark was not reached (transaction markers at the end of the log
-// are never delivered).
-const scanIdle = 2 * time.Second
+// scanIdle is how long the recovery scan waits for the next record below
+// the high-water mark before failing the recovery (which is then retried).
+// Ending the scan early instead would miss written records and forward them
+// again; the worker's output topics have no gaps (no transactions, no
+// compaction), so a stall is a broker problem, not the end of the data.
+const scanIdle = 30 * time.Second
+
+// replayIdle: a replay that gets no record for this long is reported
+// running; offsets below resume are still only replayed when they arrive.
+const replayIdle = 2 * time.Second
 
 // scanRange calls fn for every record of topic/partition in [from, to).
 func (w *Worker) scanRange(ctx context.Context, topic string, partition int, from, to int64, fn func(*kafka.Message)) (int, error) {
@@ -101,7 +112,7 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 	if err != nil {
 		return 0, err
 	}
-	defer r.Close()
+	defer closeReader(r)
 	n := 0
 	for next := from; next < to; {
 		fctx, cancel := context.WithTimeout(ctx, scanIdle)
@@ -112,9 +123,8 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 				return n, ctx.Err()
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				w.log.Warn("output scan ended before the high-water mark (no more records delivered)",
-					"topic", topic, "partition", partition, "at", next, "high_water_mark", to)
-				return n, nil
+				return n, fmt.Errorf("scanning %s/%d: no record for %v at offset %d below the high-water mark %d",
+					topic, partition, scanIdle, next, to)
 			}
 			return n, fmt.Errorf("scanning %s/%d: %w", topic, partition, err)
 		}
@@ -217,3 +227,7 @@ func headerValue(hs []kafka.Header, key string) string {
 	}
 	return ""
 }
+
+// closeReader closes r in the background: Close waits for the fetch in
+// flight, up to MaxWait, and nothing needs that to finish.
+func closeReader(r *kafka.Reader) { go func() { _ = r.Close() }() }

@@ -153,7 +153,7 @@ func launchWorker() (_ *runningWorker, stop func(), err error) {
 	}
 	addrs := make(chan string, 1)
 	go func() {
-		re := regexp.MustCompile(`serving /metrics.* addr=(\S+)`)
+		re := regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`)
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
