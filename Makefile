@@ -53,8 +53,11 @@ fuzz:
 test-short:
 	$(GO) test -short -count=1 ./...
 
+# Filter benchmarks (docs/filter.md), then the end-to-end pipeline against a
+# kafka-go pass-through pipe (docs/benchmarks.md). Not part of make test.
 bench:
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+	cd bench && $(GO) run ./pipeline -events 1000000 -partitions 8 -duplicates 0.2 -run concurrent -reps 3
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)

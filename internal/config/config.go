@@ -123,8 +123,8 @@ func Default() Run {
 	return Run{
 		Group:                  "bloomgate",
 		Partitioning:           PartitioningSame,
-		BatchSize:              10000,
-		BatchTimeout:           time.Millisecond,
+		BatchSize:              2000,
+		BatchTimeout:           5 * time.Millisecond,
 		Key:                    "key",
 		Normalize:              "none",
 		MaxKeyBytes:            4096,

@@ -462,7 +462,7 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 			n := len(pp.rb.msgs)
 			// The failed records may still be referenced by the writer.
 			pp.rb = recordBuilder{}
-			return 0, fmt.Errorf("writing %d records: %w", n, err)
+			return 0, fmt.Errorf("writing %d records: %w", n, summarizeWriteErrors(err))
 		}
 	}
 	pp.apply(&t)
