@@ -114,8 +114,8 @@ type Run struct {
 	// Consumer group timings.
 	SessionTimeout    time.Duration // a crashed worker's partitions wait this long before moving
 	HeartbeatInterval time.Duration
-	LogFormat       string // text | json
-	LogLevel        string // debug | info | warn | error
+	LogFormat         string // text | json
+	LogLevel          string // debug | info | warn | error
 }
 
 // Default returns the defaults of every setting.
