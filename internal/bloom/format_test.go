@@ -201,6 +201,9 @@ func TestRestoreShardChecks(t *testing.T) {
 	if _, err := RestoreShard(other, []*Generation{g}); err == nil {
 		t.Fatal("restored a generation with a different span")
 	}
+	if _, err := RestoreShard(goldenCfg, []*Generation{g, nil}); err == nil {
+		t.Fatal("restored a nil generation")
+	}
 	g2, _ := DecodeGeneration(bytes.NewReader(enc[0]), 0)
 	if _, err := RestoreShard(goldenCfg, []*Generation{g, g2}); err == nil {
 		t.Fatal("restored the same generation twice")
