@@ -318,3 +318,26 @@ func FuzzDecodeGeneration(f *testing.F) {
 		}
 	})
 }
+
+func TestRestoreShardDropsStaleGenerations(t *testing.T) {
+	enc := encodeSnapshot(t, goldenShard(t)) // generations 490000 and 490001
+	s, _ := NewShard(goldenCfg)
+	s.TestAndAdd(HashKey([]byte("late")), at(time.Hour, 490_003, 0))
+	enc = append(enc, encodeSnapshot(t, s)...)
+	var gens []*Generation
+	for _, b := range enc {
+		g, err := DecodeGeneration(bytes.NewReader(b), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens = append(gens, g)
+	}
+	r, err := RestoreShard(goldenCfg, gens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if len(st.Generations) != 2 || st.Generations[0].ID != 490_001 || st.Generations[1].ID != 490_003 {
+		t.Fatalf("restored generations %+v, want 490001 and 490003 (G = 3)", st.Generations)
+	}
+}
