@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -153,6 +154,7 @@ func BenchmarkLayouts(b *testing.B) {
 							b.ReportMetric(median(l.segs), "ns/op")
 						}
 						b.ReportMetric(median(l.segs), l.tag+"-ns/op")
+						b.ReportMetric(slices.Min(l.segs), l.tag+"-min-ns/op")
 						b.ReportMetric(float64(l.bits)/float64(n), l.tag+"-bits/key")
 						b.ReportMetric(float64(fp)/probes, l.tag+"-fpr")
 					}

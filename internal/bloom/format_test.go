@@ -201,6 +201,9 @@ func TestRestoreShardChecks(t *testing.T) {
 	if _, err := RestoreShard(other, []*Generation{g}); err == nil {
 		t.Fatal("restored a generation with a different span")
 	}
+	if _, err := RestoreShard(goldenCfg, []*Generation{g, nil}); err == nil {
+		t.Fatal("restored a nil generation")
+	}
 	g2, _ := DecodeGeneration(bytes.NewReader(enc[0]), 0)
 	if _, err := RestoreShard(goldenCfg, []*Generation{g, g2}); err == nil {
 		t.Fatal("restored the same generation twice")
@@ -314,4 +317,27 @@ func FuzzDecodeGeneration(f *testing.F) {
 			t.Fatalf("re-encoded generation does not decode: %v", err)
 		}
 	})
+}
+
+func TestRestoreShardDropsStaleGenerations(t *testing.T) {
+	enc := encodeSnapshot(t, goldenShard(t)) // generations 490000 and 490001
+	s, _ := NewShard(goldenCfg)
+	s.TestAndAdd(HashKey([]byte("late")), at(time.Hour, 490_003, 0))
+	enc = append(enc, encodeSnapshot(t, s)...)
+	var gens []*Generation
+	for _, b := range enc {
+		g, err := DecodeGeneration(bytes.NewReader(b), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens = append(gens, g)
+	}
+	r, err := RestoreShard(goldenCfg, gens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if len(st.Generations) != 2 || st.Generations[0].ID != 490_001 || st.Generations[1].ID != 490_003 {
+		t.Fatalf("restored generations %+v, want 490001 and 490003 (G = 3)", st.Generations)
+	}
 }

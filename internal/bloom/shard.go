@@ -195,13 +195,18 @@ func (s *Shard) Stats() ShardStats {
 	return st
 }
 
-// RestoreShard rebuilds a shard from decoded generations (any order). The
-// generations must have the span of cfg; those that a ring ending at the
-// newest one would already have dropped are ignored.
+// RestoreShard rebuilds a shard from decoded generations (any order); the
+// shard takes ownership of them. The generations must have the span of cfg
+// (same Window and Generations); their own capacity and rate are kept, new
+// generations use cfg's. Generations that a ring ending at the newest one
+// would already have dropped are ignored.
 func RestoreShard(cfg Config, gens []*Generation) (*Shard, error) {
 	s, err := NewShard(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if slices.Contains(gens, nil) {
+		return nil, errors.New("restoring shard: nil generation")
 	}
 	gs := slices.Clone(gens)
 	slices.SortFunc(gs, func(a, b *Generation) int {
@@ -214,9 +219,6 @@ func RestoreShard(cfg Config, gens []*Generation) (*Shard, error) {
 		return 0
 	})
 	for i, g := range gs {
-		if g == nil {
-			return nil, errors.New("restoring shard: nil generation")
-		}
 		if g.end-g.start != s.plan.span || g.start != int64(g.id)*s.plan.span {
 			return nil, fmt.Errorf("restoring shard: generation %d spans [%d, %d) ns, config span is %v: window or generations changed",
 				g.id, g.start, g.end, time.Duration(s.plan.span))
