@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,7 @@ var (
 	flagRace     = flag.Bool("chaos.race", false, "build the worker binary with -race (slower; for soak runs)")
 	flagKeepLogs = flag.Bool("chaos.keep-logs", false, "keep the process logs even when the test passes")
 	flagDrain    = flag.Duration("chaos.drain", 150*time.Second, "longest wait for the group to consume everything after the chaos")
+	flagLogLevel = flag.String("chaos.log-level", "info", "log level of the worker processes (debug adds the kafka-go client logs)")
 )
 
 const (
@@ -71,7 +73,7 @@ func TestChaos(t *testing.T) {
 	})
 
 	c := &cluster{
-		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: t.TempDir(),
+		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: filepath.Join(logDir, "broker-data"),
 		rng: rand.New(rand.NewPCG(seed, 0xc4a05)), //nolint:gosec // test schedule
 	}
 	port, err := freePort()
@@ -199,18 +201,19 @@ func groupTimingFlags(t *testing.T, bin string) []string {
 // slot is one of the three worker positions; a killed worker is restarted
 // in its slot, with the same checkpoint proxy.
 type slot struct {
-	id    int
-	proxy *s3test.FaultProxy
-	cur   *proc
-	// armed, if set, kills the slot's worker at its next matching S3 PUT.
-	armed   *uploadTrap
+	id      int
+	proxy   *s3test.FaultProxy
+	cur     *proc
 	puts    atomic.Int64
 	history []*proc
 }
 
+// uploadTrap kills the worker that makes the next matching checkpoint PUT.
 type uploadTrap struct {
-	match string // "/gens/" or "/manifests/"
-	fired chan struct{}
+	match  string // "/gens/" or "/manifests/"
+	fired  chan struct{}
+	slot   *slot // set when fired
+	victim *proc
 }
 
 // cluster runs the broker and the workers and keeps the figures.
@@ -227,6 +230,7 @@ type cluster struct {
 	mu     sync.Mutex
 	broker *proc
 	slots  [workers]*slot
+	trap   *uploadTrap // armed, if set
 
 	kills          int
 	killsByKind    map[string]int
@@ -300,7 +304,7 @@ func (c *cluster) workerArgs(sl *slot) []string {
 		"--batch-size", "2000",
 		"--shutdown-timeout", shutdownTimeout.String(),
 		"--metrics-addr", "127.0.0.1:0",
-		"--log-level", "info",
+		"--log-level", *flagLogLevel,
 	}
 	return append(args, c.groupFlags...)
 }
@@ -394,7 +398,7 @@ func (c *cluster) ensureWorkers() error {
 	return nil
 }
 
-// observeS3 counts the checkpoint writes of a slot and springs its trap.
+// observeS3 counts the checkpoint writes of a slot and springs the trap.
 func (c *cluster) observeS3(sl *slot) func(r *http.Request) s3test.Fault {
 	return func(r *http.Request) s3test.Fault {
 		if r.Method != http.MethodPut {
@@ -402,19 +406,18 @@ func (c *cluster) observeS3(sl *slot) func(r *http.Request) s3test.Fault {
 		}
 		sl.puts.Add(1)
 		c.mu.Lock()
-		trap := sl.armed
-		var victim *proc
-		if trap != nil && strings.Contains(r.URL.Path, trap.match) {
-			sl.armed = nil
-			victim = sl.cur
+		trap := c.trap
+		if trap == nil || !strings.Contains(r.URL.Path, trap.match) || sl.cur == nil {
+			c.mu.Unlock()
+			return s3test.Fault{}
 		}
+		c.trap = nil
+		trap.slot, trap.victim = sl, sl.cur
 		c.mu.Unlock()
-		if victim != nil {
-			// Killed while its upload is in flight; the request is still
-			// forwarded, so the object may land after the worker died.
-			victim.kill()
-			close(trap.fired)
-		}
+		// Killed while its upload is in flight; the request is still
+		// forwarded, so the object may land after the worker died.
+		trap.victim.kill()
+		close(trap.fired)
 		return s3test.Fault{}
 	}
 }
@@ -521,21 +524,34 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 	c.ensureWorkersDuringChaos()
 }
 
-// killDuringUpload arms a trap on a random worker's checkpoint proxy and
-// waits for its next generation-object or manifest PUT; the worker dies
-// with the request in flight. If no upload comes, it is killed anyway.
+// killDuringUpload arms a trap on the checkpoint proxies and waits for the
+// next generation-object or manifest PUT of any worker; that worker dies
+// with the request in flight. If no upload comes, a random worker is
+// killed instead (counted apart).
 func (c *cluster) killDuringUpload(action string) {
-	sl := c.randomSlot()
 	trap := &uploadTrap{match: "/gens/", fired: make(chan struct{})}
 	if action == "upload-manifest" {
 		trap.match = "/manifests/"
 	}
 	c.mu.Lock()
-	p := sl.cur
-	sl.armed = trap
+	c.trap = trap
 	c.mu.Unlock()
+	sprung := false
 	select {
 	case <-trap.fired:
+		sprung = true
+	case <-time.After(8 * time.Second):
+		c.mu.Lock()
+		sprung = c.trap != trap // taken by observeS3 meanwhile
+		c.trap = nil
+		c.mu.Unlock()
+		if sprung {
+			<-trap.fired
+		}
+	}
+	sl := trap.slot
+	if sprung {
+		p := trap.victim
 		if !p.waitExit(10 * time.Second) {
 			c.t.Errorf("%s did not exit after SIGKILL", p.name)
 		}
@@ -544,10 +560,8 @@ func (c *cluster) killDuringUpload(action string) {
 		c.killsByKind[action]++
 		c.logEvent("SIGKILL worker%d (during a checkpoint PUT of %s, %s, up %v)", sl.id, trap.match, p.name, time.Since(p.started).Round(100*time.Millisecond))
 		c.mu.Unlock()
-	case <-time.After(8 * time.Second):
-		c.mu.Lock()
-		sl.armed = nil
-		c.mu.Unlock()
+	} else {
+		sl = c.randomSlot()
 		c.kill(sl, action+"-timeout")
 	}
 	c.sleepRand(100*time.Millisecond, 1500*time.Millisecond)
