@@ -540,7 +540,7 @@ func (c *cluster) killDuringUpload(action string) {
 	select {
 	case <-trap.fired:
 		sprung = true
-	case <-time.After(8 * time.Second):
+	case <-time.After(c.trapWait()):
 		c.mu.Lock()
 		sprung = c.trap != trap // taken by observeS3 meanwhile
 		c.trap = nil
@@ -566,6 +566,16 @@ func (c *cluster) killDuringUpload(action string) {
 	}
 	c.sleepRand(100*time.Millisecond, 1500*time.Millisecond)
 	c.restart(sl)
+}
+
+// trapWait is how long an upload trap waits for a checkpoint PUT. With
+// kafka-go's default group timings a killed member stalls the group for up
+// to the rebalance timeout (20 s here), during which nobody uploads.
+func (c *cluster) trapWait() time.Duration {
+	if len(c.groupFlags) > 0 {
+		return 8 * time.Second
+	}
+	return 25 * time.Second
 }
 
 func (c *cluster) restartBroker() {
