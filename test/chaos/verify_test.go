@@ -94,88 +94,107 @@ func fpBound(n int64, p float64) int64 {
 // offset per partition (to tell unprocessed records from lost ones).
 func check(names topicNames, input [][]inRec, written []outRec, committed []int64, fpr float64) *verdict {
 	v := &verdict{}
-	type where struct {
-		rec   inRec
-		first bool // first occurrence of its key in the partition
-		seen  []outRec
+	// Per input record, compactly (soak runs hold millions): whether it is
+	// the first occurrence of its key, how often and where it was written.
+	type state struct {
+		first    bool
+		n        uint8 // times written (saturating)
+		topic    uint8 // topic of the first write: 1 output, 2 duplicates, 3 dead-letter
+		mismatch bool
 	}
-	byRef := map[ref]*where{}
+	states := make([][]state, len(input))
 	for p, recs := range input {
-		firsts := map[string]bool{}
-		for _, r := range recs {
-			w := &where{rec: r}
+		firsts := make(map[string]struct{}, len(recs))
+		states[p] = make([]state, len(recs))
+		for i, r := range recs {
 			v.Events++
-			switch {
+			switch _, seen := firsts[r.Key]; {
 			case r.Bad:
 				v.BadEvents++
-			case !firsts[r.Key]:
-				firsts[r.Key] = true
-				w.first = true
+			case !seen:
+				firsts[r.Key] = struct{}{}
+				states[p][i].first = true
 				v.UniqueKeys++
 			default:
 				v.DuplicateEvents++
 			}
-			byRef[ref{p, r.Offset}] = w
 		}
 	}
 	v.FPBound = fpBound(v.UniqueKeys, fpr)
+	topicCode := map[string]uint8{names.Output: 1, names.Duplicates: 2, names.DeadLetter: 3}
+	counts := make([]partitionCount, len(input))
+	for p := range counts {
+		counts[p].Partition = p
+		counts[p].Consumed = int64(len(input[p]))
+	}
 
-	outKeys := map[string]int{}
+	outKeys := map[string]uint8{}
 	for _, o := range written {
-		switch o.Topic {
-		case names.Output:
+		code := topicCode[o.Topic]
+		switch code {
+		case 1:
 			v.Forwarded++
-			outKeys[o.Key]++
-		case names.Duplicates:
+			if outKeys[o.Key] < 255 {
+				outKeys[o.Key]++
+			}
+		case 2:
 			v.DuplicatesWritten++
-		case names.DeadLetter:
+		case 3:
 			v.DeadLettered++
 		}
-		w, ok := byRef[ref{o.SrcPart, o.SrcOffset}]
-		if !ok {
+		p := o.SrcPart
+		if p < 0 || p >= len(input) {
 			v.Orphans = append(v.Orphans, o)
 			continue
 		}
-		w.seen = append(w.seen, o)
+		recs := input[p]
+		i := sort.Search(len(recs), func(i int) bool { return recs[i].Offset >= o.SrcOffset })
+		if i == len(recs) || recs[i].Offset != o.SrcOffset {
+			v.Orphans = append(v.Orphans, o)
+			continue
+		}
+		st := &states[p][i]
+		if st.n == 0 {
+			st.topic = code
+		}
+		if st.n < 255 {
+			st.n++
+		}
+		if o.Key != recs[i].Key {
+			st.mismatch = true
+		}
+		switch code {
+		case 1:
+			counts[p].Forwarded++
+		case 2:
+			counts[p].Duplicates++
+		case 3:
+			counts[p].DeadLetters++
+		}
 	}
 
-	counts := make([]partitionCount, len(input))
 	for p, recs := range input {
-		counts[p].Partition = p
-		for _, r := range recs {
-			rf := ref{p, r.Offset}
-			w := byRef[rf]
-			counts[p].Consumed++
-			if len(w.seen) == 0 {
+		for i, r := range recs {
+			rf, st := ref{p, r.Offset}, states[p][i]
+			if st.n == 0 {
 				v.Lost = append(v.Lost, rf)
 				if p < len(committed) && r.Offset >= committed[p] {
 					v.Unprocessed = append(v.Unprocessed, rf)
 				}
 				continue
 			}
-			if len(w.seen) > 1 {
+			if st.n > 1 {
 				v.WrittenTwice = append(v.WrittenTwice, rf)
 			}
-			for _, o := range w.seen {
-				if o.Key != r.Key {
-					v.KeyMismatch = append(v.KeyMismatch, rf)
-				}
-				switch o.Topic {
-				case names.Output:
-					counts[p].Forwarded++
-				case names.Duplicates:
-					counts[p].Duplicates++
-				case names.DeadLetter:
-					counts[p].DeadLetters++
-				}
+			if st.mismatch {
+				v.KeyMismatch = append(v.KeyMismatch, rf)
 			}
-			o := w.seen[0]
 			switch {
-			case r.Bad != (o.Topic == names.DeadLetter):
+			case r.Bad != (st.topic == 3):
 				v.Misrouted = append(v.Misrouted, rf)
-			case w.first && o.Topic == names.Duplicates:
+			case st.first && st.topic == 2:
 				v.FalsePositives = append(v.FalsePositives, rf)
-			case !w.first && !r.Bad && o.Topic == names.Output:
+			case !st.first && !r.Bad && st.topic == 1:
 				v.DoubleForwarded = append(v.DoubleForwarded, rf)
 			}
 		}
