@@ -168,6 +168,9 @@ func TestChaos(t *testing.T) {
 	if !v.ok() {
 		t.Errorf("chaos run violated the contract (seed %d):\n%s", seed, v.summary())
 	}
+	if len(c.crashes) > 0 {
+		t.Errorf("workers crashed or raced (logs kept): %s", strings.Join(c.crashes, "\n"))
+	}
 	if u := c.unexpectedExits(); len(u) > 0 {
 		t.Logf("chaos: %d worker exits not caused by the test:\n%s", len(u), strings.Join(u, "\n"))
 	}
@@ -239,7 +242,7 @@ type cluster struct {
 	unexpected     []string
 	recoveries     []recovery
 	errorLines     []string
-	events         []string // the chaos schedule as it happened
+	crashes        []string // panics, fatal errors, data races in worker output
 	began          time.Time
 }
 
@@ -257,7 +260,7 @@ func (c *cluster) logEvent(format string, a ...any) {
 	if c.began.IsZero() {
 		c.began = time.Now()
 	}
-	c.events = append(c.events, fmt.Sprintf("%6.1fs ", time.Since(c.began).Seconds())+fmt.Sprintf(format, a...))
+	c.t.Logf("chaos: %6.1fs %s", time.Since(c.began).Seconds(), fmt.Sprintf(format, a...))
 }
 
 func (c *cluster) startBroker() error {
@@ -339,6 +342,11 @@ func (c *cluster) onWorkerLine(p *proc, line string, started func()) {
 		written, _ := strconv.ParseInt(kv["already_written"], 10, 64)
 		c.mu.Lock()
 		c.recoveries = append(c.recoveries, recovery{proc: p, at: time.Now(), partition: kv["partition"], took: took, replayed: replayed, written: written})
+		c.mu.Unlock()
+	}
+	if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") || strings.Contains(line, "WARNING: DATA RACE") {
+		c.mu.Lock()
+		c.crashes = append(c.crashes, p.name+": "+line)
 		c.mu.Unlock()
 	}
 	if strings.Contains(line, "level=ERROR") {
@@ -716,9 +724,6 @@ func (c *cluster) stopWorkers() int {
 func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict, chaosTook, drainTook time.Duration, cleanStops int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, e := range c.events {
-		t.Logf("chaos: %s", e)
-	}
 	t.Logf("chaos: ---- figures (seed %d) ----", seed)
 	t.Logf("chaos: events produced        %d generated (%d unique, %d duplicates: %d adjacent, %d far) + %d malformed; %d write retries; %v",
 		ps.Events, ps.Unique, ps.Duplicates, ps.Adjacent, ps.Duplicates-ps.Adjacent, ps.Bad, ps.Retries, ps.Elapsed.Round(time.Millisecond))
