@@ -168,8 +168,11 @@ func TestChaos(t *testing.T) {
 	if !v.ok() {
 		t.Errorf("chaos run violated the contract (seed %d):\n%s", seed, v.summary())
 	}
-	if len(c.crashes) > 0 {
-		t.Errorf("workers crashed or raced (logs kept): %s", strings.Join(c.crashes, "\n"))
+	c.mu.Lock()
+	crashes := append([]string(nil), c.crashes...)
+	c.mu.Unlock()
+	if len(crashes) > 0 {
+		t.Errorf("workers crashed or raced (logs kept): %s", strings.Join(crashes, "\n"))
 	}
 	if u := c.unexpectedExits(); len(u) > 0 {
 		t.Logf("chaos: %d worker exits not caused by the test:\n%s", len(u), strings.Join(u, "\n"))
