@@ -1,0 +1,723 @@
+package chaos_test
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/loadgen"
+	"github.com/bloomgate/bloomgate/internal/s3test"
+)
+
+var (
+	flagSeed     = flag.Uint64("chaos.seed", 1, "seed of the events and of the chaos schedule (printed; rerun with it to reproduce)")
+	flagEvents   = flag.Int("chaos.events", 200_000, "events to produce")
+	flagDuration = flag.Duration("chaos.duration", 60*time.Second, "how long events are produced while workers are killed")
+	flagKills    = flag.Int("chaos.kills", 12, "worker SIGKILLs during the run (at least 10 count as a full run)")
+	flagDups     = flag.Float64("chaos.duplicates", 0.25, "fraction of generated events that repeat an earlier key")
+	flagRace     = flag.Bool("chaos.race", false, "build the worker binary with -race (slower; for soak runs)")
+	flagKeepLogs = flag.Bool("chaos.keep-logs", false, "keep the process logs even when the test passes")
+	flagDrain    = flag.Duration("chaos.drain", 150*time.Second, "longest wait for the group to consume everything after the chaos")
+	flagLogLevel = flag.String("chaos.log-level", "info", "log level of the worker processes (debug adds the kafka-go client logs)")
+)
+
+const (
+	partitions = 6
+	workers    = 3
+	group      = "chaos"
+	fpr        = 0.01
+	window     = time.Hour
+	gens       = 4
+	// shutdownTimeout bounds a worker's revoke and SIGTERM shutdown.
+	shutdownTimeout = 5 * time.Second
+)
+
+var names = topicNames{Input: "input", Output: "output", Duplicates: "duplicates", DeadLetter: "dead-letter"}
+
+// TestChaos: see the package documentation and docs/chaos.md.
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: runs processes for about two minutes; skipped with -short")
+	}
+	seed := *flagSeed
+	t.Logf("chaos: seed %d (rerun: go test ./test/chaos -run TestChaos -v -chaos.seed=%d)", seed, seed)
+
+	s3 := s3test.Start(t) // skips or fails when versitygw is missing
+	s3test.SetEnv(t)
+	bin := buildBinary(t, t.TempDir(), *flagRace)
+
+	logDir, err := os.MkdirTemp("", "bloomgate-chaos-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || *flagKeepLogs {
+			t.Logf("chaos: process logs kept in %s", logDir)
+			return
+		}
+		os.RemoveAll(logDir)
+	})
+
+	c := &cluster{
+		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: filepath.Join(logDir, "broker-data"),
+		rng: rand.New(rand.NewPCG(seed, 0xc4a05)), //nolint:gosec // test schedule
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.brokerAddr = fmt.Sprintf("127.0.0.1:%d", port)
+	if err := c.startBroker(); err != nil {
+		t.Fatal(err)
+	}
+	c.groupFlags = groupTimingFlags(t, bin)
+	for i := range c.slots {
+		sl := &slot{id: i, proxy: s3test.NewFaultProxy(t, s3.Endpoint())}
+		sl.proxy.Inject(c.observeS3(sl))
+		c.slots[i] = sl
+	}
+
+	unique := int(float64(*flagEvents) * (1 - *flagDups))
+	c.capacity = uint64(unique)
+	if err := c.startAllWorkers(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Event time: 10 ms apart (less for long runs), so that the whole run
+	// spans less than the window (no key may legitimately be forgotten)
+	// and starts shortly before a rotation boundary (every window/(G-1) of
+	// event time since the epoch), so that generations rotate mid-run.
+	step := min(10*time.Millisecond, (window*5/6)/time.Duration(*flagEvents))
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(-5 * time.Minute)
+	pcfg := producerConfig{
+		Brokers: []string{c.brokerAddr}, Topic: names.Input, Duration: *flagDuration, BadEvery: 500, Seed: seed,
+		Gen: loadgen.GenConfig{
+			Kind: loadgen.KindOrder, Count: *flagEvents, Duplicates: *flagDups, AdjacentFraction: 0.5,
+			Seed: seed, StartTime: start, TimeStep: step,
+		},
+	}
+	pctx, pcancel := context.WithTimeout(context.Background(), *flagDuration*2+2*time.Minute)
+	defer pcancel()
+	var (
+		pstats   producerStats
+		perr     error
+		pdone    = make(chan struct{})
+		produced atomic.Int64
+	)
+	go func() {
+		defer close(pdone)
+		pstats, perr = produce(pctx, pcfg, func(s producerStats) { produced.Store(s.Events) })
+	}()
+
+	chaosStart := time.Now()
+	c.runSchedule(*flagDuration, &produced)
+	select {
+	case <-pdone:
+	case <-time.After(*flagDuration + 2*time.Minute):
+		pcancel()
+		<-pdone
+	}
+	if perr != nil {
+		t.Fatalf("producer: %v (stats so far %+v)", perr, pstats)
+	}
+	chaosTook := time.Since(chaosStart)
+
+	// Everything restarted; wait until the group committed every input
+	// offset, then stop the workers in order.
+	if err := c.ensureWorkers(); err != nil {
+		t.Fatal(err)
+	}
+	drainStart := time.Now()
+	committed, drainErr := c.waitDrained(*flagDrain)
+	drainTook := time.Since(drainStart)
+	cleanStops := c.stopWorkers()
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer rcancel()
+	input, written, err := readTopics(rctx, c.brokerAddr, names, partitions)
+	if err != nil {
+		t.Fatalf("reading the topics: %v", err)
+	}
+	v := check(names, input, written, committed, fpr)
+	c.report(t, seed, pstats, v, chaosTook, drainTook, cleanStops)
+
+	if drainErr != nil {
+		t.Errorf("the group did not consume everything: %v", drainErr)
+	}
+	if int64(v.UniqueKeys) != pstats.Unique {
+		t.Errorf("input holds %d unique keys, the generator wrote %d", v.UniqueKeys, pstats.Unique)
+	}
+	if v.BadEvents < pstats.Bad || v.Events-v.BadEvents < pstats.Events {
+		t.Errorf("input holds %d events (%d bad), fewer than the %d (%d bad) acknowledged to the producer",
+			v.Events, v.BadEvents, pstats.Events+pstats.Bad, pstats.Bad)
+	}
+	if !v.ok() {
+		t.Errorf("chaos run violated the contract (seed %d):\n%s", seed, v.summary())
+	}
+	c.mu.Lock()
+	crashes := append([]string(nil), c.crashes...)
+	c.mu.Unlock()
+	if len(crashes) > 0 {
+		t.Errorf("workers crashed or raced (logs kept): %s", strings.Join(crashes, "\n"))
+	}
+	if u := c.unexpectedExits(); len(u) > 0 {
+		t.Logf("chaos: %d worker exits not caused by the test:\n%s", len(u), strings.Join(u, "\n"))
+	}
+	if c.kills < min(10, *flagKills) {
+		t.Errorf("only %d kills happened, want at least %d", c.kills, min(10, *flagKills))
+	}
+}
+
+// groupTimingFlags returns fast consumer-group timings if `bloomgate run`
+// exposes them. Without them kafka-go's defaults apply (30 s session), and
+// every SIGKILL stalls the group until the dead member times out.
+func groupTimingFlags(t *testing.T, bin string) []string {
+	out, _ := exec.Command(bin, "run", "--help").CombinedOutput()
+	help := string(out)
+	var f []string
+	for _, s := range []struct{ flag, val string }{
+		{"--session-timeout", "3s"}, {"--heartbeat-interval", "300ms"},
+		{"--rebalance-timeout", "10s"}, {"--join-group-backoff", "300ms"},
+	} {
+		if strings.Contains(help, s.flag+" ") || strings.Contains(help, s.flag+"=") || strings.Contains(help, s.flag+"\n") {
+			f = append(f, s.flag, s.val)
+		}
+	}
+	if len(f) == 0 {
+		t.Logf("chaos: `bloomgate run` has no group timing flags (--session-timeout, --heartbeat-interval, --rebalance-timeout, --join-group-backoff): " +
+			"kafka-go defaults apply, each kill stalls the group up to the rebalance timeout")
+	}
+	return f
+}
+
+// slot is one of the three worker positions; a killed worker is restarted
+// in its slot, with the same checkpoint proxy.
+type slot struct {
+	id      int
+	proxy   *s3test.FaultProxy
+	cur     *proc
+	puts    atomic.Int64
+	history []*proc
+}
+
+// uploadTrap kills the worker that makes the next matching checkpoint PUT.
+type uploadTrap struct {
+	match  string // "/gens/" or "/manifests/"
+	fired  chan struct{}
+	slot   *slot // set when fired
+	victim *proc
+}
+
+// cluster runs the broker and the workers and keeps the figures.
+type cluster struct {
+	t          *testing.T
+	ps         *procs
+	bin        string
+	dataDir    string
+	brokerAddr string
+	groupFlags []string
+	capacity   uint64
+	rng        *rand.Rand
+
+	mu     sync.Mutex
+	broker *proc
+	slots  [workers]*slot
+	trap   *uploadTrap // armed, if set
+
+	kills          int
+	killsByKind    map[string]int
+	restarts       int
+	brokerRestarts int
+	unexpected     []string
+	recoveries     []recovery
+	errorLines     []string
+	crashes        []string // panics, fatal errors, data races in worker output
+	began          time.Time
+}
+
+// recovery is one "partition recovered" log line.
+type recovery struct {
+	proc      *proc
+	at        time.Time
+	partition string
+	took      time.Duration
+	replayed  int64
+	written   int64 // already_written: found by the output scan
+}
+
+func (c *cluster) logEvent(format string, a ...any) {
+	if c.began.IsZero() {
+		c.began = time.Now()
+	}
+	c.t.Logf("chaos: %6.1fs %s", time.Since(c.began).Seconds(), fmt.Sprintf(format, a...))
+}
+
+func (c *cluster) startBroker() error {
+	args := []string{"broker", "--listen", c.brokerAddr, "--data-dir", c.dataDir, "--log-level", "warn",
+		"--topic", fmt.Sprintf("%s:%d,%s:%d,%s:%d,%s:%d", names.Input, partitions, names.Output, partitions,
+			names.Duplicates, partitions, names.DeadLetter, partitions)}
+	var lastErr error
+	// The port may be held for a moment after a kill: retry.
+	for attempt := 0; attempt < 20; attempt++ {
+		ready := make(chan struct{})
+		var once sync.Once
+		p, err := c.ps.start("broker", c.bin, args, nil, func(_ *proc, line string) {
+			if strings.HasPrefix(line, "broker listening on") {
+				once.Do(func() { close(ready) })
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if lastErr = waitReady(p, ready, 30*time.Second); lastErr == nil {
+			c.mu.Lock()
+			c.broker = p
+			c.mu.Unlock()
+			return nil
+		}
+		_ = p.killWait()
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("starting the broker: %w", lastErr)
+}
+
+func (c *cluster) workerArgs(sl *slot) []string {
+	args := []string{"run",
+		"--brokers", c.brokerAddr, "--group", group,
+		"--input", names.Input, "--output", names.Output,
+		"--duplicates", names.Duplicates, "--dead-letter", names.DeadLetter,
+		"--key", "json:order_id",
+		"--window", window.String(), "--generations", strconv.Itoa(gens),
+		"--capacity", strconv.FormatUint(c.capacity, 10), "--fpr", strconv.FormatFloat(fpr, 'g', -1, 64),
+		"--checkpoint-url", s3test.URLFor(sl.proxy.Endpoint(), "chaos"),
+		"--checkpoint-interval", "1s",
+		// Until the writer's batch bytes are bounded, larger batches are
+		// refused by the broker (Message Size Too Large).
+		"--batch-size", "2000",
+		"--shutdown-timeout", shutdownTimeout.String(),
+		"--metrics-addr", "127.0.0.1:0",
+		"--log-level", *flagLogLevel,
+	}
+	return append(args, c.groupFlags...)
+}
+
+// startWorker starts a worker in sl and returns a channel closed when it
+// logged "worker started" (it reached the broker and is about to join).
+func (c *cluster) startWorker(sl *slot) (*proc, <-chan struct{}, error) {
+	started := make(chan struct{})
+	var once sync.Once
+	p, err := c.ps.start(fmt.Sprintf("worker%d", sl.id), c.bin, c.workerArgs(sl), nil, func(p *proc, line string) {
+		c.onWorkerLine(p, line, func() { once.Do(func() { close(started) }) })
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	sl.cur = p
+	sl.history = append(sl.history, p)
+	c.mu.Unlock()
+	go c.watchExit(p)
+	return p, started, nil
+}
+
+func (c *cluster) onWorkerLine(p *proc, line string, started func()) {
+	switch {
+	case strings.Contains(line, `msg="worker started"`):
+		started()
+	case strings.Contains(line, `msg="partition recovered"`):
+		kv := parseLogKV(line)
+		took, _ := time.ParseDuration(kv["took"])
+		replayed, _ := strconv.ParseInt(kv["replayed"], 10, 64)
+		written, _ := strconv.ParseInt(kv["already_written"], 10, 64)
+		c.mu.Lock()
+		c.recoveries = append(c.recoveries, recovery{proc: p, at: time.Now(), partition: kv["partition"], took: took, replayed: replayed, written: written})
+		c.mu.Unlock()
+	}
+	if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") || strings.Contains(line, "WARNING: DATA RACE") {
+		c.mu.Lock()
+		c.crashes = append(c.crashes, p.name+": "+line)
+		c.mu.Unlock()
+	}
+	if strings.Contains(line, "level=ERROR") {
+		c.mu.Lock()
+		if len(c.errorLines) < 50 {
+			c.errorLines = append(c.errorLines, line)
+		}
+		c.mu.Unlock()
+	}
+}
+
+// watchExit notes a worker exit the test did not cause; the driver
+// restarts the slot at its next step.
+func (c *cluster) watchExit(p *proc) {
+	<-p.done
+	if p.deliberate.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.unexpected = append(c.unexpected, fmt.Sprintf("%s exited by itself after %v: %v; last lines:\n%s",
+		p.name, time.Since(p.started).Round(time.Millisecond), p.exitErr, p.tail(8)))
+	c.mu.Unlock()
+}
+
+func (c *cluster) unexpectedExits() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.unexpected...)
+}
+
+func (c *cluster) startAllWorkers() error {
+	for _, sl := range c.slots {
+		if _, _, err := c.startWorker(sl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureWorkers restarts every slot whose worker is not running.
+func (c *cluster) ensureWorkers() error {
+	for _, sl := range c.slots {
+		c.mu.Lock()
+		cur := sl.cur
+		c.mu.Unlock()
+		if cur != nil && cur.running() {
+			continue
+		}
+		if _, _, err := c.startWorker(sl); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.restarts++
+		c.logEvent("restart worker%d (was not running)", sl.id)
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// observeS3 counts the checkpoint writes of a slot and springs the trap.
+func (c *cluster) observeS3(sl *slot) func(r *http.Request) s3test.Fault {
+	return func(r *http.Request) s3test.Fault {
+		if r.Method != http.MethodPut {
+			return s3test.Fault{}
+		}
+		sl.puts.Add(1)
+		c.mu.Lock()
+		trap := c.trap
+		if trap == nil || !strings.Contains(r.URL.Path, trap.match) || sl.cur == nil {
+			c.mu.Unlock()
+			return s3test.Fault{}
+		}
+		c.trap = nil
+		trap.slot, trap.victim = sl, sl.cur
+		c.mu.Unlock()
+		// Killed while its upload is in flight; the request is still
+		// forwarded, so the object may land after the worker died.
+		trap.victim.kill()
+		close(trap.fired)
+		return s3test.Fault{}
+	}
+}
+
+// kill SIGKILLs the worker of sl and waits for its exit.
+func (c *cluster) kill(sl *slot, kind string) {
+	c.mu.Lock()
+	p := sl.cur
+	c.mu.Unlock()
+	if p == nil || !p.running() {
+		return
+	}
+	if err := p.killWait(); err != nil {
+		c.t.Error(err)
+	}
+	c.mu.Lock()
+	c.kills++
+	c.killsByKind[kind]++
+	c.logEvent("SIGKILL worker%d (%s, %s, up %v)", sl.id, kind, p.name, time.Since(p.started).Round(100*time.Millisecond))
+	c.mu.Unlock()
+}
+
+func (c *cluster) restart(sl *slot) <-chan struct{} {
+	_, started, err := c.startWorker(sl)
+	if err != nil {
+		c.t.Errorf("restarting worker%d: %v", sl.id, err)
+		return nil
+	}
+	c.mu.Lock()
+	c.restarts++
+	c.logEvent("restart worker%d", sl.id)
+	c.mu.Unlock()
+	return started
+}
+
+func (c *cluster) randomSlot() *slot { return c.slots[c.rng.IntN(len(c.slots))] }
+
+func (c *cluster) sleepRand(lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(c.rng.Int64N(int64(hi-lo)+1)))
+}
+
+// runSchedule performs the chaos actions spread over d: at least the
+// configured number of SIGKILLs (plain, during a checkpoint upload, during
+// a rebalance) and one broker kill and restart in the middle.
+func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
+	c.killsByKind = map[string]int{}
+	c.mu.Lock()
+	c.logEvent("start: 3 workers, broker %s", c.brokerAddr)
+	c.mu.Unlock()
+	pattern := []string{"random", "upload-gens", "rebalance", "upload-manifest", "random", "rebalance", "upload-gens", "upload-manifest"}
+	var plan []string
+	for n := 0; n < *flagKills; {
+		k := pattern[len(plan)%len(pattern)]
+		plan = append(plan, k)
+		if k == "rebalance" {
+			n += 2
+		} else {
+			n++
+		}
+	}
+	c.rng.Shuffle(len(plan), func(i, j int) { plan[i], plan[j] = plan[j], plan[i] })
+	mid := len(plan) / 2
+	plan = append(plan[:mid], append([]string{"broker"}, plan[mid:]...)...)
+
+	begin := time.Now()
+	spacing := d / time.Duration(len(plan)+1)
+	for i, action := range plan {
+		due := begin.Add(spacing*time.Duration(i+1) + time.Duration(c.rng.Int64N(int64(spacing/3)+1)) - spacing/6)
+		time.Sleep(time.Until(due))
+		c.ensureWorkersDuringChaos()
+		c.mu.Lock()
+		c.logEvent("action %s (%d events produced)", action, produced.Load())
+		c.mu.Unlock()
+		switch action {
+		case "random":
+			sl := c.randomSlot()
+			c.kill(sl, "random")
+			c.sleepRand(200*time.Millisecond, 2*time.Second)
+			c.restart(sl)
+		case "upload-gens", "upload-manifest":
+			c.killDuringUpload(action)
+		case "rebalance":
+			a := c.randomSlot()
+			c.kill(a, "before-rebalance")
+			c.sleepRand(0, 300*time.Millisecond)
+			started := c.restart(a)
+			if started != nil {
+				select {
+				case <-started:
+				case <-time.After(15 * time.Second):
+				}
+			}
+			// a's join starts a rebalance: kill another member while the
+			// group revokes, restores and recovers.
+			c.sleepRand(0, 1500*time.Millisecond)
+			b := c.slots[(a.id+1+c.rng.IntN(workers-1))%workers]
+			c.kill(b, "during-rebalance")
+			c.sleepRand(0, time.Second)
+			c.restart(b)
+		case "broker":
+			c.restartBroker()
+		}
+	}
+	c.ensureWorkersDuringChaos()
+}
+
+// killDuringUpload arms a trap on the checkpoint proxies and waits for the
+// next generation-object or manifest PUT of any worker; that worker dies
+// with the request in flight. If no upload comes, a random worker is
+// killed instead (counted apart).
+func (c *cluster) killDuringUpload(action string) {
+	trap := &uploadTrap{match: "/gens/", fired: make(chan struct{})}
+	if action == "upload-manifest" {
+		trap.match = "/manifests/"
+	}
+	c.mu.Lock()
+	c.trap = trap
+	c.mu.Unlock()
+	sprung := false
+	select {
+	case <-trap.fired:
+		sprung = true
+	case <-time.After(c.trapWait()):
+		c.mu.Lock()
+		sprung = c.trap != trap // taken by observeS3 meanwhile
+		c.trap = nil
+		c.mu.Unlock()
+		if sprung {
+			<-trap.fired
+		}
+	}
+	sl := trap.slot
+	if sprung {
+		p := trap.victim
+		if !p.waitExit(10 * time.Second) {
+			c.t.Errorf("%s did not exit after SIGKILL", p.name)
+		}
+		c.mu.Lock()
+		c.kills++
+		c.killsByKind[action]++
+		c.logEvent("SIGKILL worker%d (during a checkpoint PUT of %s, %s, up %v)", sl.id, trap.match, p.name, time.Since(p.started).Round(100*time.Millisecond))
+		c.mu.Unlock()
+	} else {
+		sl = c.randomSlot()
+		c.kill(sl, action+"-timeout")
+	}
+	c.sleepRand(100*time.Millisecond, 1500*time.Millisecond)
+	c.restart(sl)
+}
+
+// trapWait is how long an upload trap waits for a checkpoint PUT. With
+// kafka-go's default group timings a killed member stalls the group for up
+// to the rebalance timeout (20 s here), during which nobody uploads.
+func (c *cluster) trapWait() time.Duration {
+	if len(c.groupFlags) > 0 {
+		return 8 * time.Second
+	}
+	return 25 * time.Second
+}
+
+func (c *cluster) restartBroker() {
+	c.mu.Lock()
+	b := c.broker
+	c.mu.Unlock()
+	if err := b.killWait(); err != nil {
+		c.t.Error(err)
+	}
+	c.mu.Lock()
+	c.logEvent("SIGKILL broker")
+	c.mu.Unlock()
+	c.sleepRand(500*time.Millisecond, 2*time.Second)
+	if err := c.startBroker(); err != nil {
+		c.t.Errorf("restarting the broker: %v", err)
+		return
+	}
+	c.mu.Lock()
+	c.brokerRestarts++
+	c.logEvent("broker restarted on %s", c.brokerAddr)
+	c.mu.Unlock()
+}
+
+// ensureWorkersDuringChaos restarts slots whose worker exited by itself.
+func (c *cluster) ensureWorkersDuringChaos() {
+	if err := c.ensureWorkers(); err != nil {
+		c.t.Error(err)
+	}
+}
+
+// waitDrained waits until the group's committed offset of every input
+// partition reached the high-water mark and stayed there for a moment. It
+// returns the last committed offsets seen.
+func (c *cluster) waitDrained(limit time.Duration) ([]int64, error) {
+	cl := &kafka.Client{Addr: kafka.TCP(c.brokerAddr), Timeout: 5 * time.Second}
+	deadline := time.Now().Add(limit)
+	committed := make([]int64, partitions)
+	var hwm []int64
+	stableSince := time.Time{}
+	for time.Now().Before(deadline) {
+		// Restart workers that died by themselves (they are reported).
+		if err := c.ensureWorkers(); err != nil {
+			return committed, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h, cm, err := groupProgress(ctx, cl)
+		cancel()
+		if err == nil {
+			hwm, committed = h, cm
+			done := true
+			for p := range hwm {
+				if committed[p] < hwm[p] {
+					done = false
+				}
+			}
+			switch {
+			case !done:
+				stableSince = time.Time{}
+			case stableSince.IsZero():
+				stableSince = time.Now()
+			case time.Since(stableSince) > 2*time.Second:
+				return committed, nil
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return committed, fmt.Errorf("after %v: committed %v, high-water marks %v", limit, committed, hwm)
+}
+
+// groupProgress returns the input high-water marks and the group's
+// committed offsets (-1: none) per partition.
+func groupProgress(ctx context.Context, cl *kafka.Client) (hwm, committed []int64, err error) {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := 0; p < partitions; p++ {
+		req.Topics[names.Input] = append(req.Topics[names.Input], kafka.LastOffsetOf(p))
+	}
+	lo, err := cl.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	hwm = make([]int64, partitions)
+	for _, po := range lo.Topics[names.Input] {
+		if po.Error != nil {
+			return nil, nil, po.Error
+		}
+		hwm[po.Partition] = po.LastOffset
+	}
+	ps := make([]int, partitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	of, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{names.Input: ps}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if of.Error != nil {
+		return nil, nil, of.Error
+	}
+	committed = make([]int64, partitions)
+	for p := range committed {
+		committed[p] = -1
+	}
+	for _, po := range of.Topics[names.Input] {
+		if po.Error == nil {
+			committed[po.Partition] = po.CommittedOffset
+		}
+	}
+	return hwm, committed, nil
+}
+
+// stopWorkers sends SIGTERM to every worker and returns how many stopped
+// cleanly within the shutdown timeout.
+func (c *cluster) stopWorkers() int {
+	var wg sync.WaitGroup
+	var clean atomic.Int64
+	for _, sl := range c.slots {
+		c.mu.Lock()
+		p := sl.cur
+		c.mu.Unlock()
+		if p == nil || !p.running() {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if p.terminate(shutdownTimeout + 10*time.Second) {
+				clean.Add(1)
+			} else {
+				c.t.Logf("chaos: %s did not stop cleanly on SIGTERM: %v; last lines:\n%s", p.name, p.exitErr, p.tail(8))
+			}
+		}()
+	}
+	wg.Wait()
+	return int(clean.Load())
+}
