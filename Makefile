@@ -22,7 +22,7 @@ FUZZ_TARGETS := \
 	./internal/keys:FuzzNormalizeURL \
 	./internal/keys:FuzzRemoveDotSegments
 
-.PHONY: build run test test-short deps bench lint fmt fuzz image clean
+.PHONY: build run test test-short deps bench lint fmt fuzz image soak clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bloomgate
@@ -73,3 +73,16 @@ clean:
 # Container image (needs a Docker engine).
 image:
 	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t bloomgate:$(VERSION) .
+
+# The chaos test for longer (not in make test): e.g. make soak SOAK_DURATION=1h.
+# SOAK_FLAGS=-chaos.race runs the broker and workers race-built (much slower).
+SOAK_DURATION ?= 15m
+SOAK_EVENTS   ?= 3000000
+SOAK_KILLS    ?= 150
+SOAK_FLAGS    ?=
+soak:
+	@vgw=$$(.ci/deps.sh | tail -n 1) && \
+	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 \
+	  $(GO) test -count=1 -timeout 90m -run TestChaos -v ./test/chaos \
+	    -chaos.duration=$(SOAK_DURATION) -chaos.events=$(SOAK_EVENTS) \
+	    -chaos.kills=$(SOAK_KILLS) -chaos.drain=10m $(SOAK_FLAGS)

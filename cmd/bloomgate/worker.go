@@ -104,6 +104,8 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		ShutdownTimeout:        cfg.ShutdownTimeout,
 		SessionTimeout:         cfg.SessionTimeout,
 		HeartbeatInterval:      cfg.HeartbeatInterval,
+		RebalanceTimeout:       cfg.RebalanceTimeout,
+		JoinGroupBackoff:       cfg.JoinGroupBackoff,
 		Dialer:                 dialer,
 		Transport:              transport,
 		Owner:                  fmt.Sprintf("%s/%d", host, os.Getpid()),

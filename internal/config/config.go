@@ -114,6 +114,8 @@ type Run struct {
 	// Consumer group timings.
 	SessionTimeout    time.Duration // a crashed worker's partitions wait this long before moving
 	HeartbeatInterval time.Duration
+	RebalanceTimeout  time.Duration // 0: shutdown-timeout + 15s
+	JoinGroupBackoff  time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error
 }
@@ -142,6 +144,7 @@ func Default() Run {
 		ShutdownTimeout:        30 * time.Second,
 		SessionTimeout:         10 * time.Second,
 		HeartbeatInterval:      time.Second,
+		JoinGroupBackoff:       time.Second,
 		LogFormat:              "text",
 		LogLevel:               "info",
 	}

@@ -17,7 +17,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr"}},
@@ -41,6 +41,8 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
+	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to finish a rebalance; must exceed --shutdown-timeout (0: shutdown-timeout + 15s)")
+	fs.DurationVar(&c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
 
 	fs.BoolVar(&c.TLS.Enabled, "tls-enabled", c.TLS.Enabled, "connect to Kafka over TLS")
