@@ -57,18 +57,8 @@ Flags:
 		}
 		rest = append(rest, a)
 	}
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), header)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(flags); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return exitOK
-		}
-		return exitUsage
+	if done, code := parseFlags(fs, flags, header, stdout, stderr); done {
+		return code
 	}
 	if len(rest) != 1 {
 		fmt.Fprintf(stderr, "bloomgate inspect: want exactly one checkpoint URL, got %d\n", len(rest))

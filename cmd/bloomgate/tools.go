@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -20,7 +21,10 @@ import (
 // parseFlags parses args into fs. It returns done=true with the exit code
 // when the command must not go on (--help, or a usage error).
 func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr io.Writer) (done bool, code int) {
-	fs.SetOutput(stderr)
+	// The flag package prints the usage itself on -h and on errors: catch
+	// that, so --help goes to stdout once and errors to stderr.
+	var printed bytes.Buffer
+	fs.SetOutput(&printed)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), header)
 		fs.PrintDefaults()
@@ -32,7 +36,8 @@ func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr i
 		fs.Usage()
 		return true, exitOK
 	case err != nil:
-		return true, exitUsage // the flag package printed the error and usage
+		_, _ = stderr.Write(printed.Bytes()) // the error and the usage
+		return true, exitUsage
 	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "bloomgate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
 		return true, exitUsage
@@ -170,7 +175,8 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.BoolVar(&sec.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", false, "do not verify the broker certificate")
 	fs.StringVar(&sec.SASL.Mechanism, "sasl-mechanism", "", "SASL `mechanism`: plain, scram-sha-256, scram-sha-512")
 	fs.StringVar(&sec.SASL.Username, "sasl-username", "", "SASL user name")
-	fs.StringVar(&sec.SASL.Password, "sasl-password", os.Getenv("BLOOMGATE_SASL_PASSWORD"), "SASL password (default: $BLOOMGATE_SASL_PASSWORD)")
+	// No default from the environment here: the flag package prints defaults.
+	fs.StringVar(&sec.SASL.Password, "sasl-password", "", "SASL password (default: $BLOOMGATE_SASL_PASSWORD)")
 	header := `Usage: bloomgate loadgen [flags]
 
 Writes synthetic events with an exact, known number of duplicates. Progress
@@ -181,6 +187,9 @@ Flags:
 `
 	if done, code := parseFlags(fs, args, header, stdout, stderr); done {
 		return code
+	}
+	if sec.SASL.Password == "" {
+		sec.SASL.Password = os.Getenv("BLOOMGATE_SASL_PASSWORD")
 	}
 	for _, b := range strings.Split(brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {

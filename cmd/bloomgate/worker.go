@@ -46,7 +46,13 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 		}
 		defer shutdownHTTP(srv)
 	}
-	return w.Run(ctx)
+	if err := w.Run(ctx); err != nil {
+		if errors.Is(err, worker.ErrTopicConfig) {
+			return usageError{err}
+		}
+		return err
+	}
+	return nil
 }
 
 // newWorker builds the worker and its checkpoint store from the settings.

@@ -132,6 +132,19 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	if !p.claimed {
 		return nil, errors.New("commit before claim: call Restore and Claim after assignment")
 	}
+	if u := p.unsure; u != nil {
+		existing, rerr := p.s.readSmall(ctx, manifestKey(p.dir, u.m.Seq))
+		switch {
+		case rerr != nil:
+			return nil, fmt.Errorf("settling manifest %d (exists, not yet read back): %w", u.m.Seq, rerr)
+		case bytes.Equal(existing, u.data):
+			p.seq, p.last = u.m.Seq, u.m // it was ours; its answer was lost
+		default:
+			p.fenced = true
+			return nil, fmt.Errorf("%w: manifest %d already written by another writer", ErrFenced, u.m.Seq)
+		}
+		p.unsure = nil
+	}
 	seq := p.seq + 1
 	m := &Manifest{
 		Version:       ManifestVersion,
@@ -198,9 +211,16 @@ func (p *Partition) writeManifest(ctx context.Context, m *Manifest) error {
 		// the write, dropped connection): the Writer nonce and timestamp
 		// make our bytes unique, so equal bytes mean it is ours.
 		existing, rerr := p.s.readSmall(ctx, key)
-		if rerr == nil && bytes.Equal(existing, data) {
+		switch {
+		case rerr != nil:
+			// Unknown whose manifest it is: not a fence (that would make
+			// the worker give up the partition and the group rebalance).
+			// The next Commit reads it again before going on.
+			p.unsure = &unsureManifest{m: m, data: data}
+			return fmt.Errorf("writing manifest %d: it exists and reading it back failed: %w", m.Seq, rerr)
+		case bytes.Equal(existing, data):
 			err = nil
-		} else {
+		default:
 			p.fenced = true
 			return fmt.Errorf("%w: manifest %d already written by another writer", ErrFenced, m.Seq)
 		}

@@ -262,6 +262,15 @@ type Partition struct {
 	claimed  bool
 	fenced   bool
 	cache    map[uint64]*Manifest // manifests read by retention
+	// unsure is a manifest whose create-only write answered "exists" and
+	// could not be read back: it may be ours (a lost answer) or another
+	// writer's. The next Commit settles it before anything else.
+	unsure *unsureManifest
+}
+
+type unsureManifest struct {
+	m    *Manifest
+	data []byte
 }
 
 func manifestKey(dir string, seq uint64) string {

@@ -363,15 +363,20 @@ func TestCheckpointURLWithCredentialsRejectedWithoutEcho(t *testing.T) {
 	cfg := Default()
 	cfg.Brokers = []string{"127.0.0.1:9092"}
 	cfg.Input, cfg.Output = "in", "out"
-	cfg.CheckpointURL = "s3://AKIAEXAMPLE:s3cr3t-value@bucket/prefix"
-	err := cfg.Validate()
-	if err == nil {
-		t.Fatal("a checkpoint URL with credentials was accepted")
-	}
-	if msg := err.Error(); strings.Contains(msg, "s3cr3t-value") || strings.Contains(msg, "AKIAEXAMPLE") {
-		t.Fatalf("error echoes the credentials: %s", msg)
-	}
-	if !strings.Contains(err.Error(), "checkpoint-url") {
-		t.Fatalf("error does not name the setting: %s", err)
+	for _, u := range []string{
+		"s3://AKIAEXAMPLE:s3cr3t-value@bucket/prefix",
+		"s3://bucket/prefix?endpoint=http://AKIAEXAMPLE:s3cr3t-value@127.0.0.1:9000",
+	} {
+		cfg.CheckpointURL = u
+		err := cfg.Validate()
+		if err == nil {
+			t.Fatalf("a checkpoint URL with credentials was accepted: %s", u)
+		}
+		if msg := err.Error(); strings.Contains(msg, "s3cr3t-value") || strings.Contains(msg, "AKIAEXAMPLE") {
+			t.Fatalf("error echoes the credentials: %s", msg)
+		}
+		if !strings.Contains(err.Error(), "checkpoint-url") {
+			t.Fatalf("error does not name the setting: %s", err)
+		}
 	}
 }

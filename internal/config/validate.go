@@ -257,7 +257,13 @@ func checkCheckpointURL(raw string) error {
 		}
 		return fmt.Errorf("not a valid URL: %v", err)
 	}
-	if u.User != nil {
+	hasUser := u.User != nil
+	if ep := u.Query().Get("endpoint"); ep != "" {
+		if eu, err := url.Parse(ep); err == nil && eu.User != nil {
+			hasUser = true
+		}
+	}
+	if hasUser {
 		// Never echo the URL here: it holds a secret.
 		return errors.New("credentials in the URL are not supported (and would end up in logs): " +
 			"give them through the AWS chain, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a shared config profile or an IAM role")

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -54,6 +55,9 @@ func TestTopicChecks(t *testing.T) {
 			err = w.Run(ctx)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Run = %v, want an error containing %s", err, tc.want)
+			}
+			if !errors.Is(err, ErrTopicConfig) {
+				t.Fatalf("Run = %v, want it marked ErrTopicConfig (a configuration error, exit code 2)", err)
 			}
 		})
 	}

@@ -181,6 +181,11 @@ func (w *Worker) stop(err error) {
 const startupRetry = time.Minute
 
 // checkTopics reads the partition counts and refuses what cannot work.
+// ErrTopicConfig marks start-up errors caused by the topics themselves
+// (missing, or partition counts that do not fit the partitioning): a
+// configuration problem, not a runtime failure.
+var ErrTopicConfig = errors.New("topic configuration")
+
 func (w *Worker) checkTopics(ctx context.Context) error {
 	names := []string{w.cfg.Input, w.cfg.Output}
 	for _, t := range []string{w.cfg.Duplicates, w.cfg.DeadLetter} {
@@ -210,7 +215,7 @@ func (w *Worker) checkTopics(ctx context.Context) error {
 	w.partitions = map[string]int{}
 	for _, t := range md.Topics {
 		if t.Error != nil {
-			return fmt.Errorf("topic %q: %w", t.Name, t.Error)
+			return fmt.Errorf("%w: topic %q: %w", ErrTopicConfig, t.Name, t.Error)
 		}
 		w.partitions[t.Name] = len(t.Partitions)
 	}
@@ -221,12 +226,12 @@ func (w *Worker) checkTopics(ctx context.Context) error {
 		}
 	}
 	if len(errs) > 0 {
-		return errors.Join(errs...)
+		return fmt.Errorf("%w: %w", ErrTopicConfig, errors.Join(errs...))
 	}
 	in, out := w.partitions[w.cfg.Input], w.partitions[w.cfg.Output]
 	if w.cfg.Partitioning == PartitioningSame && in != out {
-		return fmt.Errorf("partitioning same needs equal partition counts: input %q has %d, output %q has %d; "+
-			"repartition the output or set partitioning to hash", w.cfg.Input, in, w.cfg.Output, out)
+		return fmt.Errorf("%w: partitioning same needs equal partition counts: input %q has %d, output %q has %d; "+
+			"repartition the output or set partitioning to hash", ErrTopicConfig, w.cfg.Input, in, w.cfg.Output, out)
 	}
 	w.params = w.cfg.partitionParams(in)
 	return nil
