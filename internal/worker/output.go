@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,17 @@ type output struct {
 
 	mu    sync.Mutex
 	acked map[topicPartition]int64 // offset after the last acknowledged record
+
+	// pending counts, per input partition, records handed to the writer
+	// whose produce request has not completed (acknowledged or failed).
+	// A WriteMessages call that returns on its context deadline leaves its
+	// records queued or in flight; recovery must not scan the output before
+	// they completed, or they could land after the scan and be forwarded
+	// twice.
+	pmu     sync.Mutex
+	pcond   *sync.Cond
+	pending map[int]int
+	bal     *balancer
 }
 
 type topicPartition struct {
@@ -32,10 +44,12 @@ type topicPartition struct {
 }
 
 func newOutput(cfg Config) *output {
-	o := &output{acked: map[topicPartition]int64{}}
+	o := &output{acked: map[topicPartition]int64{}, pending: map[int]int{},
+		bal: &balancer{mode: cfg.Partitioning, balanced: map[int]int64{}}}
+	o.pcond = sync.NewCond(&o.pmu)
 	o.w = &kafka.Writer{
 		Addr:         kafka.TCP(cfg.Brokers...),
-		Balancer:     &balancer{mode: cfg.Partitioning},
+		Balancer:     o.bal,
 		RequiredAcks: kafka.RequireAll,
 		// One attempt: a retry of a write that did land would duplicate
 		// records. On failure the partition re-runs exact recovery, which
@@ -57,6 +71,14 @@ func newOutput(cfg Config) *output {
 
 // completed runs for every produce request before WriteMessages returns.
 func (o *output) completed(msgs []kafka.Message, err error) {
+	o.pmu.Lock()
+	for i := range msgs {
+		if src, ok := srcPartitionOf(&msgs[i]); ok {
+			o.pending[src]--
+		}
+	}
+	o.pcond.Broadcast()
+	o.pmu.Unlock()
 	if err != nil || len(msgs) == 0 {
 		return
 	}
@@ -67,6 +89,55 @@ func (o *output) completed(msgs []kafka.Message, err error) {
 		o.acked[tp] = last.Offset + 1
 	}
 	o.mu.Unlock()
+}
+
+// write hands the records of input partition p to the writer and keeps the
+// count of those queued or in flight. kafka-go queues all records of a
+// call or none: it balances every record first and returns before queueing
+// if a metadata lookup fails, so "all were balanced" means "all were queued".
+func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
+	before := o.bal.count(p)
+	err := o.w.WriteMessages(ctx, msgs...)
+	if o.bal.count(p)-before >= int64(len(msgs)) {
+		// Queued: completions (some may have run already) subtract them.
+		o.pmu.Lock()
+		o.pending[p] += len(msgs)
+		o.pcond.Broadcast()
+		o.pmu.Unlock()
+	}
+	return err
+}
+
+// waitIdle waits until no record of input partition p is queued or in
+// flight, at most timeout. It reports whether that happened.
+func (o *output) waitIdle(p int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	t := time.AfterFunc(timeout, func() {
+		o.pmu.Lock()
+		o.pcond.Broadcast()
+		o.pmu.Unlock()
+	})
+	defer t.Stop()
+	o.pmu.Lock()
+	defer o.pmu.Unlock()
+	for o.pending[p] > 0 {
+		if !time.Now().Before(deadline) {
+			return false
+		}
+		o.pcond.Wait()
+	}
+	return true
+}
+
+// srcPartitionOf reads the bloomgate-src-partition header of a written record.
+func srcPartitionOf(m *kafka.Message) (int, bool) {
+	for i := len(m.Headers) - 1; i >= 0; i-- {
+		if m.Headers[i].Key == HeaderSrcPartition {
+			p, err := strconv.Atoi(string(m.Headers[i].Value))
+			return p, err == nil && p >= 0
+		}
+	}
+	return 0, false
 }
 
 // ackedOffset returns the offset after the last record acknowledged in tp by
@@ -82,24 +153,36 @@ func (o *output) ackedOffset(topic string, partition int) int64 {
 }
 
 // balancer chooses output partitions. In same mode it reads the
-// bloomgate-src-partition header that every written record carries.
+// bloomgate-src-partition header that every written record carries. It
+// also counts, per input partition, the records it balanced (see write).
 type balancer struct {
 	mode Partitioning
 	hash kafka.Murmur2Balancer
+
+	mu       sync.Mutex
+	balanced map[int]int64
 }
 
 func (b *balancer) Balance(msg kafka.Message, partitions ...int) int {
+	src, ok := srcPartitionOf(&msg)
+	if ok && b.balanced != nil {
+		b.mu.Lock()
+		b.balanced[src]++
+		b.mu.Unlock()
+	}
 	if b.mode == PartitioningHash {
 		return b.hash.Balance(msg, partitions...)
 	}
-	for i := len(msg.Headers) - 1; i >= 0; i-- {
-		if msg.Headers[i].Key == HeaderSrcPartition {
-			if p, err := strconv.Atoi(string(msg.Headers[i].Value)); err == nil && p >= 0 {
-				return partitions[p%len(partitions)]
-			}
-		}
+	if ok {
+		return partitions[src%len(partitions)]
 	}
 	return partitions[0]
+}
+
+func (b *balancer) count(p int) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.balanced[p]
 }
 
 // targetPartition is where a record from input partition src lands in a

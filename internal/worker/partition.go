@@ -445,7 +445,7 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		// A write is never cancelled by a revoke: cancelled writes may still
 		// land later. WriteTimeout bounds it.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-		err := w.out.w.WriteMessages(wctx, pp.rb.msgs...)
+		err := w.out.write(wctx, pp.p, pp.rb.msgs)
 		cancel()
 		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
 			err = errors.New("acknowledgement lost (test)")
@@ -460,6 +460,18 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		if err != nil {
 			pp.pm.writeFailures.Inc()
 			n := len(pp.rb.msgs)
+			var we kafka.WriteErrors
+			if !errors.As(err, &we) {
+				// Returned on the deadline: records may still be queued or in
+				// flight. The recovery that follows scans the output, so they
+				// must have completed first; if they do not in time, stop
+				// rather than risk writing them twice.
+				if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
+					return 0, fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
+						"stopping so that it cannot land after the recovery scan",
+						errFatal, w.cfg.Input, pp.p, 4*w.cfg.WriteTimeout+5*time.Second, err)
+				}
+			}
 			// The failed records may still be referenced by the writer.
 			pp.rb = recordBuilder{}
 			return 0, fmt.Errorf("writing %d records: %w", n, summarizeWriteErrors(err))
