@@ -63,15 +63,20 @@ func (f *Filter) block(h Hash) (page, off uint64) {
 	return blk >> pageShift, (blk & (pageBlocks - 1)) * blockWords
 }
 
-// mask returns the k probe bits of h inside its block. Probes are taken
-// as independent 9-bit fields: seven from H2, then seven from each further
-// word fmix64(H2 + j·rot(H1, 32)), so that the probes match the sizing
-// model. (Kirsch–Mitzenmacher double hashing inside a 512-bit block
-// measured 1.6× the target rate at p = 0.1 %.)
-func (f *Filter) mask(h Hash) (m [blockWords]uint64) {
-	w := h.H2
+// The probes of h inside its block are independent 9-bit fields: seven
+// from H2, then seven from each further word fmix64(H2 + j·rot(H1, 32)), so
+// that they match the sizing model. (Kirsch–Mitzenmacher double hashing
+// inside a 512-bit block measured 1.6× the target rate at p = 0.1 %.)
+// has and set walk the probes bit by bit, like blobloom: fewer instructions
+// per key than building an 8-word mask, which lets the CPU overlap the
+// memory misses of consecutive keys (filter only, 50 M keys, p = 1 %: 85 →
+// 54 ns per TestAndAdd; blobloom Has+Add 57 ns in the same run).
+
+// has reports whether every probe bit of h is set in b; it stops at the
+// first unset bit.
+func (f *Filter) has(b *[blockWords]uint64, h Hash) bool {
+	w, s, d := h.H2, h.H2, bits.RotateLeft64(h.H1, 32)
 	left := 7
-	s, d := h.H2, bits.RotateLeft64(h.H1, 32)
 	for i := uint32(0); i < f.k; i++ {
 		if left == 0 {
 			s += d
@@ -79,11 +84,34 @@ func (f *Filter) mask(h Hash) (m [blockWords]uint64) {
 			left = 7
 		}
 		p := w & (blockBits - 1)
-		m[p>>6] |= 1 << (p & 63)
+		if b[p>>6]&(1<<(p&63)) == 0 {
+			return false
+		}
 		w >>= 9
 		left--
 	}
-	return m
+	return true
+}
+
+// set sets the probe bits of h in b and returns how many were unset.
+func (f *Filter) set(b *[blockWords]uint64, h Hash) (added uint64) {
+	w, s, d := h.H2, h.H2, bits.RotateLeft64(h.H1, 32)
+	left := 7
+	for i := uint32(0); i < f.k; i++ {
+		if left == 0 {
+			s += d
+			w = fmix64(s)
+			left = 7
+		}
+		p := w & (blockBits - 1)
+		if x := b[p>>6]; x&(1<<(p&63)) == 0 {
+			b[p>>6] = x | 1<<(p&63)
+			added++
+		}
+		w >>= 9
+		left--
+	}
+	return added
 }
 
 // fmix64 is murmur3's 64-bit finalizer: a bijection with full avalanche.
@@ -101,36 +129,20 @@ func fmix64(x uint64) uint64 {
 func (f *Filter) TestAndAdd(h Hash) bool {
 	pi, off := f.block(h)
 	b := (*[blockWords]uint64)(f.pages[pi][off : off+blockWords])
-	m := f.mask(h)
-	n0, n1, n2, n3 := m[0]&^b[0], m[1]&^b[1], m[2]&^b[2], m[3]&^b[3]
-	n4, n5, n6, n7 := m[4]&^b[4], m[5]&^b[5], m[6]&^b[6], m[7]&^b[7]
-	if n0|n1|n2|n3|n4|n5|n6|n7 == 0 {
+	if f.has(b, h) {
 		return true
 	}
 	if f.cow {
 		b = f.writable(pi, off)
 	}
-	b[0] |= n0
-	b[1] |= n1
-	b[2] |= n2
-	b[3] |= n3
-	b[4] |= n4
-	b[5] |= n5
-	b[6] |= n6
-	b[7] |= n7
-	f.ones += uint64(bits.OnesCount64(n0) + bits.OnesCount64(n1) + bits.OnesCount64(n2) +
-		bits.OnesCount64(n3) + bits.OnesCount64(n4) + bits.OnesCount64(n5) +
-		bits.OnesCount64(n6) + bits.OnesCount64(n7))
+	f.ones += f.set(b, h)
 	return false
 }
 
 // Test reports whether h was (probably) added.
 func (f *Filter) Test(h Hash) bool {
 	pi, off := f.block(h)
-	b := (*[blockWords]uint64)(f.pages[pi][off : off+blockWords])
-	m := f.mask(h)
-	return (m[0]&^b[0])|(m[1]&^b[1])|(m[2]&^b[2])|(m[3]&^b[3])|
-		(m[4]&^b[4])|(m[5]&^b[5])|(m[6]&^b[6])|(m[7]&^b[7]) == 0
+	return f.has((*[blockWords]uint64)(f.pages[pi][off:off+blockWords]), h)
 }
 
 // Add adds h.
