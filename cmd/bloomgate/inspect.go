@@ -9,11 +9,11 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/config"
 )
 
 // cmdInspect prints what a checkpoint location holds: per group, topic and
@@ -119,25 +119,11 @@ func inspectLocation(ctx context.Context, raw string) (*checkpoint.Report, error
 	return checkpoint.Inspect(ctx, store)
 }
 
-// absFileURLArg turns file://./dir, file://dir/x (a relative path) and
-// file:dir into file:///absolute/dir; other URLs are returned unchanged.
+// absFileURLArg is config.AbsFileURL that also takes a plain directory
+// path, as a command-line argument may be.
 func absFileURLArg(raw string) string {
-	var p string
-	switch {
-	case strings.HasPrefix(raw, "file:///"):
-		return raw
-	case strings.HasPrefix(raw, "file://./"), strings.HasPrefix(raw, "file://../"):
-		p = strings.TrimPrefix(raw, "file://")
-	case strings.HasPrefix(raw, "file:") && !strings.HasPrefix(raw, "file://"):
-		p = strings.TrimPrefix(raw, "file:")
-	case !strings.Contains(raw, "://") && raw != "":
-		p = raw // a plain directory path
-	default:
-		return raw
+	if raw != "" && !strings.Contains(raw, ":") {
+		raw = "file:" + raw
 	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return raw
-	}
-	return "file://" + filepath.ToSlash(abs)
+	return config.AbsFileURL(raw)
 }

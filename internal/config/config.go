@@ -189,14 +189,14 @@ func Parse(args []string, out io.Writer) (*Run, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags (see --help)", fs.Arg(0))
 	}
-	cfg.CheckpointURL = absFileURL(cfg.CheckpointURL)
+	cfg.CheckpointURL = AbsFileURL(cfg.CheckpointURL)
 	return &cfg, nil
 }
 
-// absFileURL turns file://./rel, file://rel-with-no-host-meaning and file:rel
+// AbsFileURL turns file://./rel, file://rel-with-no-host-meaning and file:rel
 // into file:///absolute/rel, so that the checkpoint store and the logs see
 // where the files really go.
-func absFileURL(u string) string {
+func AbsFileURL(u string) string {
 	var p string
 	switch {
 	case strings.HasPrefix(u, "file:///"):

@@ -297,8 +297,8 @@ func TestAbsFileURL(t *testing.T) {
 		"file:///var/lib/x": "file:///var/lib/x",
 		"s3://b/p":          "s3://b/p",
 	} {
-		if got := absFileURL(in); got != want {
-			t.Errorf("absFileURL(%q) = %q, want %q", in, got, want)
+		if got := AbsFileURL(in); got != want {
+			t.Errorf("AbsFileURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -318,7 +318,7 @@ func TestExampleFile(t *testing.T) {
 	want.Brokers, want.Input, want.Output, want.Key = []string{"127.0.0.1:9092"}, "orders", "orders-deduped", "json:order_id"
 	want.ConfigFile = file
 	want.OnMissingKey = OnMissingForward
-	want.CheckpointURL = absFileURL(want.CheckpointURL)
+	want.CheckpointURL = AbsFileURL(want.CheckpointURL)
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("example file:\n got %+v\nwant %+v", *cfg, want)
 	}
