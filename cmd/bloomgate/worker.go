@@ -86,6 +86,8 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if staleness == 0 {
 		staleness = -1 // config: 0 means no bound; worker: negative means no bound
 	}
+	state := worker.NewBloomState(store, cfg.Group)
+	state.MaxTimeJump = cfg.MaxTimeJump
 	host, _ := os.Hostname()
 	w, err := worker.New(worker.Config{
 		Brokers:      cfg.Brokers,
@@ -118,7 +120,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	}, worker.Deps{
 		Logger:     logger,
 		Registerer: reg,
-		State:      worker.NewBloomState(store, cfg.Group),
+		State:      state,
 		Extractor:  ex,
 	})
 	if err != nil {

@@ -48,6 +48,10 @@ type Checkpoint struct {
 	Filter        FilterParams
 	Generations   []Generation // oldest first
 	Owner         string       // worker id (host/pid), for humans
+	// EventTime is the filter owner's event-time frontier (Unix ns; 0:
+	// none), restored with the filter so that replay decides as the
+	// original run did.
+	EventTime int64
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -158,6 +162,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        cp.Filter,
+		EventTime:     cp.EventTime,
 	}
 	stored := map[uint64]GenerationRef{}
 	if p.last != nil {

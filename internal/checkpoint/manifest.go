@@ -106,6 +106,9 @@ type Manifest struct {
 	OutputOffsets map[string]map[int]int64 `json:"output_offsets"`
 	Filter        FilterParams             `json:"filter"`
 	Generations   []GenerationRef          `json:"generations"`
+	// EventTime is the owner's event-time frontier in Unix ns (0: not
+	// recorded, as in manifests of earlier versions).
+	EventTime int64 `json:"event_time_ns,omitempty"`
 }
 
 // Bytes is the total stored size of the generation objects m references.

@@ -99,6 +99,7 @@ type Run struct {
 	Generations int
 	Capacity    uint64 // expected distinct keys per window, whole input topic
 	FPR         float64
+	MaxTimeJump time.Duration // 0: unbounded
 
 	// Checkpoints.
 	CheckpointURL          string // after Load, a file URL is absolute
@@ -135,6 +136,7 @@ func Default() Run {
 		Generations:            4,
 		Capacity:               10_000_000,
 		FPR:                    0.01,
+		MaxTimeJump:            time.Hour,
 		CheckpointURL:          "file://./.bloomgate/checkpoints",
 		CheckpointInterval:     time.Minute,
 		CheckpointRetain:       3,

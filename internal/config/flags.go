@@ -20,7 +20,7 @@ var sections = []section{
 	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
-	{"Filter", []string{"window", "generations", "capacity", "fpr"}},
+	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
 	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
 }
@@ -64,6 +64,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.IntVar(&c.Generations, "generations", c.Generations, "filter generations in the rotating ring (>= 2); memory = capacity x generations/(generations-1)")
 	fs.Var(&countValue{p: &c.Capacity}, "capacity", "expected distinct keys per window for the whole input topic, a `count` (e.g. 10000000, 10M, 1e7)")
 	fs.Float64Var(&c.FPR, "fpr", c.FPR, "target false-positive rate, in (0,1)")
+	fs.DurationVar(&c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0: unbounded)")
 
 	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir, mem://name")
 	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")

@@ -144,6 +144,9 @@ func (c *Run) Validate() error {
 			bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
 		}
 	}
+	if c.MaxTimeJump < 0 {
+		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", c.MaxTimeJump)
+	}
 	if c.SessionTimeout <= 0 {
 		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", c.SessionTimeout)
 	}

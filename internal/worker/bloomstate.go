@@ -27,6 +27,15 @@ type BloomState struct {
 	group string
 	// MaxGenerationBytes caps one decoded generation (≤ 0: bloom's limit).
 	MaxGenerationBytes int64
+	// MaxTimeJump bounds how far one record may move a partition's event
+	// time forward (≤ 0: unbounded). A record stamped further ahead is
+	// filed at frontier + MaxTimeJump, so a single bad timestamp (a
+	// producer clock years ahead) cannot rotate the ring and make the
+	// partition forget keys inside the window. After a real gap the
+	// frontier catches up by MaxTimeJump per record; meanwhile keys are
+	// kept longer, never shorter. The frontier is checkpointed, so replay
+	// decides as the original run did.
+	MaxTimeJump time.Duration
 
 	mu    sync.Mutex
 	kept  map[topicPartition]keptFilter
@@ -79,7 +88,7 @@ func (s *BloomState) NewFilter(p FilterParams) (Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating filter: %w", err)
 	}
-	return &bloomFilter{s: sh}, nil
+	return &bloomFilter{s: sh, maxJump: s.MaxTimeJump}, nil
 }
 
 // Partition returns a checkpoint handle of one input partition.
@@ -90,17 +99,30 @@ func (s *BloomState) Partition(topic string, partition int) PartitionStore {
 type bloomFilter struct {
 	s       *bloom.Shard
 	inserts uint64 // TestAndAdd calls, to tell whether the filter changed
+
+	maxJump  time.Duration
+	frontier int64  // newest event time filed, Unix ns; 0: none yet
+	clamped  uint64 // records filed earlier than their timestamp
 }
 
 func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
+	ns := ts.UnixNano()
+	if f.maxJump > 0 && f.frontier != 0 && ns-f.frontier > int64(f.maxJump) {
+		ns = f.frontier + int64(f.maxJump)
+		ts = time.Unix(0, ns)
+		f.clamped++
+	}
+	if ns > f.frontier {
+		f.frontier = ns
+	}
 	return f.s.TestAndAdd(bloom.HashKey(key), ts)
 }
 
 func (f *bloomFilter) Stats() FilterStats {
 	st := f.s.Stats()
 	fs := FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
-		Generations: len(st.Generations), OverflowStacks: st.Stacks}
+		Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
 	if n := len(st.Generations); n > 0 {
 		fs.Fill = st.Generations[n-1].Fill
 	}
@@ -108,13 +130,14 @@ func (f *bloomFilter) Stats() FilterStats {
 }
 
 func (f *bloomFilter) Snapshot() Snapshot {
-	return &bloomSnapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts}
+	return &bloomSnapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
 }
 
 type bloomSnapshot struct {
-	sn      *bloom.Snapshot
-	from    *bloomFilter
-	inserts uint64
+	sn       *bloom.Snapshot
+	from     *bloomFilter
+	inserts  uint64
+	frontier int64
 }
 
 func (b *bloomSnapshot) Release() { b.sn.Release() }
@@ -182,7 +205,8 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 		b.s.reuse.Add(1)
 		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 	}
-	return &Restored{Filter: &bloomFilter{s: shard}, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
+	f := &bloomFilter{s: shard, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
+	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 }
 
 func (b *bloomPartition) Claim(ctx context.Context, owner string) error {
@@ -208,6 +232,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
 		Generations:   gens,
 		Owner:         cp.Owner,
+		EventTime:     sn.frontier,
 	})
 	if err != nil {
 		return storeErr(err)

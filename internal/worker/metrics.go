@@ -22,6 +22,7 @@ type metrics struct {
 	filterKeys     *prometheus.GaugeVec
 	filterGens     *prometheus.GaugeVec
 	filterOverflow *prometheus.GaugeVec
+	filterClamped  *prometheus.GaugeVec
 
 	replayed         *prometheus.CounterVec
 	alreadyWritten   *prometheus.CounterVec
@@ -52,7 +53,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		filterKeys:     gauge("filter_estimated_keys", "Estimated distinct keys in the partition's filter."),
 		filterGens:     gauge("filter_generations", "Generations in the partition's filter ring."),
 		filterOverflow: gauge("filter_overflow_stacks", "Overflow sub-filters stacked because a generation outgrew its planned capacity."),
-		replayed:       counter("recovery_replayed_records_total", "Input records replayed into the filter (without forwarding) during recovery.", pl...),
+		filterClamped: gauge("filter_clamped_timestamps", "Records (since this worker took the partition) stamped more than --max-time-jump ahead of the "+
+			"partition's event time, filed at the bound instead: a producer clock running ahead."),
+		replayed: counter("recovery_replayed_records_total", "Input records replayed into the filter (without forwarding) during recovery.", pl...),
 		alreadyWritten: counter("recovery_already_written_records_total",
 			"Records the recovery scan found written but not committed (not written again).", pl...),
 		recoveryDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -68,7 +71,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
-		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow,
+		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.rebalances, m.commitFailures, m.writeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
@@ -83,7 +86,7 @@ type partitionMetrics struct {
 	consumed, forwarded, duplicates, replayed, writeFailures, alreadyWritten prometheus.Counter
 	deadLettered, dropped                                                    map[string]prometheus.Counter
 	lag                                                                      prometheus.Gauge
-	bytes, fill, fpr, keys, gens, overflow                                   prometheus.Gauge
+	bytes, fill, fpr, keys, gens, overflow, clamped                          prometheus.Gauge
 }
 
 func (m *metrics) partition(topic string, p int) *partitionMetrics {
@@ -104,6 +107,7 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 		keys:           m.filterKeys.WithLabelValues(topic, ps),
 		gens:           m.filterGens.WithLabelValues(topic, ps),
 		overflow:       m.filterOverflow.WithLabelValues(topic, ps),
+		clamped:        m.filterClamped.WithLabelValues(topic, ps),
 	}
 	for _, r := range KeyReasons {
 		pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)
@@ -119,4 +123,5 @@ func (pm *partitionMetrics) setFilter(s FilterStats) {
 	pm.keys.Set(float64(s.EstKeys))
 	pm.gens.Set(float64(s.Generations))
 	pm.overflow.Set(float64(s.OverflowStacks))
+	pm.clamped.Set(float64(s.ClampedTimestamps))
 }

@@ -41,6 +41,9 @@ type FilterStats struct {
 	EstKeys        uint64
 	Generations    int
 	OverflowStacks int
+	// ClampedTimestamps counts records filed earlier than their timestamp
+	// because it was too far ahead of the partition's event time.
+	ClampedTimestamps uint64
 }
 
 // Snapshot is an opaque filter view handed to StateStore.Commit. The
