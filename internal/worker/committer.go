@@ -102,46 +102,37 @@ func (c *committer) run() {
 		}
 		waiters = waiters[:0]
 	}
+	add := func(r commitReq) {
+		if o, ok := pending[r.partition]; !ok || r.offset > o {
+			pending[r.partition] = r.offset
+		}
+		if r.reply != nil {
+			waiters = append(waiters, r.reply)
+		}
+	}
+	// drain takes whatever else is queued, so that one commit covers it.
+	drain := func() {
+		for {
+			select {
+			case r := <-c.reqs:
+				add(r)
+			default:
+				return
+			}
+		}
+	}
 	for {
 		select {
 		case r := <-c.reqs:
-			if o, ok := pending[r.partition]; !ok || r.offset > o {
-				pending[r.partition] = r.offset
-			}
+			add(r)
 			if r.reply != nil {
-				waiters = append(waiters, r.reply)
-				// Coalesce whatever else is queued, then commit once.
-				for drained := false; !drained; {
-					select {
-					case r2 := <-c.reqs:
-						if o, ok := pending[r2.partition]; !ok || r2.offset > o {
-							pending[r2.partition] = r2.offset
-						}
-						if r2.reply != nil {
-							waiters = append(waiters, r2.reply)
-						}
-					default:
-						drained = true
-					}
-				}
+				drain()
 				flush()
 			}
 		case <-t.C:
 			flush()
 		case <-c.stop:
-			for drained := false; !drained; {
-				select {
-				case r := <-c.reqs:
-					if o, ok := pending[r.partition]; !ok || r.offset > o {
-						pending[r.partition] = r.offset
-					}
-					if r.reply != nil {
-						waiters = append(waiters, r.reply)
-					}
-				default:
-					drained = true
-				}
-			}
+			drain()
 			flush()
 			return
 		}
