@@ -32,6 +32,8 @@ type Filter struct {
 	epoch     uint32
 	pageEpoch []uint32
 	refs      atomic.Int32 // outstanding snapshots holding these pages
+
+	sink uint64 // keeps the loads of touch
 }
 
 // NewFilter returns a filter sized so that its computed false-positive rate
@@ -207,6 +209,41 @@ func (f *Filter) TestAndAdd(h Hash) bool {
 	added := f.set(b, h)
 	f.ones += added
 	return added == 0
+}
+
+// batchChunk is how many keys a batch call loads ahead of using them:
+// enough for the memory system to fetch their blocks in parallel (a core
+// tracks a few dozen misses at once), few enough that the blocks are still
+// in cache when they are used.
+const batchChunk = 32
+
+// TestAndAddBatch calls TestAndAdd on each of hs in order and stores the
+// results in seen, which must be at least as long as hs. The result and
+// the filter's state are exactly those of the calls one by one; only the
+// memory accesses differ: the blocks of a chunk of keys are loaded before
+// any of them is used, so that their cache misses overlap instead of
+// following each other.
+func (f *Filter) TestAndAddBatch(hs []Hash, seen []bool) {
+	seen = seen[:len(hs)]
+	for lo := 0; lo < len(hs); lo += batchChunk {
+		chunk := hs[lo:min(lo+batchChunk, len(hs))]
+		f.touch(chunk)
+		for i, h := range chunk {
+			seen[lo+i] = f.TestAndAdd(h)
+		}
+	}
+}
+
+// touch loads one word of the block of each of hs. The loads do not depend
+// on each other, so the CPU issues them all before the first completes; a
+// later TestAndAdd then finds its block in cache.
+func (f *Filter) touch(hs []Hash) {
+	var x uint64
+	for _, h := range hs {
+		pi, off := f.block(h)
+		x ^= f.pages[pi][off]
+	}
+	f.sink = x
 }
 
 // Test reports whether h was (probably) added.

@@ -132,6 +132,26 @@ func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
 	return s.gens[n-1].testAndAdd(h) || seen
 }
 
+// TestAndAddBatch calls TestAndAdd(hs[i], ts[i]) for each i in order and
+// stores the results in seen; ts and seen must be at least as long as hs.
+// Results and state, rotation included, are exactly those of the calls one
+// by one; the blocks of a chunk of keys in every generation are loaded
+// first so that their cache misses overlap (see Filter.TestAndAddBatch).
+func (s *Shard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []bool) {
+	ts, seen = ts[:len(hs)], seen[:len(hs)]
+	for lo := 0; lo < len(hs); lo += batchChunk {
+		hi := min(lo+batchChunk, len(hs))
+		for _, g := range s.gens {
+			for _, f := range g.subs {
+				f.touch(hs[lo:hi])
+			}
+		}
+		for i := lo; i < hi; i++ {
+			seen[i] = s.TestAndAdd(hs[i], ts[i])
+		}
+	}
+}
+
 // Test reports whether h was seen in any generation; it changes nothing.
 func (s *Shard) Test(h Hash) bool {
 	for _, g := range s.gens {
