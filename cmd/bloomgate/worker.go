@@ -127,7 +127,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		store.Close()
 		return nil, nil, usageError{err}
 	}
-	if err := checkCreateOnly(ctx, store, cfg.CheckpointSkipCreateOnlyCheck, logger); err != nil {
+	if err := checkCreateOnly(ctx, store, cfg.CheckpointSkipCreateOnlyCheck, createOnlyCheckTimeout, logger); err != nil {
 		store.Close()
 		return nil, nil, err
 	}
@@ -142,14 +142,14 @@ const createOnlyCheckTimeout = time.Minute
 // checkCreateOnly refuses a checkpoint store that ignores create-only
 // writes: fencing of a stale partition owner rests on them, and such a
 // store would turn it off without any error.
-func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, logger *slog.Logger) error {
+func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, timeout time.Duration, logger *slog.Logger) error {
 	if skip {
 		logger.Warn("create-only check of the checkpoint store SKIPPED (--checkpoint-skip-create-only-check): "+
 			"if the store ignores create-only writes, a stale owner of a partition is NOT fenced and two workers can overwrite each other's checkpoints",
 			"checkpoint_store", store.URL())
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, createOnlyCheckTimeout)
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := store.VerifyCreateOnly(cctx)
 	switch {
@@ -161,8 +161,7 @@ func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, lo
 			"as AWS S3, current MinIO and versitygw do; or file://), or, only if no more than one worker ever writes to this "+
 			"location, set --checkpoint-skip-create-only-check (see docs/checkpoints.md)", err)}
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("checkpoint store %s did not finish the create-only check within %s (unreachable or too slow): %w",
-			store.URL(), createOnlyCheckTimeout, err)
+		return fmt.Errorf("%w (gave up after %s: the store is unreachable or too slow)", err, timeout)
 	}
 	return err
 }

@@ -3,11 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/s3test"
 )
 
@@ -68,4 +73,56 @@ func TestRunChecksCreateOnly(t *testing.T) {
 		t.Errorf("unreachable store: exit %d after %s, want %d fast; stderr:\n%s", code, took, exitRuntime, stderr)
 	}
 	t.Logf("unreachable store: exit %d after %s", code, took.Round(time.Millisecond))
+}
+
+// TestCreateOnlyCheckTimeout: a store that accepts connections and never
+// answers ends the check at its time bound with an error saying so.
+func TestCreateOnlyCheckTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() { // accept and hold every connection, answer nothing
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	s3test.SetEnv(t)
+	ctx := context.Background()
+	store, err := checkpoint.Open(ctx, s3test.URLFor("http://"+ln.Addr().String(), "ck"), checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := time.Now()
+	err = checkCreateOnly(ctx, store, false, 300*time.Millisecond, logger)
+	took := time.Since(start)
+	if err == nil || !strings.Contains(err.Error(), "gave up after 300ms: the store is unreachable") ||
+		!strings.Contains(err.Error(), ln.Addr().String()) || took > 5*time.Second {
+		t.Fatalf("check of a silent store: %v after %s", err, took)
+	}
+	t.Logf("silent store: %v after %s", err, took.Round(time.Millisecond))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 type faultBucket struct {
 	bucket
 	ignoreCreateOnly bool              // a store without conditional writes
+	replaceAnyway    bool              // answers "exists" to a create-only write, but writes
 	putErr           func(n int) error // error for the n-th Put (1-based), nil: pass
 	deleteErr        error
 	puts             atomic.Int64
@@ -32,6 +34,14 @@ func (b *faultBucket) Put(ctx context.Context, key string, r io.Reader, createOn
 	if b.putErr != nil {
 		if err := b.putErr(n); err != nil {
 			return 0, err
+		}
+	}
+	if b.replaceAnyway && createOnly {
+		if _, err := b.bucket.Attributes(ctx, key); err == nil {
+			if _, err := b.bucket.Put(ctx, key, r, false); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("put %s: %w", key, errExists)
 		}
 	}
 	return b.bucket.Put(ctx, key, r, createOnly && !b.ignoreCreateOnly)
@@ -173,6 +183,17 @@ func TestProbeRefusesOverwritingStore(t *testing.T) {
 	}
 	if keys := listKeys(t, s, ""); len(keys) != 0 {
 		t.Errorf("objects left after the failed check: %v", keys)
+	}
+}
+
+// TestProbeRefusesReplacingStore: a store that answers "already exists" but
+// replaced the object anyway fails the check too.
+func TestProbeRefusesReplacingStore(t *testing.T) {
+	s := openT(t, "mem://probe-replace/prefix", testOptions(nil))
+	s.bkt = &faultBucket{bucket: s.bkt, replaceAnyway: true}
+	err := s.VerifyCreateOnly(context.Background())
+	if !errors.Is(err, ErrCreateOnlyIgnored) || !strings.Contains(err.Error(), "replaced its content anyway") {
+		t.Fatalf("check on a store replacing despite 'exists': %v", err)
 	}
 }
 
