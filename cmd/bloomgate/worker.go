@@ -127,7 +127,43 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		store.Close()
 		return nil, nil, usageError{err}
 	}
+	if err := checkCreateOnly(ctx, store, cfg.CheckpointSkipCreateOnlyCheck, createOnlyCheckTimeout, logger); err != nil {
+		store.Close()
+		return nil, nil, err
+	}
 	return w, store, nil
+}
+
+// createOnlyCheckTimeout bounds the start-up check of the checkpoint store
+// (a store that does not answer), as the worker bounds its wait for
+// unreachable brokers.
+const createOnlyCheckTimeout = time.Minute
+
+// checkCreateOnly refuses a checkpoint store that ignores create-only
+// writes: fencing of a stale partition owner rests on them, and such a
+// store would turn it off without any error.
+func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, timeout time.Duration, logger *slog.Logger) error {
+	if skip {
+		logger.Warn("create-only check of the checkpoint store SKIPPED (--checkpoint-skip-create-only-check): "+
+			"if the store ignores create-only writes, a stale owner of a partition is NOT fenced and two workers can overwrite each other's checkpoints",
+			"checkpoint_store", store.URL())
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := store.VerifyCreateOnly(cctx)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, checkpoint.ErrCreateOnlyIgnored):
+		return usageError{fmt.Errorf("%w; two workers could then both write the same checkpoint sequence and a stale owner "+
+			"of a partition would not be fenced. Use a store that honours conditional writes (If-None-Match: * on PutObject, "+
+			"as AWS S3, current MinIO and versitygw do; or file://), or, only if no more than one worker ever writes to this "+
+			"location, set --checkpoint-skip-create-only-check (see docs/checkpoints.md)", err)}
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w (gave up after %s: the store is unreachable or too slow)", err, timeout)
+	}
+	return err
 }
 
 // serveHTTP starts the metrics/health endpoint. A port that cannot be bound

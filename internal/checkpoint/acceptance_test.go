@@ -24,6 +24,8 @@ func TestAcceptance(t *testing.T) {
 			t.Run("fencing", func(t *testing.T) { testFencing(t, url+"-fence") })
 			t.Run("race", func(t *testing.T) { testRace(t, url+"-race", 200) })
 			t.Run("inspect", func(t *testing.T) { testInspect(t, url+"-inspect") })
+			t.Run("create-only-check", func(t *testing.T) { testProbe(t, url+"-probe") })
+			t.Run("probe-leftover", func(t *testing.T) { testProbeLeftover(t, url+"-leftover") })
 		})
 	}
 }
@@ -186,7 +188,7 @@ func testLifecycle(t *testing.T, url string) {
 // fixURL turns "base-suffix" into a valid location for each scheme: the
 // suffix goes into the path, before any query.
 func fixURL(u string) string {
-	for _, suf := range []string{"-life", "-corrupt", "-crash", "-fence", "-race", "-inspect"} {
+	for _, suf := range []string{"-life", "-corrupt", "-crash", "-fence", "-race", "-inspect", "-probe", "-leftover"} {
 		if strings.HasSuffix(u, suf) {
 			base := strings.TrimSuffix(u, suf)
 			return withSuffix(base, "/"+strings.TrimPrefix(suf, "-"))

@@ -153,3 +153,39 @@ func BenchmarkSource(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVerifyCreateOnly: the start-up check of the store (create,
+// second create answered 412, read back, delete). warm reuses one store and
+// its connections; cold opens a new store per check, as a starting worker
+// does (the timer excludes Open, which does not contact the store).
+func BenchmarkVerifyCreateOnly(b *testing.B) {
+	b.Run("warm", func(b *testing.B) {
+		s := benchStore(b, encodingNone)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.VerifyCreateOnly(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cold", func(b *testing.B) {
+		srv := s3test.Start(b)
+		s3test.SetEnv(b)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			s, err := Open(context.Background(), srv.URL("cold"), Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			err = s.VerifyCreateOnly(context.Background())
+			b.StopTimer()
+			s.Close()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+}

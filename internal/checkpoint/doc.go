@@ -9,6 +9,7 @@
 //
 //	<group>/<topic>/<partition>/manifests/<seq, 20 digits>.json
 //	<group>/<topic>/<partition>/gens/<generation id>-<uploaded seq>-<writer>.gen
+//	_probe/create-only-<random>.json   (VerifyCreateOnly; deleted after)
 //
 // Group and topic are path-escaped. A manifest names the input offset the
 // state covers, the output offsets at that moment, the filter parameters,
@@ -25,7 +26,9 @@
 // follows manifests, so a checkpoint is visible completely or not at all.
 // Two writers can never both create the same sequence: the loser gets
 // ErrFenced and must stop owning the partition. See docs/checkpoints.md for
-// the argument.
+// the argument. Store.VerifyCreateOnly checks at start-up that the store
+// honours create-only writes; one that does not would turn fencing off
+// silently.
 //
 // # Cost
 //

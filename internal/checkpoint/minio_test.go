@@ -50,4 +50,5 @@ func TestMinIO(t *testing.T) {
 	t.Run("corruption", func(t *testing.T) { testCorruption(t, withSuffix(url, "-corrupt")) })
 	t.Run("fencing", func(t *testing.T) { testFencing(t, withSuffix(url, "-fence")) })
 	t.Run("race", func(t *testing.T) { testRace(t, withSuffix(url, "-race"), 100) })
+	t.Run("create-only-check", func(t *testing.T) { testProbe(t, withSuffix(url, "-probe")) })
 }

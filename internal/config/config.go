@@ -107,6 +107,9 @@ type Run struct {
 	CheckpointRetain       int
 	MaxCheckpointStaleness time.Duration // 0: no bound
 	OnRestoreFailure       string        // fail | empty
+	// CheckpointSkipCreateOnlyCheck starts even when the store ignores
+	// create-only writes: fencing of a stale partition owner is then off.
+	CheckpointSkipCreateOnlyCheck bool
 
 	// Operations.
 	MetricsAddr     string // "" disables the HTTP endpoint
@@ -248,6 +251,7 @@ func (c *Run) LogValue() slog.Value {
 		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
 		slog.String("partitioning", c.Partitioning),
 		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
+		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
 		slog.String("metrics_addr", c.MetricsAddr),
 		slog.Bool("tls", c.TLS.Enabled), slog.String("sasl_mechanism", c.SASL.Mechanism),
 		slog.String("sasl_username", c.SASL.Username), slog.String("sasl_password", pw),

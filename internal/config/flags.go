@@ -21,7 +21,7 @@ var sections = []section{
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
-	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure"}},
+	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "checkpoint-skip-create-only-check"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
 }
 
@@ -71,6 +71,8 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.IntVar(&c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
 	fs.DurationVar(&c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0: no bound)")
 	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads: fail, or empty (start with an empty filter)")
+	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,
+		"start even if the checkpoint store ignores create-only writes (If-None-Match); fencing of a stale partition owner is then OFF: only for a location one worker alone writes")
 
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address for /metrics, /healthz, /readyz (empty: disabled)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "max time for the ordered shutdown on SIGTERM/SIGINT")

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 )
 
 // Fault says what the proxy does with one request.
@@ -29,6 +32,10 @@ type Fault struct {
 	// anything for this long (or until the client gives up) before dropping
 	// it: a server that hangs mid-body.
 	Stall time.Duration
+	// StripIfNoneMatch forwards the request without its If-None-Match
+	// header, signed again with the test credentials: a gateway or store
+	// that ignores create-only writes, so a second create overwrites.
+	StripIfNoneMatch bool
 }
 
 // FaultProxy is a reverse proxy on 127.0.0.1 in front of an S3 endpoint that
@@ -78,6 +85,14 @@ func NewFaultProxy(t testing.TB, endpoint string) *FaultProxy {
 			// fails (it panics with http.ErrAbortHandler); just in case:
 			rp.ServeHTTP(&truncatingWriter{ResponseWriter: w, left: f.TruncateBody, stall: f.Stall, done: r.Context().Done()}, r)
 			panic(http.ErrAbortHandler) // drop the connection mid-body
+		case f.StripIfNoneMatch && r.Header.Get("If-None-Match") != "":
+			p.faults.Add(1)
+			r.Header.Del("If-None-Match")
+			if err := resign(r); err != nil {
+				writeS3Error(w, http.StatusInternalServerError)
+				return
+			}
+			rp.ServeHTTP(w, r)
 		default:
 			rp.ServeHTTP(w, r)
 		}
@@ -102,6 +117,20 @@ func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
 
 // Faults is the number of requests that got a fault.
 func (p *FaultProxy) Faults() int64 { return p.faults.Load() }
+
+// resign replaces the request's SigV4 signature by one over its current
+// headers, made with the test credentials (the server checks every header
+// the client signed, so a changed header needs a new signature).
+func resign(r *http.Request) error {
+	r.Header.Del("Authorization")
+	payload := r.Header.Get("X-Amz-Content-Sha256")
+	if payload == "" {
+		payload = "UNSIGNED-PAYLOAD"
+	}
+	creds := aws.Credentials{AccessKeyID: AccessKey, SecretAccessKey: SecretKey}
+	return v4.NewSigner().SignHTTP(r.Context(), creds, r, payload, "s3", Region, time.Now(),
+		func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true }) // as S3 signs
+}
 
 func writeS3Error(w http.ResponseWriter, status int) {
 	w.Header().Set("Content-Type", "application/xml")

@@ -112,3 +112,35 @@ func TestConditionalWrites(t *testing.T) {
 		t.Logf("error code %q", ae.ErrorCode())
 	}
 }
+
+// TestStripIfNoneMatch: behind a proxy that drops If-None-Match, a second
+// create-only PutObject succeeds and replaces the object, as on a store that
+// ignores conditional writes; other requests still pass (the proxy signs
+// what it changed again).
+func TestStripIfNoneMatch(t *testing.T) {
+	s := Start(t)
+	proxy := NewFaultProxy(t, s.Endpoint())
+	proxy.Inject(func(*http.Request) Fault { return Fault{StripIfNoneMatch: true} })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := ClientFor(proxy.Endpoint())
+	for _, body := range []string{"first", "second"} {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(Bucket), Key: aws.String("m/1"),
+			Body: bytes.NewReader([]byte(body)), IfNoneMatch: aws.String("*")})
+		if err != nil {
+			t.Fatalf("create-only put %q through the stripping proxy: status %d, %v", body, httpStatus(err), err)
+		}
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(Bucket), Key: aws.String("m/1")})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	b, _ := io.ReadAll(out.Body)
+	out.Body.Close()
+	if string(b) != "second" {
+		t.Fatalf("object = %q, want the second write (overwritten)", b)
+	}
+	if got := proxy.Faults(); got != 2 {
+		t.Fatalf("faults = %d, want 2 (both puts stripped, the get untouched)", got)
+	}
+}
