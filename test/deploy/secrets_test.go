@@ -31,6 +31,7 @@ func TestSecretsNotLogged(t *testing.T) {
 		Env: append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
 			return strings.HasPrefix(kv, "BLOOMGATE_") || strings.HasPrefix(kv, "AWS_")
 		}), "BLOOMGATE_SASL_PASSWORD="+saslSecret, "AWS_ACCESS_KEY_ID="+awsKeyID, "AWS_SECRET_ACCESS_KEY="+awsSecret),
+		Keep: 64 << 20, // the whole log is searched for secrets
 	})
 	// Wait (bounded) until the worker has logged its settings and tried
 	// the brokers, then stop it.
