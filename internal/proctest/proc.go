@@ -88,7 +88,7 @@ func Launch(cfg Config) (*Proc, error) {
 	cmd := exec.Command(cfg.Path, cfg.Args...)
 	cmd.Env = cfg.Env
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = sysProcAttr()
 	if err := cmd.Start(); err != nil {
 		r.Close()
 		w.Close()

@@ -17,6 +17,23 @@ import (
 	"time"
 )
 
+// orphanHelperEnv makes the test binary act as a test process that dies
+// without cleaning up (see TestChildDiesWithTestBinary).
+const orphanHelperEnv = "PROCTEST_ORPHAN_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(orphanHelperEnv) == "1" {
+		p, err := Launch(Config{Path: "/bin/sleep", Args: []string{"300"}})
+		if err != nil {
+			fmt.Println(err)
+			os.Exit(1)
+		}
+		fmt.Printf("child %d\n", p.Pid())
+		os.Exit(0) // no cleanup, as when a test binary is interrupted
+	}
+	os.Exit(m.Run())
+}
+
 func sh(t *testing.T, script string) *Proc {
 	t.Helper()
 	return Start(t, Config{Name: "sh", Path: "/bin/sh", Args: []string{"-c", script}})
@@ -163,6 +180,28 @@ func TestKillGroupLeavesNoChild(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); alive(child); {
 		if time.Now().After(deadline) {
 			t.Fatalf("child %d still alive 5s after the group was killed", child)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestChildDiesWithTestBinary(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("parent-death signal and /proc: Linux only")
+	}
+	p := Start(t, Config{Name: "helper", Path: os.Args[0], Env: append(os.Environ(), orphanHelperEnv+"=1")})
+	s, err := p.WaitFor(regexp.MustCompile(`child (\d+)`), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child, _ := strconv.Atoi(s)
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) }) // should the test fail
+	if !p.Wait(10 * time.Second) {
+		t.Fatal("helper did not exit")
+	}
+	for deadline := time.Now().Add(5 * time.Second); alive(child); {
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d of a test binary that died is still alive after 5s", child)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
