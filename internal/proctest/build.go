@@ -10,8 +10,8 @@ import (
 	"testing"
 )
 
-// Package is the import path of the command Build compiles.
-const Package = "github.com/bloomgate/bloomgate/cmd/bloomgate"
+// mainPackage is the import path of the command Build compiles.
+const mainPackage = "github.com/bloomgate/bloomgate/cmd/bloomgate"
 
 // BuildOptions are the variations the test packages need.
 type BuildOptions struct {
@@ -26,7 +26,7 @@ type BuildOptions struct {
 // carries go build's output.
 func Build(ctx context.Context, dir string, opt BuildOptions) (string, error) {
 	bin := filepath.Join(dir, "bloomgate")
-	args := append(append([]string{"build", "-o", bin}, opt.Flags...), Package)
+	args := append(append([]string{"build", "-o", bin}, opt.Flags...), mainPackage)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Env = append(os.Environ(), opt.Env...)
 	if out, err := cmd.CombinedOutput(); err != nil {

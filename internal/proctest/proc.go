@@ -26,8 +26,8 @@ import (
 )
 
 const (
-	// DefaultKeep is how many bytes of output a process keeps by default.
-	DefaultKeep = 1 << 20
+	// defaultKeep is how many bytes of output a process keeps by default.
+	defaultKeep = 1 << 20
 	// outputGrace bounds how long the output is read after the process
 	// exited: a descendant outside the group may still hold the pipe.
 	outputGrace = 5 * time.Second
@@ -53,7 +53,7 @@ type Config struct {
 	// OnLine, if set, is called with every output line, in order, from one
 	// goroutine. It must not block for long: the process's output waits.
 	OnLine func(line string)
-	// Keep is how many bytes of output Output retains (default DefaultKeep).
+	// Keep is how many bytes of output Output retains (default 1 MiB).
 	Keep int
 }
 
@@ -79,7 +79,7 @@ func Launch(cfg Config) (*Proc, error) {
 	}
 	keep := cfg.Keep
 	if keep <= 0 {
-		keep = DefaultKeep
+		keep = defaultKeep
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -153,9 +153,6 @@ func (p *Proc) readLines(r io.Reader, log io.Writer, onLine func(string)) {
 	_, _ = io.Copy(io.Discard, r)
 }
 
-// Name is the process's name in messages.
-func (p *Proc) Name() string { return p.name }
-
 // Pid is the process id; it is also the id of the process's group.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
@@ -191,14 +188,6 @@ func (p *Proc) Output() string { return p.out.String() }
 
 // Tail is the last n lines of the retained output.
 func (p *Proc) Tail(n int) string { return p.out.tail(n) }
-
-// Signal sends sig to the process itself (not to its group).
-func (p *Proc) Signal(sig os.Signal) error {
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		return fmt.Errorf("signalling %s: %w", p.name, err)
-	}
-	return nil
-}
 
 // Kill sends SIGKILL to the process's group and returns at once.
 func (p *Proc) Kill() {

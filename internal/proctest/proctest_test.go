@@ -167,7 +167,7 @@ func TestKillGroupLeavesNoChild(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) }) // should the test fail
 	// Killing only the leader leaves the child running: the check below can
 	// tell the difference.
-	if err := p.Signal(syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -295,13 +295,13 @@ func TestToolPath(t *testing.T) {
 	t.Setenv("PROCTEST_TOOL", "")
 	missing := tool
 	missing.Names = []string{"tool-a"}
-	t.Setenv(RequireToolsEnv, "")
+	t.Setenv(requireToolsEnv, "")
 	if _, tb := toolPath(missing); tb.skipped != "no tool: skip" || tb.failed != "" {
 		t.Errorf("missing: skip %q, fail %q; want the skip reason", tb.skipped, tb.failed)
 	}
-	t.Setenv(RequireToolsEnv, "1")
+	t.Setenv(requireToolsEnv, "1")
 	if _, tb := toolPath(missing); tb.failed != "no tool: fail" || tb.skipped != "" {
-		t.Errorf("missing with %s=1: skip %q, fail %q; want the failure", RequireToolsEnv, tb.skipped, tb.failed)
+		t.Errorf("missing with %s=1: skip %q, fail %q; want the failure", requireToolsEnv, tb.skipped, tb.failed)
 	}
 }
 

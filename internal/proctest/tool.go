@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// RequireToolsEnv, set to 1 (as `make test` does), turns a missing external
+// requireToolsEnv, set to 1 (as `make test` does), turns a missing external
 // tool from a skip into a failure.
-const RequireToolsEnv = "BLOOMGATE_REQUIRE_TOOLS"
+const requireToolsEnv = "BLOOMGATE_REQUIRE_TOOLS"
 
 // Tool is an external program a test needs, e.g. kcat or chromium.
 type Tool struct {
@@ -35,7 +35,7 @@ func (tool Tool) Path(t testing.TB) string {
 			return p
 		}
 	}
-	if os.Getenv(RequireToolsEnv) == "1" {
+	if os.Getenv(requireToolsEnv) == "1" {
 		t.Fatal(tool.Fail)
 	}
 	t.Skip(tool.Skip)
