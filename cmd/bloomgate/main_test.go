@@ -1,40 +1,24 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/proctest"
 )
 
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bloomgate-cmd-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "bloomgate")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building bloomgate:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(proctest.Main(m, &binary, proctest.BuildOptions{}))
 }
 
 func runInProcess(args ...string) (code int, stdout, stderr string) {
@@ -123,52 +107,14 @@ func TestRunBadConfig(t *testing.T) {
 }
 
 // startBroker runs `bloomgate broker` and returns its address.
-func startBroker(t *testing.T, args ...string) (addr string, cmd *exec.Cmd) {
+func startBroker(t *testing.T, args ...string) (addr string, p *proctest.Proc) {
 	t.Helper()
-	cmd = exec.Command(binary, append([]string{"broker", "--listen", "127.0.0.1:0"}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	lines := make(chan string, 16)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	deadline := time.After(20 * time.Second)
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatal("broker exited before listening")
-			}
-			if a, found := strings.CutPrefix(l, "broker listening on "); found {
-				go func() { // keep draining
-					for range lines {
-					}
-				}()
-				return a, cmd
-			}
-		case <-deadline:
-			t.Fatal("broker did not report its address within 20s")
-		}
-	}
+	p, addr = proctest.StartBroker(t, binary, 20*time.Second, args...)
+	return addr, p
 }
 
 func TestBrokerAndLoadgenBinaries(t *testing.T) {
-	addr, brokerCmd := startBroker(t, "--topic", "orders:4", "--topic", "urls:2")
+	addr, brokerProc := startBroker(t, "--topic", "orders:4", "--topic", "urls:2")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -214,18 +160,8 @@ func TestBrokerAndLoadgenBinaries(t *testing.T) {
 	}
 
 	// SIGTERM stops the broker with exit code 0.
-	if err := brokerCmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := brokerProc.Stop(15 * time.Second); err != nil {
 		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- brokerCmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("broker exit after SIGTERM: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("broker did not stop within 15s of SIGTERM")
 	}
 }
 
@@ -244,17 +180,16 @@ func TestLoadgenUnreachableBroker(t *testing.T) {
 // `bloomgate broker --data-dir` are there after a restart.
 func TestBrokerDataDirSurvivesKill(t *testing.T) {
 	dir := t.TempDir()
-	addr, cmd := startBroker(t, "--topic", "orders:2", "--data-dir", dir)
+	addr, broker := startBroker(t, "--topic", "orders:2", "--data-dir", dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "orders", "--count", "5000", "--quiet")
 	if out, err := lg.CombinedOutput(); err != nil {
 		t.Fatalf("loadgen: %v\n%s", err, out)
 	}
-	if err := cmd.Process.Kill(); err != nil {
+	if err := broker.KillWait(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
 
 	addr, _ = startBroker(t, "--topic", "orders:2", "--data-dir", dir)
 	var total int64
@@ -296,7 +231,7 @@ func TestLoadgenWithSASL(t *testing.T) {
 // SIGKILL of the broker are there after a restart.
 func TestBrokerOffsetsSurviveKill(t *testing.T) {
 	dir := t.TempDir()
-	addr, cmd := startBroker(t, "--topic", "t:1", "--data-dir", dir)
+	addr, broker := startBroker(t, "--topic", "t:1", "--data-dir", dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	lg := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "100", "--quiet")
@@ -317,10 +252,9 @@ func TestBrokerOffsetsSurviveKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	if err := cmd.Process.Kill(); err != nil {
+	if err := broker.KillWait(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	_ = cmd.Wait()
 
 	addr, _ = startBroker(t, "--topic", "t:1", "--data-dir", dir)
 	r = kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: "t", GroupID: "g",

@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/loadgen"
+	"github.com/bloomgate/bloomgate/internal/proctest"
 	"github.com/bloomgate/bloomgate/internal/s3test"
 )
 
@@ -75,11 +76,9 @@ func TestChaos(t *testing.T) {
 		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: filepath.Join(logDir, "broker-data"),
 		rng: rand.New(rand.NewPCG(seed, 0xc4a05)), //nolint:gosec // test schedule
 	}
-	port, err := freePort()
-	if err != nil {
+	if c.brokerAddr, err = proctest.FreeAddr(); err != nil {
 		t.Fatal(err)
 	}
-	c.brokerAddr = fmt.Sprintf("127.0.0.1:%d", port)
 	if err := c.startBroker(); err != nil {
 		t.Fatal(err)
 	}
@@ -272,17 +271,11 @@ func (c *cluster) startBroker() error {
 	var lastErr error
 	// The port may be held for a moment after a kill: retry.
 	for attempt := 0; attempt < 20; attempt++ {
-		ready := make(chan struct{})
-		var once sync.Once
-		p, err := c.ps.start("broker", c.bin, args, nil, func(_ *proc, line string) {
-			if strings.HasPrefix(line, "broker listening on") {
-				once.Do(func() { close(ready) })
-			}
-		})
+		p, err := c.ps.start("broker", c.bin, args, nil)
 		if err != nil {
 			return err
 		}
-		if lastErr = waitReady(p, ready, 30*time.Second); lastErr == nil {
+		if _, lastErr = p.WaitFor(proctest.BrokerListening, 30*time.Second); lastErr == nil {
 			c.mu.Lock()
 			c.broker = p
 			c.mu.Unlock()
@@ -319,7 +312,7 @@ func (c *cluster) workerArgs(sl *slot) []string {
 func (c *cluster) startWorker(sl *slot) (*proc, <-chan struct{}, error) {
 	started := make(chan struct{})
 	var once sync.Once
-	p, err := c.ps.start(fmt.Sprintf("worker%d", sl.id), c.bin, c.workerArgs(sl), nil, func(p *proc, line string) {
+	p, err := c.ps.start(fmt.Sprintf("worker%d", sl.id), c.bin, c.workerArgs(sl), func(p *proc, line string) {
 		c.onWorkerLine(p, line, func() { once.Do(func() { close(started) }) })
 	})
 	if err != nil {
@@ -363,13 +356,13 @@ func (c *cluster) onWorkerLine(p *proc, line string, started func()) {
 // watchExit notes a worker exit the test did not cause; the driver
 // restarts the slot at its next step.
 func (c *cluster) watchExit(p *proc) {
-	<-p.done
+	<-p.Done()
 	if p.deliberate.Load() {
 		return
 	}
 	c.mu.Lock()
 	c.unexpected = append(c.unexpected, fmt.Sprintf("%s exited by itself after %v: %v; last lines:\n%s",
-		p.name, time.Since(p.started).Round(time.Millisecond), p.exitErr, p.tail(8)))
+		p.name, time.Since(p.Started()).Round(time.Millisecond), p.Err(), p.Tail(8)))
 	c.mu.Unlock()
 }
 
@@ -394,7 +387,7 @@ func (c *cluster) ensureWorkers() error {
 		c.mu.Lock()
 		cur := sl.cur
 		c.mu.Unlock()
-		if cur != nil && cur.running() {
+		if cur != nil && cur.Running() {
 			continue
 		}
 		if _, _, err := c.startWorker(sl); err != nil {
@@ -437,7 +430,7 @@ func (c *cluster) kill(sl *slot, kind string) {
 	c.mu.Lock()
 	p := sl.cur
 	c.mu.Unlock()
-	if p == nil || !p.running() {
+	if p == nil || !p.Running() {
 		return
 	}
 	if err := p.killWait(); err != nil {
@@ -446,7 +439,7 @@ func (c *cluster) kill(sl *slot, kind string) {
 	c.mu.Lock()
 	c.kills++
 	c.killsByKind[kind]++
-	c.logEvent("SIGKILL worker%d (%s, %s, up %v)", sl.id, kind, p.name, time.Since(p.started).Round(100*time.Millisecond))
+	c.logEvent("SIGKILL worker%d (%s, %s, up %v)", sl.id, kind, p.name, time.Since(p.Started()).Round(100*time.Millisecond))
 	c.mu.Unlock()
 }
 
@@ -562,13 +555,13 @@ func (c *cluster) killDuringUpload(action string) {
 	sl := trap.slot
 	if sprung {
 		p := trap.victim
-		if !p.waitExit(10 * time.Second) {
+		if !p.Wait(10 * time.Second) {
 			c.t.Errorf("%s did not exit after SIGKILL", p.name)
 		}
 		c.mu.Lock()
 		c.kills++
 		c.killsByKind[action]++
-		c.logEvent("SIGKILL worker%d (during a checkpoint PUT of %s, %s, up %v)", sl.id, trap.match, p.name, time.Since(p.started).Round(100*time.Millisecond))
+		c.logEvent("SIGKILL worker%d (during a checkpoint PUT of %s, %s, up %v)", sl.id, trap.match, p.name, time.Since(p.Started()).Round(100*time.Millisecond))
 		c.mu.Unlock()
 	} else {
 		sl = c.randomSlot()
@@ -705,7 +698,7 @@ func (c *cluster) stopWorkers() int {
 		c.mu.Lock()
 		p := sl.cur
 		c.mu.Unlock()
-		if p == nil || !p.running() {
+		if p == nil || !p.Running() {
 			continue
 		}
 		wg.Add(1)
@@ -714,7 +707,7 @@ func (c *cluster) stopWorkers() int {
 			if p.terminate(shutdownTimeout + 10*time.Second) {
 				clean.Add(1)
 			} else {
-				c.t.Logf("chaos: %s did not stop cleanly on SIGTERM: %v; last lines:\n%s", p.name, p.exitErr, p.tail(8))
+				c.t.Logf("chaos: %s did not stop cleanly on SIGTERM: %v; last lines:\n%s", p.name, p.Err(), p.Tail(8))
 			}
 		}()
 	}

@@ -1,21 +1,17 @@
 package chaos_test
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/proctest"
 )
 
 // buildBinary builds cmd/bloomgate into dir and returns its path. The race
@@ -24,36 +20,25 @@ import (
 // while three of them, the broker and the test run at once.
 func buildBinary(t *testing.T, dir string, race bool) string {
 	t.Helper()
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		t.Fatalf("finding the module root: %v", err)
-	}
-	root := filepath.Dir(strings.TrimSpace(string(out)))
-	bin := filepath.Join(dir, "bloomgate")
-	args := []string{"build", "-o", bin}
+	var opt proctest.BuildOptions
 	if race {
-		args = append(args, "-race")
+		opt.Flags = []string{"-race"}
 	}
-	args = append(args, "./cmd/bloomgate")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Dir = root
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	bin, err := proctest.Build(ctx, dir, opt)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
-// proc is one run of a child process. Its stderr and stdout go, line by
-// line, to a log file and to an optional line callback.
+// proc is one run of a child process. Its output goes, line by line, to a
+// log file (kept when the test fails) and to an optional line callback.
 type proc struct {
-	name    string
+	*proctest.Proc
+	name    string // set before the process starts: line callbacks read it
 	logPath string
-	cmd     *exec.Cmd
-	started time.Time
-	done    chan struct{} // closed when the process exited and its output is read
-	exitErr error         // valid after done
 	// deliberate is set before the test signals the process, so that an exit
 	// it caused is told apart from one the process chose.
 	deliberate atomic.Bool
@@ -75,9 +60,9 @@ func newProcs(t *testing.T, logDir string) *procs {
 	return ps
 }
 
-// start runs bin with args and env added to the test's environment. Each
-// output line is passed to onLine (from one goroutine per process).
-func (ps *procs) start(name, bin string, args, env []string, onLine func(p *proc, line string)) (*proc, error) {
+// start runs bin with args in the test's environment. Each output line is
+// passed to onLine (from one goroutine per process).
+func (ps *procs) start(name, bin string, args []string, onLine func(p *proc, line string)) (*proc, error) {
 	ps.mu.Lock()
 	ps.seq[name]++
 	n := ps.seq[name]
@@ -87,41 +72,24 @@ func (ps *procs) start(name, bin string, args, env []string, onLine func(p *proc
 	if err != nil {
 		return nil, fmt.Errorf("creating log file: %w", err)
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	p := &proc{name: fmt.Sprintf("%s#%d", name, n), logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+	p := &proc{name: fmt.Sprintf("%s#%d", name, n), logPath: logPath}
+	var lineFn func(string)
+	if onLine != nil {
+		lineFn = func(line string) { onLine(p, line) }
 	}
-	p.started = time.Now()
+	// The log file has every line; memory keeps enough for Tail.
+	p.Proc, err = proctest.Launch(proctest.Config{Name: p.name, Path: bin, Args: args, Log: f, OnLine: lineFn, Keep: 64 << 10})
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	go func() {
+		<-p.Done()
+		f.Close()
+	}()
 	ps.mu.Lock()
 	ps.all = append(ps.all, p)
 	ps.mu.Unlock()
-
-	scanned := make(chan struct{})
-	go func() {
-		defer close(scanned)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(f, line)
-			if onLine != nil {
-				onLine(p, line)
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	go func() {
-		p.exitErr = cmd.Wait()
-		pw.Close()
-		<-scanned
-		f.Close()
-		close(p.done)
-	}()
 	return p, nil
 }
 
@@ -134,93 +102,35 @@ func (ps *procs) killAll() {
 		p.kill()
 	}
 	for _, p := range all {
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			ps.t.Logf("process %s (pid %d) did not exit after SIGKILL", p.name, p.cmd.Process.Pid)
+		if !p.Wait(10 * time.Second) {
+			ps.t.Logf("process %s (pid %d) did not exit after SIGKILL", p.name, p.Pid())
 		}
-	}
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
 	}
 }
 
 // kill sends SIGKILL and returns at once.
 func (p *proc) kill() {
 	p.deliberate.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-}
-
-// waitExit waits up to d for the process to exit.
-func (p *proc) waitExit(d time.Duration) bool {
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
+	p.Kill()
 }
 
 // killWait sends SIGKILL and waits for the exit.
 func (p *proc) killWait() error {
-	p.kill()
-	if !p.waitExit(10 * time.Second) {
-		return fmt.Errorf("%s did not exit 10s after SIGKILL", p.name)
-	}
-	return nil
+	p.deliberate.Store(true)
+	return p.KillWait(10 * time.Second)
 }
 
 // terminate sends SIGTERM, waits up to grace, then SIGKILLs. It reports
 // whether the process ended by itself within grace with exit code 0.
 func (p *proc) terminate(grace time.Duration) (clean bool) {
 	p.deliberate.Store(true)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	if p.waitExit(grace) {
-		return p.exitErr == nil
+	if p.Stop(grace) == nil {
+		return true
 	}
-	_ = p.killWait()
+	if p.Running() {
+		_ = p.killWait()
+	}
 	return false
-}
-
-// tail returns the last n lines of the process's log file.
-func (p *proc) tail(n int) string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return fmt.Sprintf("(log unreadable: %v)", err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// waitReady waits until ready is closed, the process exits or d passes.
-func waitReady(p *proc, ready <-chan struct{}, d time.Duration) error {
-	select {
-	case <-ready:
-		return nil
-	case <-p.done:
-		return fmt.Errorf("%s exited before it was ready: %v", p.name, p.exitErr)
-	case <-time.After(d):
-		return errors.New(p.name + " not ready in " + d.String())
-	}
 }
 
 // parseLogKV parses the key=value pairs of a log/slog text line; quoted

@@ -75,7 +75,7 @@ func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict
 			}
 			if at, ok := first[p]; ok {
 				t.Logf("chaos: restart %-12s first partition recovered %v after start; %d recoveries (partitions %s), longest took %v",
-					p.name, at.Sub(p.started).Round(10*time.Millisecond), len(parts), strings.Join(parts, ","), maxTook.Round(time.Millisecond))
+					p.name, at.Sub(p.Started()).Round(10*time.Millisecond), len(parts), strings.Join(parts, ","), maxTook.Round(time.Millisecond))
 			} else {
 				t.Logf("chaos: restart %-12s recovered no partition (killed before, or got none)", p.name)
 			}

@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -19,6 +17,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/broker"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
+	"github.com/bloomgate/bloomgate/internal/proctest"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -28,27 +27,13 @@ var binary string
 const testVersion = "v0.0.0-deploy-test"
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bloomgate-deploy-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "bloomgate")
-	build := exec.Command("go", "build", "-trimpath",
-		"-ldflags", "-X github.com/bloomgate/bloomgate/internal/buildinfo.Version="+testVersion,
-		"-o", binary, "./cmd/bloomgate")
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building bloomgate: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
+	code := proctest.Main(m, &binary, proctest.BuildOptions{
+		Flags: []string{"-trimpath", "-ldflags", "-X github.com/bloomgate/bloomgate/internal/buildinfo.Version=" + testVersion},
+		Env:   []string{"CGO_ENABLED=0"},
+	})
 	if stopShared != nil {
 		stopShared()
 	}
-	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -64,26 +49,8 @@ func binaryOutput(t *testing.T, args ...string) string {
 // events produced and at least one checkpoint taken.
 type runningWorker struct {
 	addr   string // metrics/status endpoint
-	cmd    *exec.Cmd
+	proc   *proctest.Proc
 	events int
-	stderr *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 var (
@@ -127,47 +94,29 @@ func launchWorker() (_ *runningWorker, stop func(), err error) {
 		cleanup()
 		return nil, nil, err
 	}
-	w := &runningWorker{stderr: &syncBuffer{}, events: 3000}
-	w.cmd = exec.Command(binary, "run",
-		"--brokers", b.Addr(), "--input", "orders", "--output", "orders-deduped", "--dead-letter", "orders-dead-letter",
-		"--key", "json:order_id", "--window", "1h", "--capacity", "30000",
-		"--checkpoint-url", "file://"+dir, "--checkpoint-interval", "1s",
-		"--metrics-addr", "127.0.0.1:0", "--batch-size", "2000", "--shutdown-timeout", "10s")
-	w.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "BLOOMGATE_") })
-	stderr, err := w.cmd.StderrPipe()
-	if err == nil {
-		err = w.cmd.Start()
-	}
+	w := &runningWorker{events: 3000}
+	w.proc, err = proctest.Launch(proctest.Config{
+		Name: "bloomgate run", Path: binary, Args: []string{"run",
+			"--brokers", b.Addr(), "--input", "orders", "--output", "orders-deduped", "--dead-letter", "orders-dead-letter",
+			"--key", "json:order_id", "--window", "1h", "--capacity", "30000",
+			"--checkpoint-url", "file://" + dir, "--checkpoint-interval", "1s",
+			"--metrics-addr", "127.0.0.1:0", "--batch-size", "2000", "--shutdown-timeout", "10s"},
+		Env: slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "BLOOMGATE_") }),
+	})
 	if err != nil {
 		cleanup()
 		os.RemoveAll(dir)
-		return nil, nil, fmt.Errorf("starting bloomgate run: %w", err)
+		return nil, nil, err
 	}
 	stop = func() {
-		if w.cmd.ProcessState == nil {
-			_ = w.cmd.Process.Kill()
-			_ = w.cmd.Wait()
-		}
+		_ = w.proc.KillWait(10 * time.Second)
 		cleanup()
 		os.RemoveAll(dir)
 	}
-	addrs := make(chan string, 1)
-	go func() {
-		re := regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(w.stderr, line)
-			if m := re.FindStringSubmatch(line); m != nil {
-				addrs <- m[1]
-			}
-		}
-	}()
-	select {
-	case w.addr = <-addrs:
-	case <-time.After(30 * time.Second):
+	w.addr, err = w.proc.WaitFor(regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`), 30*time.Second)
+	if err != nil {
 		stop()
-		return nil, nil, fmt.Errorf("bloomgate run did not report its metrics address in 30s:\n%s", w.stderr.String())
+		return nil, nil, fmt.Errorf("%w:\n%s", err, w.proc.Output())
 	}
 
 	// Events with 20 % duplicates; a few without a key for the dead-letter series.
@@ -182,21 +131,22 @@ func launchWorker() (_ *runningWorker, stop func(), err error) {
 	}
 
 	// Wait (bounded) until everything is processed and checkpointed.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		body, err := httpGet(w.addr, "/metrics")
-		if err == nil && sumOf(body, "bloomgate_records_consumed_total") == float64(w.events) &&
+	var (
+		body      string
+		scrapeErr error
+	)
+	err = w.proc.WaitUntil(fmt.Sprintf("consumption and checkpoint of %d events", w.events), 60*time.Second, 200*time.Millisecond, func() bool {
+		body, scrapeErr = httpGet(w.addr, "/metrics")
+		return scrapeErr == nil && sumOf(body, "bloomgate_records_consumed_total") == float64(w.events) &&
 			minOf(body, "bloomgate_checkpoint_last_success_timestamp_seconds") > 0 &&
 			sumOf(body, "bloomgate_checkpoint_duration_seconds_count") >= 3 &&
-			minOf(body, "bloomgate_filter_generations") > 0 && statusSettled(w.addr) {
-			return w, stop, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, nil, fmt.Errorf("worker did not consume and checkpoint %d events in 60s (%v):\n%s\n%s", w.events, err, body, w.stderr.String())
-		}
-		time.Sleep(200 * time.Millisecond)
+			minOf(body, "bloomgate_filter_generations") > 0 && statusSettled(w.addr)
+	})
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("%w (last scrape: %v):\n%s\n%s", err, scrapeErr, body, w.proc.Output())
 	}
+	return w, stop, nil
 }
 
 // statusSettled: the worker's status shows every partition with filter

@@ -1,14 +1,14 @@
 package deploy
 
 import (
-	"context"
 	"os"
-	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/proctest"
 )
 
 // TestSecretsNotLogged runs the binary with a SASL password and S3 keys at
@@ -23,32 +23,23 @@ func TestSecretsNotLogged(t *testing.T) {
 		awsSecret  = "aws-secret-Xk27"
 		awsKeyID   = "AKIADEPLOYTEST"
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "run",
+	p := proctest.Start(t, proctest.Config{Name: "bloomgate run", Path: binary, Args: []string{"run",
 		"--brokers", "127.0.0.1:1", "--input", "in", "--output", "out",
 		"--sasl-mechanism", "scram-sha-512", "--sasl-username", "bloomgate",
 		"--checkpoint-url", "s3://bucket/prefix?endpoint=http://127.0.0.1:1&region=us-east-1",
-		"--metrics-addr", "127.0.0.1:0", "--log-level", "debug", "--log-format", "json")
-	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "BLOOMGATE_") || strings.HasPrefix(kv, "AWS_")
-	}), "BLOOMGATE_SASL_PASSWORD="+saslSecret, "AWS_ACCESS_KEY_ID="+awsKeyID, "AWS_SECRET_ACCESS_KEY="+awsSecret)
-	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+		"--metrics-addr", "127.0.0.1:0", "--log-level", "debug", "--log-format", "json"},
+		Env: append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+			return strings.HasPrefix(kv, "BLOOMGATE_") || strings.HasPrefix(kv, "AWS_")
+		}), "BLOOMGATE_SASL_PASSWORD="+saslSecret, "AWS_ACCESS_KEY_ID="+awsKeyID, "AWS_SECRET_ACCESS_KEY="+awsSecret),
+		Keep: 64 << 20, // the whole log is searched for secrets
+	})
 	// Wait (bounded) until the worker has logged its settings and tried
 	// the brokers, then stop it.
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out.String(), "brokers unreachable"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection attempt logged in 15s:\n%s", out.String())
-		}
-		time.Sleep(100 * time.Millisecond)
+	if _, err := p.WaitFor(regexp.MustCompile(`brokers unreachable`), 15*time.Second); err != nil {
+		t.Fatalf("no connection attempt logged: %v", err)
 	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	_ = cmd.Wait()
-	log := out.String()
+	_ = p.Stop(15 * time.Second)
+	log := p.Output()
 	if !strings.Contains(log, `"sasl_password":"[redacted]"`) {
 		t.Errorf("settings not logged with a redacted password:\n%s", log)
 	}

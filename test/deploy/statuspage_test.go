@@ -12,28 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/proctest"
 	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// chromium finds Debian's headless-capable browser: $BLOOMGATE_CHROMIUM, else
+// chromium is Debian's headless-capable browser: $BLOOMGATE_CHROMIUM, else
 // chromium on the PATH. Without it the test skips, or fails when
 // BLOOMGATE_REQUIRE_TOOLS=1 (make test).
-func chromium(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("BLOOMGATE_CHROMIUM"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("BLOOMGATE_REQUIRE_TOOLS") == "1" {
-		t.Fatal("chromium not found (apt-get install chromium, or set BLOOMGATE_CHROMIUM) and BLOOMGATE_REQUIRE_TOOLS=1")
-	}
-	t.Skip("chromium not found (apt-get install chromium, or set BLOOMGATE_CHROMIUM)")
-	return ""
+var chromium = proctest.Tool{
+	Env:   "BLOOMGATE_CHROMIUM",
+	Names: []string{"chromium", "chromium-browser"},
+	Skip:  "chromium not found (apt-get install chromium, or set BLOOMGATE_CHROMIUM)",
+	Fail:  "chromium not found (apt-get install chromium, or set BLOOMGATE_CHROMIUM) and BLOOMGATE_REQUIRE_TOOLS=1",
 }
 
 // headless runs one chromium invocation on url with extra flags and
@@ -62,7 +53,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a broker, the binary and a browser; not in -short")
 	}
-	browser := chromium(t)
+	browser := chromium.Path(t)
 	w := startWorker(t)
 	srv := httptest.NewServer(statuspage.Handler(func() worker.Status {
 		st, err := workerStatus(w.addr)

@@ -15,140 +15,51 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/proctest"
 )
 
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "bloomgate-e2e")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "bloomgate")
-	build := exec.Command("go", "build", "-o", binary, "github.com/bloomgate/bloomgate/cmd/bloomgate")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building bloomgate:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(proctest.Main(m, &binary, proctest.BuildOptions{}))
 }
 
-func kcatPath(t *testing.T) string {
+var kcatTool = proctest.Tool{
+	Env:   "BLOOMGATE_KCAT",
+	Names: []string{"kcat"},
+	Skip:  "kcat not found on PATH and BLOOMGATE_KCAT unset: the end-to-end tests need a librdkafka client",
+	Fail:  "kcat not found (BLOOMGATE_REQUIRE_TOOLS=1): install it (apt-get install kcat) or set BLOOMGATE_KCAT",
+}
+
+// start runs the binary with args; see proctest.Start.
+func start(t *testing.T, name string, args ...string) *proctest.Proc {
 	t.Helper()
-	p := os.Getenv("BLOOMGATE_KCAT")
-	if p == "" {
-		var err error
-		p, err = exec.LookPath("kcat")
-		if err != nil {
-			if os.Getenv("BLOOMGATE_REQUIRE_TOOLS") == "1" {
-				t.Fatalf("kcat not found (BLOOMGATE_REQUIRE_TOOLS=1): install it (apt-get install kcat) or set BLOOMGATE_KCAT")
-			}
-			t.Skip("kcat not found on PATH and BLOOMGATE_KCAT unset: the end-to-end tests need a librdkafka client")
-		}
-	}
-	return p
-}
-
-// syncBuffer collects a process's stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-type proc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-	err    error
-}
-
-func start(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(binary, args...), stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Stderr = p.stderr
-	p.cmd.Stdout = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", name, err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", name, tail(p.stderr.String(), 4000))
-		}
-	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
+	return proctest.Start(t, proctest.Config{Name: name, Path: binary, Args: args})
 }
 
 // waitFor waits until the process output matches re and returns the first
 // submatch.
-func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, limit time.Duration) string {
+func waitFor(t *testing.T, p *proctest.Proc, re *regexp.Regexp, limit time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(limit)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
-			return m[len(m)-1]
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("process exited (%v) before printing %q:\n%s", p.err, re, tail(p.stderr.String(), 4000))
-		case <-time.After(50 * time.Millisecond):
-		}
+	m, err := p.WaitFor(re, limit)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %q after %s:\n%s", re, limit, tail(p.stderr.String(), 4000))
-	return ""
+	return m
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t *testing.T, limit time.Duration) {
+func stop(t *testing.T, p *proctest.Proc, limit time.Duration) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.Stop(limit); err != nil {
 		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", p.err, tail(p.stderr.String(), 4000))
-		}
-	case <-time.After(limit):
-		t.Fatalf("no exit within %s of SIGTERM", limit)
 	}
 }
 
@@ -266,28 +177,19 @@ func metricSum(t *testing.T, addr, name string) float64 {
 }
 
 // waitConsumed waits until the worker's consumed counter reaches n.
-func waitConsumed(t *testing.T, worker *proc, addr string, n int) {
+func waitConsumed(t *testing.T, worker *proctest.Proc, addr string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if metricSum(t, addr, "bloomgate_records_consumed_total") >= float64(n) {
-			return
-		}
-		select {
-		case <-worker.done:
-			t.Fatalf("worker exited: %v", worker.err)
-		case <-time.After(100 * time.Millisecond):
-		}
+	what := fmt.Sprintf("consumption of %d records", n)
+	if err := worker.WaitUntil(what, 60*time.Second, 100*time.Millisecond, func() bool {
+		return metricSum(t, addr, "bloomgate_records_consumed_total") >= float64(n)
+	}); err != nil {
+		t.Fatalf("%v: consumed %.0f", err, metricSum(t, addr, "bloomgate_records_consumed_total"))
 	}
-	t.Fatalf("worker consumed %.0f of %d records within 60s", metricSum(t, addr, "bloomgate_records_consumed_total"), n)
 }
 
-var (
-	reBroker  = regexp.MustCompile(`broker listening on (\S+)`)
-	reMetrics = regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`)
-)
+var reMetrics = regexp.MustCompile(`msg="serving [^"]*/metrics[^"]*" addr=(\S+)`)
 
-func startWorker(t *testing.T, brokers, cpDir string) (*proc, string) {
+func startWorker(t *testing.T, brokers, cpDir string) (*proctest.Proc, string) {
 	t.Helper()
 	w := start(t, "worker", "run",
 		"--brokers", brokers, "--group", "e2e",
@@ -296,7 +198,7 @@ func startWorker(t *testing.T, brokers, cpDir string) (*proc, string) {
 		"--checkpoint-url", "file://"+cpDir, "--checkpoint-interval", "2s",
 		"--metrics-addr", "127.0.0.1:0", "--shutdown-timeout", "20s",
 	)
-	return w, w.waitFor(t, reMetrics, 30*time.Second)
+	return w, waitFor(t, w, reMetrics, 30*time.Second)
 }
 
 func checkForwarded(t *testing.T, got, want []record) {
@@ -324,12 +226,12 @@ func checkForwarded(t *testing.T, got, want []record) {
 }
 
 func TestKcatEndToEnd(t *testing.T) {
-	kcat := kcatPath(t)
+	kcat := kcatTool.Path(t)
 	cpDir := t.TempDir()
 
 	b := start(t, "broker", "broker", "--listen", "127.0.0.1:0",
 		"--topic", "orders:4", "--topic", "orders-unique:4", "--topic", "orders-dead:4")
-	brokers := b.waitFor(t, reBroker, 30*time.Second)
+	brokers := waitFor(t, b, proctest.BrokerListening, 30*time.Second)
 
 	// Phase 1: 300 keys, 100 repeats (some right after, some far back), 5
 	// malformed JSON values.
@@ -376,7 +278,7 @@ func TestKcatEndToEnd(t *testing.T) {
 
 	// Phase 2: stop the worker (SIGTERM: flush, commit, final checkpoint),
 	// start a new process, and produce repeats of old keys plus new ones.
-	w.stop(t, 40*time.Second)
+	stop(t, w, 40*time.Second)
 	insp := exec.Command(binary, "inspect", "file://"+cpDir)
 	if out, err := insp.CombinedOutput(); err != nil || !strings.Contains(string(out), "e2e / orders / 3") {
 		t.Fatalf("inspect after shutdown: %v\n%s", err, out)
@@ -425,6 +327,6 @@ func TestKcatEndToEnd(t *testing.T) {
 	if got := metricSum(t, maddr2, "bloomgate_records_forwarded_total"); got != float64(len(want2)) {
 		t.Errorf("restarted worker forwarded %.0f, want %d (it replayed or forgot old keys)", got, len(want2))
 	}
-	w2.stop(t, 40*time.Second)
-	b.stop(t, 20*time.Second)
+	stop(t, w2, 40*time.Second)
+	stop(t, b, 20*time.Second)
 }
