@@ -103,10 +103,29 @@ type bloomFilter struct {
 	maxJump  time.Duration
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
 	clamped  uint64 // records filed earlier than their timestamp
+
+	hs []bloom.Hash // TestAndAddBatch scratch
+	ts []time.Time
 }
 
 func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
+	return f.s.TestAndAdd(bloom.HashKey(key), f.file(ts))
+}
+
+func (f *bloomFilter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
+	f.inserts += uint64(len(keys))
+	f.hs, f.ts = f.hs[:0], f.ts[:0]
+	for i, k := range keys {
+		f.hs = append(f.hs, bloom.HashKey(k))
+		f.ts = append(f.ts, f.file(ts[i]))
+	}
+	f.s.TestAndAddBatch(f.hs, f.ts, seen)
+}
+
+// file returns the event time a record with timestamp ts is filed under:
+// ts, or at most maxJump past the newest time filed so far.
+func (f *bloomFilter) file(ts time.Time) time.Time {
 	ns := ts.UnixNano()
 	if f.maxJump > 0 && f.frontier != 0 && ns-f.frontier > int64(f.maxJump) {
 		ns = f.frontier + int64(f.maxJump)
@@ -116,7 +135,7 @@ func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
 	if ns > f.frontier {
 		f.frontier = ns
 	}
-	return f.s.TestAndAdd(bloom.HashKey(key), ts)
+	return ts
 }
 
 func (f *bloomFilter) Stats() FilterStats {

@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -213,5 +216,72 @@ func TestBloomStateReuseRules(t *testing.T) {
 	_, r2 := restore(st)
 	if r2.Filter == r.Filter || st.reuse.Load() != 1 {
 		t.Fatalf("filter reused although another owner claimed the partition since")
+	}
+}
+
+// TestBloomFilterBatchMatchesOneByOne: the real filter fed in batches ends
+// byte-identical to one fed record by record, far-future timestamps
+// (clamped by max-time-jump) and rotations included.
+func TestBloomFilterBatchMatchesOneByOne(t *testing.T) {
+	t.Parallel()
+	params := FilterParams{Window: time.Hour, Generations: 3, Capacity: 5_000, FPR: 0.01}
+	st := realState(t, t.TempDir())
+	st.MaxTimeJump = 20 * time.Minute
+	one, err := st.NewFilter(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batched, _ := st.NewFilter(params)
+	r := rand.New(rand.NewPCG(5, 6))
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	var keys [][]byte
+	var ts []time.Time
+	dups := 0
+	for round := range 300 {
+		keys, ts = keys[:0], ts[:0]
+		for range r.IntN(100) {
+			now = now.Add(time.Duration(r.IntN(2000)) * time.Millisecond)
+			at := now.Add(-time.Duration(r.IntN(60)) * time.Second)
+			if r.IntN(500) == 0 {
+				at = at.AddDate(5, 0, 0) // a bad clock: clamped
+			}
+			keys = append(keys, []byte(fmt.Sprintf("order-%d", r.IntN(8000))))
+			ts = append(ts, at)
+		}
+		seen := make([]bool, len(keys))
+		batched.TestAndAddBatch(keys, ts, seen)
+		for i := range keys {
+			if want := one.TestAndAdd(keys[i], ts[i]); seen[i] != want {
+				t.Fatalf("round %d record %d: batched seen=%v, one by one %v", round, i, seen[i], want)
+			} else if want {
+				dups++
+			}
+		}
+	}
+	a, b := one.Stats(), batched.Stats()
+	if a != b || a.ClampedTimestamps == 0 || dups == 0 {
+		t.Fatalf("stats one by one %+v, batched %+v (%d duplicates); want equal, with clamped timestamps and duplicates", a, b, dups)
+	}
+	encode := func(f Filter) [][]byte {
+		sn := f.(*bloomFilter).s.Snapshot()
+		defer sn.Release()
+		var out [][]byte
+		for _, g := range sn.Generations {
+			var buf bytes.Buffer
+			if _, err := g.WriteTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, buf.Bytes())
+		}
+		return out
+	}
+	x, y := encode(one), encode(batched)
+	if len(x) != len(y) {
+		t.Fatalf("%d generations one by one, %d batched", len(x), len(y))
+	}
+	for i := range x {
+		if !bytes.Equal(x[i], y[i]) {
+			t.Fatalf("generation %d differs", i)
+		}
 	}
 }

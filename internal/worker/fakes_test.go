@@ -29,6 +29,12 @@ func (f *exactFilter) TestAndAdd(key []byte, ts time.Time) bool {
 	return seen
 }
 
+func (f *exactFilter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
+	for i, k := range keys {
+		seen[i] = f.TestAndAdd(k, ts[i])
+	}
+}
+
 func (f *exactFilter) Stats() FilterStats {
 	return FilterStats{Bytes: uint64(len(f.last) * 50), EstKeys: uint64(len(f.last)), Generations: 1}
 }

@@ -41,6 +41,7 @@ type partitionProc struct {
 
 	rb             recordBuilder
 	keyBuf         []byte
+	ahead          lookahead
 	lastCheckpoint time.Time
 	commitsPaused  bool
 	rateCount      uint64
@@ -368,6 +369,7 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 	w := pp.w
 	pp.rb.reset(pp.p)
 	var t tally
+	pp.filterAhead(batch)
 	next := pp.next
 	var fatal error
 	var hwm int64 = -1
@@ -379,15 +381,12 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		hwm = m.HighWaterMark
 		if m.Offset < pp.resume {
 			// Handled before the crash or rebalance: only rebuild the filter.
-			if key, err := w.deps.Extractor.Extract(pp.keyBuf[:0], m.Key, m.Value, m.Headers); err == nil {
-				pp.keyBuf = key
-				pp.filter.TestAndAdd(key, m.Time)
-			}
+			pp.lookup(i, m)
 			t.replayed++
 			next = m.Offset + 1
 			continue
 		}
-		key, err := w.deps.Extractor.Extract(pp.keyBuf[:0], m.Key, m.Value, m.Headers)
+		seen, err := pp.lookup(i, m)
 		if err != nil {
 			reason := reasonOf(err)
 			if e, ok := pp.skip[m.Offset]; ok {
@@ -417,8 +416,6 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 			next = m.Offset + 1
 			continue
 		}
-		pp.keyBuf = key
-		seen := pp.filter.TestAndAdd(key, m.Time)
 		t.consumed++
 		next = m.Offset + 1
 		if e, ok := pp.skip[m.Offset]; ok {

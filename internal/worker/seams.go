@@ -25,6 +25,11 @@ type Filter interface {
 	// records it. ts is the event time; implementations must not read the
 	// wall clock (determinism makes replay-based recovery exact).
 	TestAndAdd(key []byte, ts time.Time) (seen bool)
+	// TestAndAddBatch is TestAndAdd(keys[i], ts[i]) for each i in order,
+	// with the results in seen (as long as keys). The outcome must be
+	// exactly that of the calls one by one; a batch only lets the
+	// implementation overlap their memory accesses.
+	TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool)
 	// Stats is called a few times per second at most.
 	Stats() FilterStats
 	// Snapshot returns a consistent view of the filter that a StateStore may
