@@ -3,6 +3,7 @@ package bloom
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"testing"
 )
@@ -126,5 +127,63 @@ func BenchmarkFilterTestAndAdd(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		f.TestAndAdd(hs[i&(len(hs)-1)])
+	}
+}
+
+// refProbes lists the probe positions of h for k probes the plain way: 9-bit
+// fields, seven from H2, then seven from each fmix64(H2 + j·rot(H1, 32)).
+// The unrolled has/set must set and test exactly these bits (the format
+// and the golden files depend on it).
+func refProbes(h Hash, k int) []uint64 {
+	var out []uint64
+	w, s, d := h.H2, h.H2, h.H1<<32|h.H1>>32
+	left := 7
+	for range k {
+		if left == 0 {
+			s += d
+			w = fmix64(s)
+			left = 7
+		}
+		out = append(out, w&(blockBits-1))
+		w >>= 9
+		left--
+	}
+	return out
+}
+
+func TestProbesMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for k := 1; k <= maxK; k++ {
+		f := newFilter(1, 0.5, k, 1)
+		for range 200 {
+			h := Hash{H1: r.Uint64(), H2: r.Uint64()}
+			var want [blockWords]uint64
+			for _, p := range refProbes(h, k) {
+				want[p>>6] |= 1 << (p & 63)
+			}
+			var b [blockWords]uint64
+			added := f.set(&b, h)
+			if b != want {
+				t.Fatalf("k=%d: set wrote %x, want %x", k, b, want)
+			}
+			var ones uint64
+			for _, x := range want {
+				ones += uint64(bits.OnesCount64(x))
+			}
+			if added != ones || f.set(&b, h) != 0 {
+				t.Fatalf("k=%d: set reported %d new bits, want %d then 0", k, added, ones)
+			}
+			if !f.has(&b, h) {
+				t.Fatalf("k=%d: has is false right after set", k)
+			}
+			// Clearing any one probe bit makes has false.
+			for _, p := range refProbes(h, k) {
+				c := b
+				c[p>>6] &^= 1 << (p & 63)
+				if f.has(&c, h) {
+					t.Fatalf("k=%d: has is true with probe bit %d cleared", k, p)
+				}
+			}
+		}
 	}
 }
