@@ -240,7 +240,7 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 	if beyond > 0 {
 		w.log.Warn("written records name input offsets beyond the input's high-water mark; ignored "+
 			"(garbled headers, another producer, or the input was truncated or recreated)",
-			"topic", w.cfg.Input, "partition", p, "records", beyond, "max_src_offset", maxBeyond, "high_water_mark", limit)
+			"partition", p, "records", beyond, "max_src_offset", maxBeyond, "high_water_mark", limit)
 	}
 	return skip, from, to, scanned, nil
 }
