@@ -32,7 +32,7 @@ type partitionProc struct {
 	filter   Filter
 	next     int64 // next input offset: everything before is handled and acknowledged
 	resume   int64 // input before it is replayed, not written
-	skip     map[int64]skipEntry
+	skip     *skipSet
 	scanFrom map[topicPartition]int64
 	scanTo   map[topicPartition]int64
 	cp       *checkpointer
@@ -170,7 +170,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		return err
 	}
 	pp.skip, pp.scanFrom, pp.scanTo = skip, from, to
-	pp.pm.alreadyWritten.Add(float64(len(skip)))
+	pp.pm.alreadyWritten.Add(float64(skip.len()))
 	pp.next, pp.resume = c, resume
 
 	pp.reader, err = w.newReader(w.cfg.Input, pp.p, c, w.cfg.BatchSize)
@@ -216,9 +216,9 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	w.m.recoveryDuration.WithLabelValues(w.cfg.Input).Observe(took.Seconds())
 	pp.log.Info("partition recovered",
 		"checkpoint_offset", c, "committed_offset", committed, "resume_offset", resume,
-		"replayed", replayed, "output_scanned", scanned, "already_written", len(skip), "took", took)
+		"replayed", replayed, "output_scanned", scanned, "already_written", skip.len(), "took", took)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
-		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, len(skip), took
+		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, skip.len(), took
 		ps.NextOffset, ps.Committed = pp.next, committed
 	})
 	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
@@ -389,8 +389,7 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		seen, err := pp.lookup(i, m)
 		if err != nil {
 			reason := reasonOf(err)
-			if e, ok := pp.skip[m.Offset]; ok {
-				delete(pp.skip, m.Offset)
+			if e, ok := pp.skip.take(m.Offset); ok {
 				t.consumed++
 				pp.countWritten(&t, e, reason)
 				next = m.Offset + 1
@@ -418,9 +417,8 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		}
 		t.consumed++
 		next = m.Offset + 1
-		if e, ok := pp.skip[m.Offset]; ok {
+		if e, ok := pp.skip.take(m.Offset); ok {
 			// Written before the crash, not committed: do not write again.
-			delete(pp.skip, m.Offset)
 			pp.countWritten(&t, e, "")
 			continue
 		}
@@ -614,7 +612,7 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 	out := map[string]map[int]int64{}
 	for tp, from := range pp.scanFrom {
 		o := from
-		if len(pp.skip) == 0 {
+		if pp.skip.len() == 0 {
 			// Every record of this partition at src offset >= next is
 			// written after now, so after anything acknowledged so far.
 			o = max(o, pp.scanTo[tp], pp.w.out.ackedOffset(tp.topic, tp.partition))

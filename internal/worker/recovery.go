@@ -171,9 +171,18 @@ func (w *Worker) kindOf(topic string) writtenKind {
 // scanWritten builds the skip set of input partition p: records at src
 // offset >= resume already present in a written topic. It returns, per
 // target, the offset the scan started at and the high-water mark it ran to.
+//
+// Records naming a src offset at or beyond the input's high-water mark,
+// listed after the written topics' ones, are left out of the set (logged):
+// every record the scan reads was written before its topic's high-water
+// mark was listed, from input read before then, so below the input's
+// high-water mark at that time. Such a record is not one of p's input
+// records (a garbled or foreign header, or an input truncated or recreated
+// since); keeping it would make the input record that later takes that
+// offset count as written without being written. Leaving them out also
+// bounds the set by the input's range [resume, high-water mark).
 func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored map[string]map[int]int64) (
-	skip map[int64]skipEntry, from, to map[topicPartition]int64, scanned int, err error) {
-	skip = map[int64]skipEntry{}
+	skip *skipSet, from, to map[topicPartition]int64, scanned int, err error) {
 	from, to = map[topicPartition]int64{}, map[topicPartition]int64{}
 	byTopic := map[string][]int{}
 	targets := w.scanTargets(p)
@@ -198,6 +207,14 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			from[tp], to[tp] = start, b[q].last
 		}
 	}
+	// After the written topics' bounds: see above.
+	ib, err := w.bounds(ctx, w.cfg.Input, []int{p})
+	if err != nil {
+		return nil, nil, nil, 0, err
+	}
+	limit := ib[p].last
+	skip = newSkipSet(resume, max(limit, resume))
+	var beyond, maxBeyond int64
 	for _, tp := range targets {
 		kind := w.kindOf(tp.topic)
 		n, err := w.scanRange(ctx, tp.topic, tp.partition, from[tp], to[tp], func(m *kafka.Message) {
@@ -205,16 +222,25 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			if !ok || sp != p || so < resume {
 				return
 			}
+			if so >= limit {
+				beyond, maxBeyond = beyond+1, max(maxBeyond, so)
+				return
+			}
 			e := skipEntry{kind: kind}
 			if kind == toDeadLetter {
 				e.reason = headerValue(m.Headers, HeaderError)
 			}
-			skip[so] = e
+			skip.add(so, e)
 		})
 		scanned += n
 		if err != nil {
 			return nil, nil, nil, scanned, err
 		}
+	}
+	if beyond > 0 {
+		w.log.Warn("written records name input offsets beyond the input's high-water mark; ignored "+
+			"(garbled headers, another producer, or the input was truncated or recreated)",
+			"partition", p, "records", beyond, "max_src_offset", maxBeyond, "high_water_mark", limit)
 	}
 	return skip, from, to, scanned, nil
 }

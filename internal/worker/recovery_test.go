@@ -265,3 +265,43 @@ func TestRebalanceDuringReplay(t *testing.T) {
 	checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
 	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
 }
+
+// TestRecoveryIgnoresOffsetsBeyondInput: records on the output naming input
+// offsets at or beyond the input's high-water mark (a garbled header, an
+// input recreated since) are not in the skip set: the input record that
+// later gets such an offset is forwarded, and a huge offset allocates
+// nothing.
+func TestRecoveryIgnoresOffsetsBeyondInput(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(30, 1, 0, 5, base)
+	produce(t, brokers, evs[:20])
+	ow := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: tOut, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer ow.Close()
+	var injected []kafka.Message
+	for _, so := range []string{"25", "4611686018427387904"} {
+		injected = append(injected, kafka.Message{Key: []byte("injected"), Value: []byte(so), Headers: []kafka.Header{
+			{Key: HeaderSrcPartition, Value: []byte("0")}, {Key: HeaderSrcOffset, Value: []byte(so)}}})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ow.WriteMessages(ctx, injected...); err != nil {
+		t.Fatalf("writing to %s: %v", tOut, err)
+	}
+
+	rw := startWorker(t, testConfig(brokers), newMemStore(), nil)
+	waitFor(t, 60*time.Second, "first 20 consumed", func() bool { return rw.consumed() == 20 })
+	produce(t, brokers, evs[20:])
+	waitFor(t, 60*time.Second, "all consumed", func() bool { return rw.consumed() == 30 })
+	rw.stop(t)
+	if n := rw.metricSum(t, "bloomgate_recovery_already_written_records_total"); n != 0 {
+		t.Errorf("recovery found %v already-written records, want 0", n)
+	}
+	got := readTopic(t, brokers, tOut, 1)
+	if len(got[0]) < len(injected) || string(got[0][0].Key) != "injected" || string(got[0][1].Key) != "injected" {
+		t.Fatalf("output does not start with the injected records")
+	}
+	got[0] = got[0][len(injected):]
+	wantOut, _, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", got, wantOut)
+}
