@@ -92,54 +92,41 @@ func setBit(b *[blockWords]uint64, p uint64) uint64 {
 
 // has reports whether every probe bit of h is set in b.
 func (f *Filter) has(b *[blockWords]uint64, h Hash) bool {
-	var set uint64
+	set := has7(b, h.H2, min(f.k, 7))
 	if f.k > 7 {
-		set = f.hasMore(b, h)
-	}
-	w := h.H2
-	switch min(f.k, 7) {
-	case 7:
-		set += hasBit(b, w>>54)
-		fallthrough
-	case 6:
-		set += hasBit(b, w>>45)
-		fallthrough
-	case 5:
-		set += hasBit(b, w>>36)
-		fallthrough
-	case 4:
-		set += hasBit(b, w>>27)
-		fallthrough
-	case 3:
-		set += hasBit(b, w>>18)
-		fallthrough
-	case 2:
-		set += hasBit(b, w>>9)
-		fallthrough
-	case 1:
-		set += hasBit(b, w)
+		s, d := h.H2, bits.RotateLeft64(h.H1, 32)
+		for i := uint32(7); i < f.k; i += 7 {
+			s += d
+			set += has7(b, fmix64(s), min(f.k-i, 7))
+		}
 	}
 	return set == uint64(f.k)
 }
 
-// hasMore counts the set bits among probes 8 to k: 8–14 unrolled from the
-// second word (k = 8–12 covers p from about 0.3 % down to 0.01 %), further
-// ones in a loop.
-func (f *Filter) hasMore(b *[blockWords]uint64, h Hash) (set uint64) {
-	d := bits.RotateLeft64(h.H1, 32)
-	if f.k > 14 {
-		s := h.H2 + d
-		for i := uint32(14); i < f.k; i += 7 {
-			s += d
-			w := fmix64(s)
-			for j := uint32(0); j < 7 && i+j < f.k; j++ {
-				set += hasBit(b, w)
-				w >>= 9
-			}
-		}
+// set sets the probe bits of h in b and returns how many were unset.
+func (f *Filter) set(b *[blockWords]uint64, h Hash) uint64 {
+	added := set7(b, h.H2, min(f.k, 7))
+	if f.k > 7 {
+		added += f.setRest(b, h)
 	}
-	w := fmix64(h.H2 + d)
-	switch min(f.k-7, 7) {
+	return added
+}
+
+// setRest sets probes 8 to k.
+func (f *Filter) setRest(b *[blockWords]uint64, h Hash) (added uint64) {
+	s, d := h.H2, bits.RotateLeft64(h.H1, 32)
+	for i := uint32(7); i < f.k; i += 7 {
+		s += d
+		added += set7(b, fmix64(s), min(f.k-i, 7))
+	}
+	return added
+}
+
+// has7 counts the set bits among the first n (1–7) 9-bit probe fields of
+// w, unrolled: the jump into the switch goes the same way for every key of
+// a filter.
+func has7(b *[blockWords]uint64, w uint64, n uint32) (set uint64) {
+	switch n {
 	case 7:
 		set += hasBit(b, w>>54)
 		fallthrough
@@ -164,53 +151,10 @@ func (f *Filter) hasMore(b *[blockWords]uint64, h Hash) (set uint64) {
 	return set
 }
 
-// set sets the probe bits of h in b and returns how many were unset.
-func (f *Filter) set(b *[blockWords]uint64, h Hash) (added uint64) {
-	if f.k > 7 {
-		added = f.setMore(b, h)
-	}
-	w := h.H2
-	switch min(f.k, 7) {
-	case 7:
-		added += setBit(b, w>>54)
-		fallthrough
-	case 6:
-		added += setBit(b, w>>45)
-		fallthrough
-	case 5:
-		added += setBit(b, w>>36)
-		fallthrough
-	case 4:
-		added += setBit(b, w>>27)
-		fallthrough
-	case 3:
-		added += setBit(b, w>>18)
-		fallthrough
-	case 2:
-		added += setBit(b, w>>9)
-		fallthrough
-	case 1:
-		added += setBit(b, w)
-	}
-	return added
-}
-
-// setMore sets probes 8 to k, like hasMore.
-func (f *Filter) setMore(b *[blockWords]uint64, h Hash) (added uint64) {
-	d := bits.RotateLeft64(h.H1, 32)
-	if f.k > 14 {
-		s := h.H2 + d
-		for i := uint32(14); i < f.k; i += 7 {
-			s += d
-			w := fmix64(s)
-			for j := uint32(0); j < 7 && i+j < f.k; j++ {
-				added += setBit(b, w)
-				w >>= 9
-			}
-		}
-	}
-	w := fmix64(h.H2 + d)
-	switch min(f.k-7, 7) {
+// set7 sets the bits of the first n (1–7) 9-bit probe fields of w and
+// returns how many were unset.
+func set7(b *[blockWords]uint64, w uint64, n uint32) (added uint64) {
+	switch n {
 	case 7:
 		added += setBit(b, w>>54)
 		fallthrough
@@ -260,7 +204,10 @@ func (f *Filter) TestAndAdd(h Hash) bool {
 	// Setting the bits reports whether they were all set already: one pass,
 	// no branch on the block's contents. Rewriting an unchanged block of
 	// a private page is harmless.
-	added := f.set(b, h)
+	added := set7(b, h.H2, min(f.k, 7)) // f.set, one call less
+	if f.k > 7 {
+		added += f.setRest(b, h)
+	}
 	f.ones += added
 	return added == 0
 }
