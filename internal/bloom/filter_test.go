@@ -130,6 +130,22 @@ func BenchmarkFilterTestAndAdd(b *testing.B) {
 	}
 }
 
+// BenchmarkFilterTestAndAddBatch: ns/op is per batch of 256 keys.
+func BenchmarkFilterTestAndAddBatch(b *testing.B) {
+	f, _ := NewFilter(1_000_000, 0.01)
+	r := rand.New(rand.NewPCG(1, 2))
+	hs := make([]Hash, 1<<16)
+	for i := range hs {
+		hs[i] = Hash{r.Uint64(), r.Uint64()}
+	}
+	seen := make([]bool, 256)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		lo := (i * 256) & (len(hs) - 1)
+		f.TestAndAddBatch(hs[lo:lo+256], seen)
+	}
+}
+
 // refProbes lists the probe positions of h for k probes the plain way: 9-bit
 // fields, seven from H2, then seven from each fmix64(H2 + j·rot(H1, 32)).
 // The unrolled has/set must set and test exactly these bits (the format
