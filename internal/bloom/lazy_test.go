@@ -45,7 +45,7 @@ func zeroPages(f *Filter) int {
 	return n
 }
 
-func encodeFilter(t *testing.T, f *Filter) []byte {
+func encodeFilter(t testing.TB, f *Filter) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	g := newGeneration(1, 3600e9, 7200e9, f.capacity, f.fpr, f)
