@@ -12,11 +12,24 @@ const (
 	pageBlocks = 1 << pageShift
 	pageWords  = pageBlocks * blockWords
 	pageBytes  = pageWords * 8
+
+	// slabPages pages (8 MiB, the smallest bitset adviseHugePages advises)
+	// are allocated together by a lazy filter; its last slab also takes the
+	// remaining pages. A filter of fewer than two slabs is allocated whole.
+	slabPages = 128
 )
+
+// zeroPage stands for every page of a lazy filter's slabs not yet
+// allocated. It is only ever read: writable allocates the slab before the
+// first write to one of its pages.
+var zeroPage = new([pageWords]uint64)
 
 // Filter is a cache-line-blocked Bloom filter: each key sets k bits inside
 // one 512-bit block. Its bits live in 64 KiB pages so that snapshots are
-// copy-on-write. A Filter belongs to one goroutine.
+// copy-on-write. A large filter is lazy: its pages start as the shared
+// zeroPage and are allocated a slab at a time on first write, so that
+// creating it costs no time proportional to its size. A Filter belongs to
+// one goroutine.
 type Filter struct {
 	pages    []*[pageWords]uint64 // the last page may be used in part
 	nblocks  uint64
@@ -25,13 +38,15 @@ type Filter struct {
 	fpr      float64
 	ones     uint64 // set bits, maintained on every write
 
-	// Copy-on-write state. cow is true while a snapshot may be outstanding;
-	// pageEpoch[i] == epoch marks page i as private to the owner (cloned
-	// since the latest snapshot).
+	// Copy-on-write state. cow is true while a snapshot may be outstanding
+	// or a slab is not allocated yet (lazy > 0): writes then test first and
+	// go through writable. pageEpoch[i] == epoch marks page i as private to
+	// the owner (cloned or allocated since the latest snapshot).
 	cow       bool
 	epoch     uint32
 	pageEpoch []uint32
 	refs      atomic.Int32 // outstanding snapshots holding these pages
+	lazy      int          // slabs whose pages are still zeroPage
 
 	sink uint64 // keeps the loads of touch
 }
@@ -55,8 +70,48 @@ func newFilter(capacity uint64, fpr float64, k int, nblocks uint64) *Filter {
 		fpr:       fpr,
 		pageEpoch: make([]uint32, npages),
 	}
-	f.pages = carvePages(npages)
+	f.initPages(npages)
 	return f
+}
+
+// initPages gives the filter npages pages: allocated at once when the
+// filter is smaller than two slabs, else all zeroPage (lazy). Allocating
+// and zeroing a large filter at once stalls its owner for as long as the
+// kernel takes to supply the memory: up to seconds for a 480 MB overflow
+// sub-filter (docs/filter.md, "Overflow").
+func (f *Filter) initPages(npages uint64) {
+	if npages < 2*slabPages {
+		f.pages = carvePages(npages)
+		return
+	}
+	f.pages = make([]*[pageWords]uint64, npages)
+	for i := range f.pages {
+		f.pages[i] = zeroPage
+	}
+	f.lazy = int(npages / slabPages)
+	f.cow = true
+}
+
+// slabRange is the range of pages allocated together with page pi.
+func (f *Filter) slabRange(pi uint64) (lo, hi uint64) {
+	n := uint64(len(f.pages))
+	lo = pi / slabPages * slabPages
+	if lo+2*slabPages > n { // the last slab takes the remainder
+		lo = (n/slabPages - 1) * slabPages
+		return lo, n
+	}
+	return lo, lo + slabPages
+}
+
+// allocSlab allocates the slab of page pi, whose pages are all zeroPage.
+// The fresh pages are private to the owner: no snapshot holds them.
+func (f *Filter) allocSlab(pi uint64) {
+	lo, hi := f.slabRange(pi)
+	copy(f.pages[lo:hi], carvePages(hi-lo))
+	for i := lo; i < hi; i++ {
+		f.pageEpoch[i] = f.epoch
+	}
+	f.lazy--
 }
 
 // block returns the page index and word offset of h's block.
@@ -195,7 +250,8 @@ func (f *Filter) TestAndAdd(h Hash) bool {
 	pi, off := f.block(h)
 	b := (*[blockWords]uint64)(f.pages[pi][off : off+blockWords])
 	if f.cow {
-		// A snapshot may share the page: write only if something changes.
+		// A snapshot may share the page, or it is the shared zeroPage:
+		// write only if something changes.
 		if f.has(b, h) {
 			return true
 		}
@@ -256,18 +312,26 @@ func (f *Filter) Test(h Hash) bool {
 // Add adds h.
 func (f *Filter) Add(h Hash) { f.TestAndAdd(h) }
 
-// writable is the slow path of a write while a snapshot may be outstanding:
-// it clones page pi unless the owner already holds a private copy, and
-// returns the block at off in the page the owner may write.
+// writable is the slow path of a write while a snapshot may be outstanding
+// or a slab is unallocated: it allocates page pi's slab if the page is
+// still zeroPage, else clones the page unless no snapshot holds it or the
+// owner already holds a private copy, and returns the block at off in the
+// page the owner may write. Once every slab is allocated and every
+// snapshot released, writes take the fast path again.
 func (f *Filter) writable(pi, off uint64) *[blockWords]uint64 {
-	if f.refs.Load() == 0 {
-		// Every snapshot was released; the atomic load orders their reads
-		// before our writes.
-		f.cow = false
-	} else if f.pageEpoch[pi] != f.epoch {
+	// With no reference left, the atomic load orders the released
+	// snapshots' reads before our writes.
+	shared := f.refs.Load() != 0
+	switch {
+	case f.pages[pi] == zeroPage:
+		f.allocSlab(pi)
+	case shared && f.pageEpoch[pi] != f.epoch:
 		p := *f.pages[pi]
 		f.pages[pi] = &p
 		f.pageEpoch[pi] = f.epoch
+	}
+	if !shared && f.lazy == 0 {
+		f.cow = false
 	}
 	return (*[blockWords]uint64)(f.pages[pi][off : off+blockWords])
 }
@@ -346,9 +410,10 @@ func estimateKeys(ones, nblocks uint64, k int) uint64 {
 	return uint64(math.Round(-float64(nblocks) * math.Log1p(-fill) / (1 - q)))
 }
 
-// carvePages allocates n pages as one contiguous array, so that the kernel
-// can back it with huge pages. A page cloned by copy-on-write is allocated
-// on its own; the array stays alive until none of its pages is referenced.
+// carvePages allocates n pages as one contiguous array (a whole filter or
+// one slab), so that the kernel can back it with huge pages. A page cloned
+// by copy-on-write is allocated on its own; the array stays alive until
+// none of its pages is referenced.
 func carvePages(n uint64) []*[pageWords]uint64 {
 	backing := make([]uint64, n*pageWords)
 	adviseHugePages(backing)

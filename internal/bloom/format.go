@@ -200,10 +200,11 @@ func (d *decoder) read(section string, b []byte) error {
 	return nil
 }
 
-// DecodeGeneration reads one generation in binary format v1. It allocates
-// the declared bitsets (rounded up to 64 KiB pages) one sub-filter at a time
-// after checking the declared total against maxBytes (≤ 0: MaxFilterBytes;
-// ErrTooLarge), and reads the chunks straight into them.
+// DecodeGeneration reads one generation in binary format v1. It checks the
+// declared bitsets (rounded up to 64 KiB pages) against maxBytes (≤ 0:
+// MaxFilterBytes; ErrTooLarge), then allocates them as a new filter would
+// (a large sub-filter a slab at a time, only for slabs with a chunk that
+// is not all zero) and reads the chunks straight into them.
 // Format problems are *FormatError wrapping ErrCorrupt,
 // ErrUnsupportedVersion or ErrTooLarge; a non-nil error means a nil
 // Generation.
@@ -286,28 +287,35 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	)
 	for _, f := range g.subs {
 		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
-		f.pages = carvePages(npages) // declared size, checked against maxBytes above
 		f.pageEpoch = make([]uint32, npages)
+		f.initPages(npages) // declared size, checked against maxBytes above
 		for i := range npages {
 			chunkOff := d.off
 			if err := d.read("chunk", ch[:]); err != nil {
 				return nil, err
 			}
 			kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
+			size := len(pageSlice(f.pages, int(i), f.nblocks)) * 8
+			switch {
+			case kind == kindRaw && int(n) == size, kind == kindZstd && n > 0 && int(n) < size:
+				if f.pages[i] == zeroPage {
+					f.allocSlab(i)
+				}
+			case kind == kindZero && n == 0:
+			default:
+				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, size), ErrCorrupt)
+			}
 			p := pageSlice(f.pages, int(i), f.nblocks)
 			raw := pageAsBytes(p)
 			var payload []byte
-			switch {
-			case kind == kindRaw && int(n) == len(raw):
+			switch kind {
+			case kindRaw:
 				payload = raw
-			case kind == kindZstd && n > 0 && int(n) < len(raw):
+			case kindZstd:
 				if cap(zbuf) < int(n) {
 					zbuf = make([]byte, pageBytes)
 				}
 				payload = zbuf[:n]
-			case kind == kindZero && n == 0:
-			default:
-				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, len(raw)), ErrCorrupt)
 			}
 			if err := d.read("chunk", payload); err != nil {
 				return nil, err
@@ -333,7 +341,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 					return nil, d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
 				}
 			}
-			if !littleEndian {
+			if !littleEndian && kind != kindZero { // p may be zeroPage
 				for j := range p {
 					p[j] = bits.ReverseBytes64(p[j])
 				}

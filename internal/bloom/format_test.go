@@ -297,26 +297,40 @@ func FuzzDecodeGeneration(f *testing.F) {
 	f.Add(b[:40])
 	f.Add(a[:4096])
 	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		g, err := DecodeGeneration(bytes.NewReader(data), 1<<20)
-		if err != nil {
-			if g != nil {
-				t.Fatal("error with a non-nil generation")
-			}
-			var fe *FormatError
-			if !errors.As(err, &fe) {
-				t.Fatalf("untyped error: %v", err)
-			}
-			return
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzDecode(t, data, 1<<20) })
+}
+
+// FuzzDecodeLazyGeneration decodes into lazy sub-filters (two slabs or
+// more): seeds are an empty one (all chunks zero) and one with a key.
+func FuzzDecodeLazyGeneration(f *testing.F) {
+	lazy := newFilter(1_000_000, 0.01, 6, lazyBlocks)
+	f.Add(encodeFilter(f, lazy))
+	lazy.TestAndAdd(Hash{1 << 63, 2})
+	f.Add(encodeFilter(f, lazy))
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzDecode(t, data, 3*slabPages*pageBytes) })
+}
+
+// fuzzDecode checks that data decodes to a generation that re-encodes and
+// decodes again, or fails with a *FormatError and no generation.
+func fuzzDecode(t *testing.T, data []byte, maxBytes int64) {
+	g, err := DecodeGeneration(bytes.NewReader(data), maxBytes)
+	if err != nil {
+		if g != nil {
+			t.Fatal("error with a non-nil generation")
 		}
-		var b bytes.Buffer
-		if _, err := g.WriteTo(&b); err != nil {
-			t.Fatal(err)
+		var fe *FormatError
+		if !errors.As(err, &fe) {
+			t.Fatalf("untyped error: %v", err)
 		}
-		if _, err := DecodeGeneration(&b, 1<<20); err != nil {
-			t.Fatalf("re-encoded generation does not decode: %v", err)
-		}
-	})
+		return
+	}
+	var b bytes.Buffer
+	if _, err := g.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeGeneration(&b, maxBytes); err != nil {
+		t.Fatalf("re-encoded generation does not decode: %v", err)
+	}
 }
 
 func TestRestoreShardDropsStaleGenerations(t *testing.T) {

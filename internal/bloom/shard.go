@@ -90,7 +90,11 @@ func NewShard(cfg Config) (*Shard, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Shard{cfg: cfg, plan: cfg.plan()}, nil
+	p := cfg.plan()
+	// Size the first overflow sub-filter now (memoized), so that the insert
+	// that stacks it does not pay for the search.
+	_, _, _ = blockedParams(subRate(p.fpr, 1))
+	return &Shard{cfg: cfg, plan: p}, nil
 }
 
 // Config returns the shard's configuration.

@@ -3,6 +3,7 @@ package bloom
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 const (
@@ -41,6 +42,22 @@ func blockedFPR(lambda float64, k int) float64 {
 	return sum
 }
 
+// sized memoizes blockedParams: its search takes ~5 ms, too long for the
+// insert that stacks a sub-filter, and the same few rates recur (sub-filter
+// i of every generation of a shard gets the same rate). At most
+// maxSizedRates rates are kept.
+var sized struct {
+	sync.Mutex
+	rates map[float64]sizedRate
+}
+
+type sizedRate struct {
+	k      int
+	lambda float64
+}
+
+const maxSizedRates = 1024
+
 // blockedParams returns the probe count k and the largest load (keys per
 // block) for which blockedFPR stays at or below p. k is searched around the
 // classic optimum −log2(p); the load by bisection.
@@ -48,6 +65,29 @@ func blockedParams(p float64) (k int, lambda float64, err error) {
 	if !(p > 0 && p < 1) {
 		return 0, 0, fmt.Errorf("false-positive rate %v outside (0, 1)", p)
 	}
+	sized.Lock()
+	r, ok := sized.rates[p]
+	sized.Unlock()
+	if ok {
+		return r.k, r.lambda, nil
+	}
+	k, lambda, err = searchParams(p)
+	if err != nil {
+		return 0, 0, err
+	}
+	sized.Lock()
+	if sized.rates == nil {
+		sized.rates = make(map[float64]sizedRate)
+	}
+	if len(sized.rates) < maxSizedRates {
+		sized.rates[p] = sizedRate{k, lambda}
+	}
+	sized.Unlock()
+	return k, lambda, nil
+}
+
+// searchParams is blockedParams without the memo.
+func searchParams(p float64) (k int, lambda float64, err error) {
 	kc := int(math.Round(-math.Log2(p)))
 	bestK, bestL := 0, 0.0
 	for k := max(1, kc-4); k <= min(maxK, kc+4); k++ {
