@@ -75,8 +75,8 @@ func BenchmarkBloomStateCheckpoint(b *testing.B) {
 	}
 	// Fill to 95 % of Capacity: the owner's inserts during the uploads
 	// must not reach Capacity, where the generation stacks an overflow
-	// sub-filter (2×Capacity, ≈ 480 MB at 100 M keys) and the allocation
-	// stalls that insert for seconds — a different cost from the
+	// sub-filter (2×Capacity, ≈ 480 MB at 100 M keys) whose memory is
+	// faulted in over the next inserts — a different cost from the
 	// checkpoint's (see docs/checkpoints.md).
 	fill := n - n/20
 	ts := time.Now() // one timestamp: every key lands in the live generation
