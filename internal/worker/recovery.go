@@ -178,9 +178,11 @@ func (w *Worker) kindOf(topic string) writtenKind {
 // mark was listed, from input read before then, so below the input's
 // high-water mark at that time. Such a record is not one of p's input
 // records (a garbled or foreign header, or an input truncated or recreated
-// since); keeping it would make the input record that later takes that
-// offset count as written without being written. Leaving them out also
-// bounds the set by the input's range [resume, high-water mark).
+// since with fewer records than the offset names); keeping it would make
+// the input record that later takes that offset count as written without
+// being written. Leaving them out also bounds the set by the input's range
+// [resume, high-water mark). An input recreated and refilled past such
+// offsets cannot be told apart from the original here (see docs/worker.md).
 func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored map[string]map[int]int64) (
 	skip *skipSet, from, to map[topicPartition]int64, scanned int, err error) {
 	from, to = map[topicPartition]int64{}, map[topicPartition]int64{}

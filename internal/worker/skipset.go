@@ -36,7 +36,7 @@ type skipSet struct {
 	cur         int64                // chunk index of the last take; chunks below are released
 	curChunk    *skipChunk
 	n           int  // live entries, exact unless unsettled
-	unsettled   bool // some sparse chunk has unsorted entries; n may count an offset twice
+	unsettled   bool // some sparse chunk has unsorted entries; n leaves them out until settle
 
 	reasons   []string // code → reason; 0 is "" (no bloomgate-error header)
 	reasonIdx map[string]uint8
