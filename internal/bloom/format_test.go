@@ -213,6 +213,23 @@ func TestRestoreShardChecks(t *testing.T) {
 // TestSnapshotConcurrentEncode encodes snapshots from other goroutines while
 // the owner keeps inserting (run with -race), and checks that each decoded
 // snapshot holds exactly the state at snapshot time.
+// encodeInBackground encodes every generation of sn on another goroutine
+// into *out, then releases sn; wg tracks the goroutine.
+func encodeInBackground(t *testing.T, wg *sync.WaitGroup, sn *Snapshot, out *[]byte) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer sn.Release()
+		var b bytes.Buffer
+		for _, gs := range sn.Generations {
+			if _, err := gs.WriteTo(&b); err != nil {
+				t.Error(err)
+			}
+		}
+		*out = b.Bytes()
+	}()
+}
+
 func TestSnapshotConcurrentEncode(t *testing.T) {
 	cfg := Config{Window: time.Hour, Generations: 2, Capacity: 400_000, FPR: 0.01}
 	s, err := NewShard(cfg)
@@ -240,18 +257,7 @@ func TestSnapshotConcurrentEncode(t *testing.T) {
 		sn := s.Snapshot()
 		res := &result{inserted: next, want: want}
 		results[round] = res
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer sn.Release()
-			var b bytes.Buffer
-			for _, gs := range sn.Generations {
-				if _, err := gs.WriteTo(&b); err != nil {
-					t.Error(err)
-				}
-			}
-			res.got = b.Bytes()
-		}()
+		encodeInBackground(t, &wg, sn, &res.got)
 		insert(30_000) // writes race with the encoder unless pages are cloned
 	}
 	wg.Wait()

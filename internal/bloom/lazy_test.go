@@ -221,18 +221,7 @@ func TestLazySnapshotConcurrentEncode(t *testing.T) {
 		res := &result{want: encodeGenerations(t, s)}
 		results[round] = res
 		sn := s.Snapshot()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer sn.Release()
-			var b bytes.Buffer
-			for _, gs := range sn.Generations {
-				if _, err := gs.WriteTo(&b); err != nil {
-					t.Error(err)
-				}
-			}
-			res.got = b.Bytes()
-		}()
+		encodeInBackground(t, &wg, sn, &res.got)
 		insert(5_000) // allocates slabs while the encoder reads the zero page
 	}
 	wg.Wait()
