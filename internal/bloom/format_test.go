@@ -96,15 +96,7 @@ func TestGolden(t *testing.T) {
 func TestEncodeDecodeEncode(t *testing.T) {
 	s := goldenShard(t)
 	first := encodeSnapshot(t, s)
-	var gens []*Generation
-	for _, b := range first {
-		g, err := DecodeGeneration(bytes.NewReader(b), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gens = append(gens, g)
-	}
-	r, err := RestoreShard(goldenCfg, gens)
+	r, err := RestoreShard(goldenCfg, decodeAll(t, first))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +205,20 @@ func TestRestoreShardChecks(t *testing.T) {
 // TestSnapshotConcurrentEncode encodes snapshots from other goroutines while
 // the owner keeps inserting (run with -race), and checks that each decoded
 // snapshot holds exactly the state at snapshot time.
+// decodeAll decodes encoded generations, failing the test on any error.
+func decodeAll(t *testing.T, encoded [][]byte) []*Generation {
+	t.Helper()
+	var gens []*Generation
+	for _, b := range encoded {
+		g, err := DecodeGeneration(bytes.NewReader(b), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens = append(gens, g)
+	}
+	return gens
+}
+
 // encodeInBackground encodes every generation of sn on another goroutine
 // into *out, then releases sn; wg tracks the goroutine.
 func encodeInBackground(t *testing.T, wg *sync.WaitGroup, sn *Snapshot, out *[]byte) {
@@ -344,15 +350,7 @@ func TestRestoreShardDropsStaleGenerations(t *testing.T) {
 	s, _ := NewShard(goldenCfg)
 	s.TestAndAdd(HashKey([]byte("late")), at(time.Hour, 490_003, 0))
 	enc = append(enc, encodeSnapshot(t, s)...)
-	var gens []*Generation
-	for _, b := range enc {
-		g, err := DecodeGeneration(bytes.NewReader(b), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gens = append(gens, g)
-	}
-	r, err := RestoreShard(goldenCfg, gens)
+	r, err := RestoreShard(goldenCfg, decodeAll(t, enc))
 	if err != nil {
 		t.Fatal(err)
 	}
