@@ -104,6 +104,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 			FPR:         cfg.FPR,
 		},
 		Partitioning:           worker.Partitioning(cfg.Partitioning),
+		IsolationLevel:         worker.IsolationLevel(cfg.IsolationLevel),
 		CheckpointInterval:     cfg.CheckpointInterval,
 		MaxCheckpointStaleness: staleness,
 		OnRestoreFailure:       worker.RestorePolicy(cfg.OnRestoreFailure),

@@ -38,6 +38,9 @@ const (
 	PartitioningSame = "same"
 	PartitioningHash = "hash"
 
+	ReadCommitted   = "read_committed"
+	ReadUncommitted = "read_uncommitted"
+
 	OnRestoreFail  = "fail"
 	OnRestoreEmpty = "empty"
 
@@ -77,10 +80,14 @@ type Run struct {
 	Duplicates   string // optional topic for events judged duplicate
 	DeadLetter   string // optional topic for events without a usable key
 	Partitioning string // same | hash
-	BatchSize    int
-	BatchTimeout time.Duration
-	TLS          TLS
-	SASL         SASL
+	// IsolationLevel is read_committed (records of aborted transactions
+	// and transaction markers are skipped; reading stops at the last
+	// stable offset) or read_uncommitted (everything but markers).
+	IsolationLevel string
+	BatchSize      int
+	BatchTimeout   time.Duration
+	TLS            TLS
+	SASL           SASL
 
 	// Keys.
 	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
@@ -129,6 +136,7 @@ func Default() Run {
 	return Run{
 		Group:                  "bloomgate",
 		Partitioning:           PartitioningSame,
+		IsolationLevel:         ReadCommitted,
 		BatchSize:              2000,
 		BatchTimeout:           5 * time.Millisecond,
 		Key:                    "key",
@@ -250,6 +258,7 @@ func (c *Run) LogValue() slog.Value {
 		slog.Duration("window", c.Window), slog.Int("generations", c.Generations),
 		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
 		slog.String("partitioning", c.Partitioning),
+		slog.String("isolation_level", c.IsolationLevel),
 		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
 		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
 		slog.String("metrics_addr", c.MetricsAddr),

@@ -17,7 +17,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
@@ -38,6 +38,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.Duplicates, "duplicates", c.Duplicates, "optional topic for events judged duplicate (else they are dropped and counted)")
 	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "optional topic for events whose key cannot be extracted")
 	fs.StringVar(&c.Partitioning, "partitioning", c.Partitioning, "output partition: same (= input partition, counts must match) or hash (of the Kafka key)")
+	fs.StringVar(&c.IsolationLevel, "isolation-level", c.IsolationLevel, "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")

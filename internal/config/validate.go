@@ -72,6 +72,7 @@ func (c *Run) Validate() error {
 		}
 	}
 	oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
+	oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
 	if c.BatchSize < 1 {
 		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
 	}

@@ -37,6 +37,22 @@ const (
 	PartitioningHash Partitioning = "hash"
 )
 
+// IsolationLevel says which records of transactional producers are read
+// (KIP-98). Transaction markers (control records) are never events at
+// either level.
+type IsolationLevel string
+
+const (
+	// ReadCommitted reads up to the last stable offset and skips the
+	// records of aborted transactions: the records an exactly-once
+	// upstream really produced, as a Java consumer with
+	// isolation.level=read_committed sees them.
+	ReadCommitted IsolationLevel = "read_committed"
+	// ReadUncommitted reads every data record up to the high-water mark,
+	// including those of aborted and still open transactions.
+	ReadUncommitted IsolationLevel = "read_uncommitted"
+)
+
 // RestorePolicy says what happens when checkpoints exist but none loads.
 type RestorePolicy string
 
@@ -68,6 +84,10 @@ type Config struct {
 	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else forward
 	Filter       FilterConfig
 	Partitioning Partitioning // default same
+	// IsolationLevel: default ReadCommitted. Recovery replay and the
+	// recovery scan of the written topics read at the same level, so replay
+	// drops exactly what the first pass dropped.
+	IsolationLevel IsolationLevel
 
 	CheckpointInterval time.Duration // default 30s
 	// MaxCheckpointStaleness: while no checkpoint succeeded for this long,
@@ -134,6 +154,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
+	}
+	if c.IsolationLevel == "" {
+		c.IsolationLevel = ReadCommitted
 	}
 	if c.OnRestoreFailure == "" {
 		c.OnRestoreFailure = RestoreFail
@@ -212,6 +235,11 @@ func (c Config) Validate() error {
 	case "", PartitioningSame, PartitioningHash:
 	default:
 		bad("partitioning: %q is not one of same|hash", c.Partitioning)
+	}
+	switch c.IsolationLevel {
+	case "", ReadCommitted, ReadUncommitted:
+	default:
+		bad("isolation-level: %q is not one of read_committed|read_uncommitted", c.IsolationLevel)
 	}
 	switch c.OnRestoreFailure {
 	case "", RestoreFail, RestoreEmpty:
