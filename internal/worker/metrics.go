@@ -28,6 +28,8 @@ type metrics struct {
 	alreadyWritten   *prometheus.CounterVec
 	recoveryDuration *prometheus.HistogramVec
 	lag              *prometheus.GaugeVec
+	lsoLag           *prometheus.GaugeVec
+	skipped          *prometheus.CounterVec
 	rebalances       prometheus.Counter
 	commitFailures   prometheus.Counter
 	writeFailures    *prometheus.CounterVec
@@ -64,6 +66,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
 		}, []string{"topic"}),
 		lag: gauge("consumer_lag", "Records between the partition's high-water mark and the next offset to process."),
+		lsoLag: gauge("partition_lso_lag", "Offsets between the partition's high-water mark and its last stable offset: "+
+			"held back by open transactions of upstream producers (read_committed stops at the last stable offset). 0 at read_uncommitted."),
+		skipped: counter("records_skipped_total", "Input offsets passed over without being events: transaction markers (reason=marker) "+
+			"and records of aborted transactions (reason=aborted, read_committed only). Not part of records_consumed_total.", "topic", "partition", "reason"),
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "rebalances_total",
 			Help: "Consumer group generations joined."}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "offset_commit_failures_total",
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
-		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.rebalances, m.commitFailures, m.writeFailures} {
+		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.skipped, m.rebalances, m.commitFailures, m.writeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}
@@ -85,7 +91,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 type partitionMetrics struct {
 	consumed, forwarded, duplicates, replayed, writeFailures, alreadyWritten prometheus.Counter
 	deadLettered, dropped                                                    map[string]prometheus.Counter
-	lag                                                                      prometheus.Gauge
+	lag, lsoLag                                                              prometheus.Gauge
+	skippedMarkers, skippedAborted                                           prometheus.Counter
 	bytes, fill, fpr, keys, gens, overflow, clamped                          prometheus.Gauge
 }
 
@@ -101,6 +108,9 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 		deadLettered:   map[string]prometheus.Counter{},
 		dropped:        map[string]prometheus.Counter{},
 		lag:            m.lag.WithLabelValues(topic, ps),
+		lsoLag:         m.lsoLag.WithLabelValues(topic, ps),
+		skippedMarkers: m.skipped.WithLabelValues(topic, ps, "marker"),
+		skippedAborted: m.skipped.WithLabelValues(topic, ps, "aborted"),
 		bytes:          m.filterBytes.WithLabelValues(topic, ps),
 		fill:           m.filterFill.WithLabelValues(topic, ps),
 		fpr:            m.filterFPR.WithLabelValues(topic, ps),

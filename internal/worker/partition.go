@@ -36,8 +36,8 @@ type partitionProc struct {
 	scanFrom map[topicPartition]int64
 	scanTo   map[topicPartition]int64
 	cp       *checkpointer
-	reader   *kafka.Reader
-	msgs     chan kafka.Message
+	pieces   chan piece
+	lsoLag   int64
 
 	rb             recordBuilder
 	keyBuf         []byte
@@ -50,6 +50,7 @@ type partitionProc struct {
 	statsAt        time.Time
 	// totals for the status page
 	consumed, forwarded, duplicates, deadLettered, dropped uint64
+	skippedMarkers, skippedAborted                         uint64
 }
 
 const filterStatsInterval = 5 * time.Second
@@ -173,15 +174,14 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.pm.alreadyWritten.Add(float64(skip.len()))
 	pp.next, pp.resume = c, resume
 
-	pp.reader, err = w.newReader(w.cfg.Input, pp.p, c, w.cfg.BatchSize)
+	src, err := w.newFetcher(w.cfg.Input, pp.p, c)
 	if err != nil {
 		return err
 	}
-	defer closeReader(pp.reader)
 	rctx, stopReading := context.WithCancel(ctx)
-	pp.msgs = make(chan kafka.Message, w.cfg.BatchSize)
-	pumpDone := make(chan error, 1)
-	go func() { pumpDone <- pp.pump(rctx) }()
+	pp.pieces = make(chan piece, 2)
+	pumpDone := make(chan struct{})
+	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()
 	defer func() { stopReading(); <-pumpDone }()
 
 	pp.cp = newCheckpointer(pp.store, w.cfg.CheckpointTimeout, pp.log, w.deps.Now, pp.fence)
@@ -199,10 +199,13 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	replayed := int64(0)
 	for pp.next < pp.resume {
 		batch, err := pp.nextBatch(ctx, replayIdle)
-		if err != nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return pp.finish(ctx)
 		}
-		if len(batch) == 0 {
+		if err != nil {
+			return err
+		}
+		if len(batch.msgs) == 0 && batch.next <= pp.next {
 			pp.log.Warn("replay idle before the committed offset; continuing", "at", pp.next, "resume", pp.resume)
 			break
 		}
@@ -228,8 +231,11 @@ func (pp *partitionProc) session(ctx context.Context) error {
 
 	for {
 		batch, err := pp.nextBatch(ctx, time.Second)
-		if err != nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
 			return pp.finish(ctx)
+		}
+		if err != nil {
+			return err
 		}
 		if _, err := pp.handle(ctx, batch); err != nil {
 			return err
@@ -300,52 +306,10 @@ func (pp *partitionProc) claim(ctx context.Context) error {
 	}
 }
 
-// pump moves records from the reader to msgs until ctx ends.
-func (pp *partitionProc) pump(ctx context.Context) error {
-	for {
-		m, err := pp.reader.FetchMessage(ctx)
-		if err != nil {
-			return err
-		}
-		select {
-		case pp.msgs <- m:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// nextBatch waits up to idle for a first record, then up to BatchTimeout
-// for the batch to fill. An empty batch means idle.
-func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) ([]kafka.Message, error) {
-	var batch []kafka.Message
-	t := time.NewTimer(idle)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-t.C:
-		return nil, nil
-	case m := <-pp.msgs:
-		batch = append(make([]kafka.Message, 0, min(pp.w.cfg.BatchSize, 1024)), m)
-	}
-	t.Reset(pp.w.cfg.BatchTimeout)
-	for len(batch) < pp.w.cfg.BatchSize {
-		select {
-		case m := <-pp.msgs:
-			batch = append(batch, m)
-		case <-t.C:
-			return batch, nil
-		case <-ctx.Done():
-			return batch, nil
-		}
-	}
-	return batch, nil
-}
-
 // tally counts one batch; applied only once its writes are acknowledged.
 type tally struct {
 	consumed, forwarded, duplicates, replayed uint64
+	markers, aborted                          int
 	deadLettered, dropped                     map[string]uint64
 }
 
@@ -365,20 +329,20 @@ func (t *tally) drop(reason string) {
 
 // handle processes one batch: replay below resume, dedup and route above,
 // one acknowledged write, then the offset goes to the committer.
-func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (replayed int64, err error) {
+func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
 	w := pp.w
 	pp.rb.reset(pp.p)
 	var t tally
+	batch := b.msgs
 	pp.filterAhead(batch)
 	next := pp.next
 	var fatal error
-	var hwm int64 = -1
+	hwm := b.hwm
 	for i := range batch {
 		m := &batch[i]
 		if m.Offset < next {
 			continue
 		}
-		hwm = m.HighWaterMark
 		if m.Offset < pp.resume {
 			// Handled before the crash or rebalance: only rebuild the filter.
 			pp.lookup(i, m)
@@ -472,6 +436,11 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 			return 0, fmt.Errorf("writing %d records: %w", n, summarizeWriteErrors(err))
 		}
 	}
+	if fatal == nil {
+		// Markers, aborted records and gaps after the last record.
+		next = max(next, b.next)
+		t.markers, t.aborted = b.markers, b.aborted
+	}
 	pp.apply(&t)
 	pp.next = next
 	if hwm >= 0 {
@@ -488,6 +457,7 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		}
 		ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
 			pp.consumed, pp.forwarded, pp.duplicates, pp.deadLettered, pp.dropped
+		ps.SkippedMarkers, ps.SkippedAborted = pp.skippedMarkers, pp.skippedAborted
 	})
 	if fatal != nil {
 		return int64(t.replayed), fatal
@@ -523,6 +493,10 @@ func (pp *partitionProc) apply(t *tally) {
 	pp.forwarded += t.forwarded
 	pp.duplicates += t.duplicates
 	pp.rateCount += t.consumed
+	pm.skippedMarkers.Add(float64(t.markers))
+	pm.skippedAborted.Add(float64(t.aborted))
+	pp.skippedMarkers += uint64(t.markers)
+	pp.skippedAborted += uint64(t.aborted)
 	for r, n := range t.deadLettered {
 		c, ok := pm.deadLettered[r]
 		if !ok {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/fetcher"
 )
 
 // Recovery, in short (the argument is in docs/worker.md):
@@ -65,38 +67,10 @@ func (w *Worker) bounds(ctx context.Context, topic string, partitions []int) (ma
 	return out, nil
 }
 
-// newReader reads one partition from offset, outside any group.
-func (w *Worker) newReader(topic string, partition int, offset int64, queue int) (*kafka.Reader, error) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:   w.cfg.Brokers,
-		Topic:     topic,
-		Partition: partition,
-		Dialer:    w.cfg.Dialer,
-		MinBytes:  1,
-		MaxBytes:  8 << 20,
-		// kafka-go's read deadline for a fetch is MaxWait: it must cover
-		// the broker assembling and starting to send up to MaxBytes, or a
-		// loaded broker makes the same fetch time out forever. With
-		// MinBytes 1 the broker answers as soon as data exists, so a long
-		// MaxWait costs no latency.
-		MaxWait:       3 * time.Second,
-		QueueCapacity: queue,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) {
-			w.log.Debug("kafka reader: "+fmt.Sprintf(msg, a...), "topic", topic, "partition", partition)
-		}),
-	})
-	if err := r.SetOffset(offset); err != nil {
-		_ = r.Close()
-		return nil, fmt.Errorf("seeking %s/%d to %d: %w", topic, partition, offset, err)
-	}
-	return r, nil
-}
-
-// scanIdle is how long the recovery scan waits for the next record below
-// the high-water mark before failing the recovery (which is then retried).
+// scanIdle is how long the recovery scan waits for progress below the
+// high-water mark before failing the recovery (which is then retried).
 // Ending the scan early instead would miss written records and forward them
-// again; the worker's output topics have no gaps (no transactions, no
-// compaction), so a stall is a broker problem, not the end of the data.
+// again.
 const scanIdle = 30 * time.Second
 
 // replayIdle: a replay that gets no record for this long is reported
@@ -108,32 +82,49 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 	if from >= to {
 		return 0, nil
 	}
-	r, err := w.newReader(topic, partition, from, 1000)
+	f, err := w.newFetcher(topic, partition, from)
 	if err != nil {
 		return 0, err
 	}
-	defer closeReader(r)
 	n := 0
-	for next := from; next < to; {
-		fctx, cancel := context.WithTimeout(ctx, scanIdle)
-		m, err := r.FetchMessage(fctx)
-		cancel()
+	progress := time.Now()
+	for f.Offset() < to {
+		pos := f.Offset()
+		c, err := f.Fetch(ctx)
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
 		if err != nil {
-			if ctx.Err() != nil {
+			var oe *fetcher.OffsetError
+			if errors.As(err, &oe) {
+				return n, fmt.Errorf("scanning %s/%d: %w", topic, partition, err)
+			}
+			if time.Since(progress) > scanIdle {
+				return n, fmt.Errorf("scanning %s/%d: no progress for %v at offset %d below the high-water mark %d: %w",
+					topic, partition, scanIdle, f.Offset(), to, err)
+			}
+			select {
+			case <-ctx.Done():
 				return n, ctx.Err()
+			case <-time.After(200 * time.Millisecond):
 			}
-			if errors.Is(err, context.DeadlineExceeded) {
+			continue
+		}
+		if len(c.Records) == 0 && c.Next == pos {
+			if time.Since(progress) > scanIdle {
 				return n, fmt.Errorf("scanning %s/%d: no record for %v at offset %d below the high-water mark %d",
-					topic, partition, scanIdle, next, to)
+					topic, partition, scanIdle, f.Offset(), to)
 			}
-			return n, fmt.Errorf("scanning %s/%d: %w", topic, partition, err)
+			continue
 		}
-		if m.Offset >= to {
-			break
+		progress = time.Now()
+		for i := range c.Records {
+			if c.Records[i].Offset >= to {
+				return n, nil
+			}
+			n++
+			fn(&c.Records[i])
 		}
-		next = m.Offset + 1
-		n++
-		fn(&m)
 	}
 	return n, nil
 }
@@ -255,7 +246,3 @@ func headerValue(hs []kafka.Header, key string) string {
 	}
 	return ""
 }
-
-// closeReader closes r in the background: Close waits for the fetch in
-// flight, up to MaxWait, and nothing needs that to finish.
-func closeReader(r *kafka.Reader) { go func() { _ = r.Close() }() }

@@ -31,10 +31,18 @@ type PartitionStatus struct {
 	State string `json:"state"`
 	// NextOffset is the next input offset to process (all before it written
 	// and acknowledged).
-	NextOffset int64   `json:"next_offset"`
-	Committed  int64   `json:"committed_offset"`
-	Lag        int64   `json:"lag"`
-	Rate       float64 `json:"rate_per_second"` // consumed records/s, smoothed
+	NextOffset int64 `json:"next_offset"`
+	Committed  int64 `json:"committed_offset"`
+	Lag        int64 `json:"lag"`
+	// LSOLag is how many offsets beyond the last stable offset the
+	// partition holds: records of open upstream transactions that
+	// read_committed waits for.
+	LSOLag int64 `json:"lso_lag"`
+	// Skipped counts offsets passed over without being events:
+	// transaction markers and records of aborted transactions.
+	SkippedMarkers uint64  `json:"skipped_markers"`
+	SkippedAborted uint64  `json:"skipped_aborted"`
+	Rate           float64 `json:"rate_per_second"` // consumed records/s, smoothed
 
 	Consumed     uint64 `json:"consumed"`
 	Forwarded    uint64 `json:"forwarded"`

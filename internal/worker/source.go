@@ -1,0 +1,185 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/fetcher"
+)
+
+// batch is a run of input records handed to handle, and the position after
+// it. next can lie beyond the last record: transaction markers, records of
+// aborted transactions and compacted offsets are passed over by the read
+// path and never become events, but the committed offset moves past them.
+type batch struct {
+	msgs []kafka.Message
+	next int64
+	// As of the last fetch that contributed, -1 if none did.
+	hwm, lso int64
+	// markers and aborted count the offsets passed over in this batch.
+	markers, aborted int
+}
+
+// piece is what the pump hands over: at most BatchSize records of one
+// fetch, or a fetch error that ends the session.
+type piece struct {
+	batch
+	err error
+}
+
+// isolation maps the setting to the fetcher's level.
+func (c Config) isolation() fetcher.Isolation {
+	if c.IsolationLevel == ReadUncommitted {
+		return fetcher.ReadUncommitted
+	}
+	return fetcher.ReadCommitted
+}
+
+// newFetcher reads one partition from offset, outside any group, at the
+// configured isolation level. Processing, recovery replay and the recovery
+// scan all read through it, so replay drops exactly what the first pass
+// dropped.
+func (w *Worker) newFetcher(topic string, partition int, offset int64) (*fetcher.Partition, error) {
+	return fetcher.New(fetcher.Config{
+		Transport: w.cfg.Transport,
+		Brokers:   w.cfg.Brokers,
+		Topic:     topic,
+		Partition: partition,
+		Isolation: w.cfg.isolation(),
+		MaxBytes:  8 << 20,
+		MaxWait:   500 * time.Millisecond,
+	}, offset)
+}
+
+// fetchRetryBackoff bounds the wait between failed fetches; failures are
+// retried until this long has passed without a successful fetch, then the
+// error ends the session (which re-runs recovery and starts over).
+const (
+	fetchRetryBackoff = 5 * time.Second
+	fetchGiveUp       = time.Minute
+)
+
+// pump fetches from f and hands the records over in pieces of at most size
+// until ctx ends. Transient failures are retried; an offset outside the log
+// or a failure lasting fetchGiveUp is handed over as an error, after which
+// the pump stops.
+func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
+	backoff := 100 * time.Millisecond
+	var failingSince time.Time
+	for ctx.Err() == nil {
+		from := f.Offset()
+		c, err := f.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var oe *fetcher.OffsetError
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+			}
+			if errors.As(err, &oe) || time.Since(failingSince) > fetchGiveUp {
+				select {
+				case out <- piece{err: err}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			pp.log.Debug("fetch failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, fetchRetryBackoff)
+			continue
+		}
+		failingSince, backoff = time.Time{}, 100*time.Millisecond
+		if c.Next == from && len(c.Records) == 0 {
+			// Nothing new: only the offsets are news (an open transaction
+			// holds the LSO).
+			select {
+			case out <- piece{batch: batch{next: from, hwm: c.HighWatermark, lso: c.LastStableOffset}}:
+			case <-ctx.Done():
+				return
+			}
+			continue
+		}
+		recs := c.Records
+		for first := true; first || len(recs) > 0; first = false {
+			n := min(len(recs), size)
+			b := batch{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next}
+			recs = recs[n:]
+			if len(recs) > 0 {
+				b.next = b.msgs[n-1].Offset + 1
+			} else {
+				b.markers, b.aborted = c.Markers, c.Aborted
+			}
+			select {
+			case out <- piece{batch: b}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// nextBatch waits up to idle for records (or a position that moved), then up
+// to BatchTimeout for the batch to fill. A batch with no records whose next
+// is pp.next means idle.
+func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (batch, error) {
+	b := batch{next: pp.next, hwm: -1, lso: -1}
+	t := time.NewTimer(idle)
+	defer t.Stop()
+	started := false
+	for {
+		select {
+		case <-ctx.Done():
+			return b, ctx.Err()
+		case <-t.C:
+			return b, nil
+		case pc := <-pp.pieces:
+			if pc.err != nil {
+				// Records gathered so far are read again after the
+				// recovery that the error causes.
+				return batch{}, pc.err
+			}
+			b.hwm, b.lso = pc.hwm, pc.lso
+			pp.observeOffsets(pc.hwm, pc.lso)
+			if len(pc.msgs) == 0 && pc.next <= b.next {
+				continue
+			}
+			if len(b.msgs) == 0 {
+				b.msgs = pc.msgs
+			} else {
+				b.msgs = append(b.msgs[:len(b.msgs):len(b.msgs)], pc.msgs...)
+			}
+			b.next = max(b.next, pc.next)
+			b.markers += pc.markers
+			b.aborted += pc.aborted
+			if len(b.msgs) >= pp.w.cfg.BatchSize {
+				return b, nil
+			}
+			if !started {
+				started = true
+				t.Reset(pp.w.cfg.BatchTimeout)
+			}
+		}
+	}
+}
+
+// observeOffsets shows how far an open transaction holds the partition back.
+func (pp *partitionProc) observeOffsets(hwm, lso int64) {
+	if hwm < 0 || lso < 0 {
+		return
+	}
+	held := max(hwm-lso, 0)
+	if held == pp.lsoLag {
+		return
+	}
+	pp.lsoLag = held
+	pp.pm.lsoLag.Set(float64(held))
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.LSOLag = held })
+}
