@@ -54,7 +54,7 @@ const (
 	ReasonMalformedJSON   = "malformed_json"   // the value is not valid JSON (json: specs)
 	ReasonTooLarge        = "too_large"        // the key exceeds the configured maximum size
 	ReasonInvalidUTF8     = "invalid_utf8"     // not UTF-8 under a textual normalization
-	ReasonNullKey         = "null_key"         // the Kafka message key is null or empty (key spec)
+	ReasonNullKey         = "null_key"         // the Kafka message key is null (key spec; an empty one is "empty")
 	ReasonBadURL          = "bad_url"          // not an absolute URL with a host (url normalization)
 	ReasonUnsupportedType = "unsupported_type" // a JSON object or array where a scalar key was expected
 )
@@ -261,8 +261,10 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 		)
 		switch p.src {
 		case fromKey:
-			if len(key) == 0 {
+			if key == nil {
 				reason = ReasonNullKey
+			} else if len(key) == 0 {
+				reason = ReasonEmpty
 			}
 			raw = bytesToString(key)
 		case fromHeader:

@@ -64,7 +64,7 @@ func TestExtract(t *testing.T) {
 	}{
 		{name: "kafka key", spec: "key", key: []byte("K-1"), want: "K-1"},
 		{name: "null kafka key", spec: "key", key: nil, reason: ReasonNullKey},
-		{name: "empty kafka key", spec: "key", key: []byte{}, reason: ReasonNullKey},
+		{name: "empty kafka key", spec: "key", key: []byte{}, reason: ReasonEmpty},
 		{name: "binary key under none", spec: "key", key: []byte{0xff, 0, 1}, want: "\xff\x00\x01"},
 		{name: "binary key under lower", spec: "key", norm: "lower", key: []byte{0xff, 0, 1}, reason: ReasonInvalidUTF8},
 		{name: "lower unicode", spec: "key", norm: "lower", key: []byte("ÀBc-ÉTÉ"), want: "àbc-été"},

@@ -179,7 +179,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		return err
 	}
 	rctx, stopReading := context.WithCancel(ctx)
-	pp.pieces = make(chan piece, 2)
+	pp.pieces = make(chan piece, 1)
 	pumpDone := make(chan struct{})
 	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()
 	defer func() { stopReading(); <-pumpDone }()
