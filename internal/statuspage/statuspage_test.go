@@ -23,7 +23,7 @@ func sampleStatus() worker.Status {
 				Consumed: 1200, Forwarded: 1000, Duplicates: 180, DeadLettered: 20,
 				Filter:         worker.FilterStats{Bytes: 3 << 20, Fill: 0.25, EstFPR: 0.0004, EstKeys: 1000, Generations: 4, OverflowStacks: 0},
 				LastCheckpoint: cp, LastCheckpointOffset: 1100},
-			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99,
+			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99, LSOLag: 12,
 				Filter:               worker.FilterStats{Generations: 2, OverflowStacks: 1, Fill: 1.7},
 				LastCheckpointOffset: -1, CheckpointError: "s3: <access denied>", CommitsPaused: true},
 		},
@@ -64,6 +64,7 @@ func TestPageShowsPartitions(t *testing.T) {
 		"42s ago",                   // last checkpoint
 		"(offset 1100)",             // checkpointed offset
 		"commits paused",            // partition 1
+		"(12 in open transaction)",  // partition 1 held at the LSO
 		"never",                     // partition 1 has no checkpoint
 		"s3: &lt;access denied&gt;", // escaped, not markup
 		`style="width: 100.0%"`,     // fill bar clamped
