@@ -89,6 +89,11 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	state := worker.NewBloomState(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
 	host, _ := os.Hostname()
+	startFrom, seedFrom, err := positions(*cfg)
+	if err != nil {
+		store.Close()
+		return nil, nil, usageError{err}
+	}
 	w, err := worker.New(worker.Config{
 		Brokers:      cfg.Brokers,
 		Group:        cfg.Group,
@@ -105,6 +110,8 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		},
 		Partitioning:           worker.Partitioning(cfg.Partitioning),
 		IsolationLevel:         worker.IsolationLevel(cfg.IsolationLevel),
+		StartFrom:              startFrom,
+		SeedFrom:               seedFrom,
 		CheckpointInterval:     cfg.CheckpointInterval,
 		MaxCheckpointStaleness: staleness,
 		OnRestoreFailure:       worker.RestorePolicy(cfg.OnRestoreFailure),
@@ -188,4 +195,24 @@ func shutdownHTTP(srv *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
+}
+
+// positions maps the validated --start-from and --seed-from values.
+func positions(cfg config.Run) (worker.Position, *worker.Position, error) {
+	conv := func(p config.Position) worker.Position {
+		return worker.Position{Latest: p.Latest, At: p.At, Ago: p.Ago}
+	}
+	start, err := config.ParsePosition(cfg.StartFrom)
+	if err != nil {
+		return worker.Position{}, nil, fmt.Errorf("start-from: %w", err)
+	}
+	if cfg.SeedFrom == "" {
+		return conv(start), nil, nil
+	}
+	seed, err := config.ParsePosition(cfg.SeedFrom)
+	if err != nil {
+		return worker.Position{}, nil, fmt.Errorf("seed-from: %w", err)
+	}
+	s := conv(seed)
+	return conv(start), &s, nil
 }

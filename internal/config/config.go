@@ -84,10 +84,15 @@ type Run struct {
 	// and transaction markers are skipped; reading stops at the last
 	// stable offset) or read_uncommitted (everything but markers).
 	IsolationLevel string
-	BatchSize      int
-	BatchTimeout   time.Duration
-	TLS            TLS
-	SASL           SASL
+	// StartFrom and SeedFrom (see ParsePosition) apply to partitions with
+	// neither a committed offset nor a checkpoint: forwarding starts at
+	// StartFrom; the input from SeedFrom up to there is only remembered.
+	StartFrom    string
+	SeedFrom     string // "": no seeding
+	BatchSize    int
+	BatchTimeout time.Duration
+	TLS          TLS
+	SASL         SASL
 
 	// Keys.
 	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
@@ -137,6 +142,7 @@ func Default() Run {
 		Group:                  "bloomgate",
 		Partitioning:           PartitioningSame,
 		IsolationLevel:         ReadCommitted,
+		StartFrom:              "earliest",
 		BatchSize:              2000,
 		BatchTimeout:           5 * time.Millisecond,
 		Key:                    "key",
@@ -259,6 +265,8 @@ func (c *Run) LogValue() slog.Value {
 		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
 		slog.String("partitioning", c.Partitioning),
 		slog.String("isolation_level", c.IsolationLevel),
+		slog.String("start_from", c.StartFrom),
+		slog.String("seed_from", c.SeedFrom),
 		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
 		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
 		slog.String("metrics_addr", c.MetricsAddr),

@@ -73,6 +73,24 @@ func (c *Run) Validate() error {
 	}
 	oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
 	oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
+	start, err := ParsePosition(c.StartFrom)
+	if err != nil {
+		bad("start-from", "%v", err)
+	}
+	if c.SeedFrom != "" {
+		seed, err := ParsePosition(c.SeedFrom)
+		switch {
+		case err != nil:
+			bad("seed-from", "%v", err)
+		case seed.Latest:
+			bad("seed-from", "latest would seed nothing; use a time or a duration before now (e.g. 72h)")
+		case start.IsEarliest():
+			bad("seed-from", "needs --start-from latest, a time or a duration: from earliest every record is forwarded, none is left to seed")
+		case !seed.At.IsZero() && !start.At.IsZero() && seed.At.After(start.At),
+			seed.Ago > 0 && start.Ago > 0 && seed.Ago < start.Ago:
+			bad("seed-from", "%s lies after --start-from %s; seeding covers the input before the start", c.SeedFrom, c.StartFrom)
+		}
+	}
 	if c.BatchSize < 1 {
 		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
 	}

@@ -84,6 +84,15 @@ type Config struct {
 	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else forward
 	Filter       FilterConfig
 	Partitioning Partitioning // default same
+	// StartFrom is where a partition with neither a committed offset nor a
+	// checkpoint (a new group) begins forwarding; default earliest. Any
+	// other position is committed before anything is processed, so a
+	// restart does not resolve it again.
+	StartFrom Position
+	// SeedFrom, if set, is where such a partition begins remembering: the
+	// input in [SeedFrom, StartFrom) is replayed into the filter without
+	// being forwarded (warm seeding), like a recovery replay.
+	SeedFrom *Position
 	// IsolationLevel: default ReadCommitted. Recovery replay and the
 	// recovery scan of the written topics read at the same level, so replay
 	// drops exactly what the first pass dropped.

@@ -27,6 +27,10 @@ type partitionProc struct {
 	fence context.CancelCauseFunc
 
 	assigned int64 // offset from the group at assignment (committed, or FirstOffset)
+	// seeded is where a new group's partition began remembering (see
+	// startOffsets), kept for later sessions of the assignment in case the
+	// first one ended before its initial checkpoint; -1 if not such a start.
+	seeded int64
 
 	// Session state, rebuilt by every recovery.
 	filter   Filter
@@ -68,6 +72,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		pm:       w.m.partition(w.cfg.Input, a.ID),
 		assigned: a.Offset,
 		next:     -1,
+		seeded:   -1,
 		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
 	}
 	defer w.removePartition(a.ID, gen)
@@ -137,16 +142,38 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	ib := in[pp.p]
 	committed := pp.assigned
+	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
+	// A new group's partition: where to start forwarding and seeding.
+	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
+		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil)
+	var seed int64
+	if fresh {
+		var start int64
+		if start, seed, err = pp.startOffsets(ctx, ib); err != nil {
+			return err
+		}
+		// Durable before anything is read: a restart must not resolve
+		// "latest" or "72h ago" again and skip or re-forward records.
+		if err := pp.com.commitNow(ctx, pp.p, start); err != nil {
+			return fmt.Errorf("committing the start offset %d: %w", start, err)
+		}
+		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
+			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
+		committed, pp.seeded = start, seed
+	}
 	if committed < 0 {
 		committed = ib.first
 	}
-	if o, ok := pp.com.lastCommitted(pp.p); ok && o > committed {
-		committed = o
+	if haveCommitted && lastCommitted > committed {
+		committed = lastCommitted
 	}
 	if pp.next > committed { // an earlier session of this assignment got further
 		committed = pp.next
 	}
 	c := restored.InputOffset
+	if c < 0 && pp.seeded >= 0 {
+		c = pp.seeded
+	}
 	if c < ib.first {
 		if c >= 0 && restored.OutputOffsets != nil {
 			pp.log.Warn("input retention dropped records the checkpoint does not cover; keys among them are forgotten",
@@ -191,6 +218,13 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.cp.start()
 	defer pp.cp.stop()
+	if fresh {
+		// The seeding range is durable too: a restart replays [seed,
+		// start) from this checkpoint instead of the whole retained input.
+		if err := pp.cp.commit(ctx, pp.checkpoint()); err != nil {
+			return fmt.Errorf("writing the initial checkpoint: %w", err)
+		}
+	}
 	pp.lastCheckpoint = w.deps.Now()
 	pp.rateAt = pp.lastCheckpoint
 
