@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
@@ -88,6 +89,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	}
 	state := worker.NewBloomState(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
+	state.Key = checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
 	host, _ := os.Hostname()
 	startFrom, seedFrom, err := positions(*cfg)
 	if err != nil {

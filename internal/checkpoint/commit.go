@@ -46,6 +46,7 @@ type Checkpoint struct {
 	// OutputOffsets: topic -> partition -> end offset at checkpoint time.
 	OutputOffsets map[string]map[int]int64
 	Filter        FilterParams
+	Key           *KeyIdentity // recorded in the manifest when set
 	Generations   []Generation // oldest first
 	Owner         string       // worker id (host/pid), for humans
 	// EventTime is the filter owner's event-time frontier (Unix ns; 0:
@@ -162,6 +163,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        cp.Filter,
+		Key:           cp.Key,
 		EventTime:     cp.EventTime,
 	}
 	stored := map[uint64]GenerationRef{}

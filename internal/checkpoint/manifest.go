@@ -52,6 +52,19 @@ func (f *FilterParams) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// KeyIdentity records what makes a dedup key: two checkpoints are
+// comparable only if every field is equal. Hash names the hash function and
+// its seed (a fingerprint, never a secret).
+type KeyIdentity struct {
+	Spec      string `json:"spec"`
+	Normalize string `json:"normalize"`
+	Hash      string `json:"hash"`
+}
+
+func (k KeyIdentity) String() string {
+	return fmt.Sprintf("key %s, normalize %s, hash %s", k.Spec, k.Normalize, k.Hash)
+}
+
 // GenerationRef describes one stored generation object as a manifest names
 // it: where it is, how to verify it, and the generation's statistics.
 type GenerationRef struct {
@@ -105,7 +118,10 @@ type Manifest struct {
 	InputOffset   int64                    `json:"input_offset"`
 	OutputOffsets map[string]map[int]int64 `json:"output_offsets"`
 	Filter        FilterParams             `json:"filter"`
-	Generations   []GenerationRef          `json:"generations"`
+	// Key is what defined the keys of this state (nil in manifests written
+	// before it was recorded).
+	Key         *KeyIdentity    `json:"key,omitempty"`
+	Generations []GenerationRef `json:"generations"`
 	// EventTime is the owner's event-time frontier in Unix ns (0: not
 	// recorded, as in manifests of earlier versions).
 	EventTime int64 `json:"event_time_ns,omitempty"`

@@ -30,6 +30,10 @@ import (
 // wrapping ErrUnavailable), refuses access, or ctx ends, Restore returns
 // that error at once: an outage is not a reason to fall back to older state.
 //
+// A load error wrapping ErrIncompatible (the state was written with
+// settings that cannot be carried over) is returned at once, wrapped in
+// ErrNoUsableCheckpoint, without trying older manifests.
+//
 // ErrNoCheckpoint: no checkpoint exists (or only empty claims).
 // ErrNoUsableCheckpoint: checkpoints exist, none could be loaded.
 func (p *Partition) Restore(ctx context.Context,
@@ -81,6 +85,12 @@ func (p *Partition) Restore(ctx context.Context,
 		var se *storageError
 		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
+		}
+		if errors.Is(err, ErrIncompatible) {
+			// Older manifests were written with the same settings or
+			// earlier ones: falling back would not help, and would hide
+			// the reason behind "no usable checkpoint".
+			return nil, fmt.Errorf("%w: checkpoint %d: %w", ErrNoUsableCheckpoint, seq, err)
 		}
 		lastErr = err
 		p.m.fallbacks.Inc()

@@ -32,6 +32,10 @@ var (
 	// ErrCorrupt wraps every integrity failure: checksum or length
 	// mismatch, truncated or missing object, unknown format version.
 	ErrCorrupt = errors.New("checkpoint data corrupt")
+	// ErrIncompatible: a loader refused a sound checkpoint because it was
+	// written with settings that cannot be carried over (a different key
+	// definition). Restore does not fall back to older manifests for it.
+	ErrIncompatible = errors.New("checkpoint incompatible with the settings")
 )
 
 // Encodings of stored generation objects.

@@ -36,6 +36,12 @@ type BloomState struct {
 	// kept longer, never shorter. The frontier is checkpointed, so replay
 	// decides as the original run did.
 	MaxTimeJump time.Duration
+	// Key is what defines the keys (key spec, normalization, hash). It is
+	// recorded in every manifest; a checkpoint recorded with a different
+	// one is refused at restore (its keys would match none of the new
+	// ones, and duplicates would pass for up to a window). Checkpoints
+	// without a record are accepted and get one with the next commit.
+	Key checkpoint.KeyIdentity
 
 	mu    sync.Mutex
 	kept  map[topicPartition]keptFilter
@@ -187,6 +193,9 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	var reused *bloomFilter
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+		if err := b.s.compatible(m, params); err != nil {
+			return err
+		}
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
 		if haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
@@ -249,6 +258,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
+		Key:           b.s.keyRecord(),
 		Generations:   gens,
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,
@@ -260,4 +270,41 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
 	b.s.mu.Unlock()
 	return nil
+}
+
+// keyRecord is the Key recorded in manifests (nil while unset, in tests).
+func (s *BloomState) keyRecord() *checkpoint.KeyIdentity {
+	if s.Key == (checkpoint.KeyIdentity{}) {
+		return nil
+	}
+	k := s.Key
+	return &k
+}
+
+// compatible refuses a checkpoint whose keys or ring this worker cannot
+// carry over, with an error that names both settings and the choices.
+func (s *BloomState) compatible(m *checkpoint.Manifest, params FilterParams) error {
+	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
+		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
+			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
+			"Keep the old key settings, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
+			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Key, s.Key)
+	}
+	if span(m.Filter.Window, m.Filter.Generations) != span(params.Window, params.Generations) {
+		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with window %v and %d generations; the settings say window %v and %d generations: "+
+			"a checkpoint's generations cannot change their time span (window / (generations-1)) yet. Keep window %v and generations %d, "+
+			"or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
+			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Filter.Window, m.Filter.Generations,
+			params.Window, params.Generations, m.Filter.Window, m.Filter.Generations)
+	}
+	return nil
+}
+
+// span is the event time one generation covers, as bloom plans it.
+func span(window time.Duration, generations int) time.Duration {
+	if generations < 2 {
+		return window
+	}
+	g := time.Duration(generations - 1)
+	return (window + g - 1) / g
 }
