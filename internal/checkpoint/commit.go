@@ -47,6 +47,7 @@ type Checkpoint struct {
 	OutputOffsets map[string]map[int]int64
 	Filter        FilterParams
 	Key           *KeyIdentity // recorded in the manifest when set
+	HashSeed      string       // the memory's hash seed (Manifest.HashSeed)
 	Generations   []Generation // oldest first
 	Owner         string       // worker id (host/pid), for humans
 	// EventTime is the filter owner's event-time frontier (Unix ns; 0:
@@ -164,6 +165,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        cp.Filter,
 		Key:           cp.Key,
+		HashSeed:      cp.HashSeed,
 		EventTime:     cp.EventTime,
 	}
 	stored := map[uint64]GenerationRef{}

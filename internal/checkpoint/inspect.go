@@ -41,6 +41,8 @@ type PartitionReport struct {
 	InputOffset   int64                    `json:"input_offset"`
 	OutputOffsets map[string]map[int]int64 `json:"output_offsets,omitempty"`
 	Filter        FilterParams             `json:"filter"`
+	Key           *KeyIdentity             `json:"key,omitempty"`
+	KeyedHash     bool                     `json:"keyed_hash"` // the seed itself is not shown
 	Generations   []GenerationRef          `json:"generations"`
 	// EstFPR combines the generations' estimated rates: 1-Π(1-p_i).
 	EstFPR  float64 `json:"estimated_fpr"`
@@ -123,6 +125,7 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 			pr.AgeText = pr.Age.String()
 			pr.Owner, pr.Claim, pr.Empty = m.Owner, m.Claim, m.Empty
 			pr.InputOffset, pr.OutputOffsets, pr.Filter = m.InputOffset, m.OutputOffsets, m.Filter
+			pr.Key, pr.KeyedHash = m.Key, m.HashSeed != ""
 			pr.Generations = m.Generations
 			pr.Bytes = m.Bytes()
 			miss := 1.0
@@ -187,6 +190,10 @@ func (r *Report) WriteText(w io.Writer) error {
 			kv("output offsets", "%s %s", topic, b.String())
 		}
 		kv("filter", "window %s, %d generations, capacity %d, fpr %g", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
+		if p.Key != nil {
+			kv("key", "%s", p.Key)
+		}
+		kv("keyed hash", "%v", p.KeyedHash)
 		kv("estimate", "%d keys, fpr %.3g", p.EstKeys, p.EstFPR)
 		kv("bytes", "%s referenced, %s stored in %d objects", humanBytes(p.Bytes), humanBytes(p.StoredBytes), p.Objects)
 		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)

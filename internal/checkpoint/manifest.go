@@ -120,7 +120,10 @@ type Manifest struct {
 	Filter        FilterParams             `json:"filter"`
 	// Key is what defined the keys of this state (nil in manifests written
 	// before it was recorded).
-	Key         *KeyIdentity    `json:"key,omitempty"`
+	Key *KeyIdentity `json:"key,omitempty"`
+	// HashSeed is the memory's secret hash seed as 32 hex digits ("": the
+	// unkeyed hash). Whoever reads the bucket reads it; it is never logged.
+	HashSeed    string          `json:"hash_seed,omitempty"`
 	Generations []GenerationRef `json:"generations"`
 	// EventTime is the owner's event-time frontier in Unix ns (0: not
 	// recorded, as in manifests of earlier versions).

@@ -42,6 +42,9 @@ type BloomState struct {
 	// ones, and duplicates would pass for up to a window). Checkpoints
 	// without a record are accepted and get one with the next commit.
 	Key checkpoint.KeyIdentity
+	// UnkeyedHash makes new memories use the unkeyed hash (seed 0), as
+	// memories from before seeds do: only for comparisons and tests.
+	UnkeyedHash bool
 
 	mu    sync.Mutex
 	kept  map[topicPartition]keptFilter
@@ -88,13 +91,20 @@ func bloomConfig(p FilterParams) bloom.Config {
 	return bloom.Config{Window: p.Window, Generations: p.Generations, Capacity: p.Capacity, FPR: p.FPR}
 }
 
-// NewFilter returns an empty shard.
+// NewFilter returns an empty shard: a new memory, with a new secret hash
+// seed (see bloom.Seed) unless UnkeyedHash is set.
 func (s *BloomState) NewFilter(p FilterParams) (Filter, error) {
 	sh, err := bloom.NewShard(bloomConfig(p))
 	if err != nil {
 		return nil, fmt.Errorf("creating filter: %w", err)
 	}
-	return &bloomFilter{s: sh, maxJump: s.MaxTimeJump}, nil
+	var seed bloom.Seed
+	if !s.UnkeyedHash {
+		if seed, err = bloom.NewSeed(); err != nil {
+			return nil, err
+		}
+	}
+	return &bloomFilter{s: sh, seed: seed, maxJump: s.MaxTimeJump}, nil
 }
 
 // Partition returns a checkpoint handle of one input partition.
@@ -104,7 +114,8 @@ func (s *BloomState) Partition(topic string, partition int) PartitionStore {
 
 type bloomFilter struct {
 	s       *bloom.Shard
-	inserts uint64 // TestAndAdd calls, to tell whether the filter changed
+	seed    bloom.Seed // the memory's hash seed, checkpointed with it
+	inserts uint64     // TestAndAdd calls, to tell whether the filter changed
 
 	maxJump  time.Duration
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
@@ -116,14 +127,14 @@ type bloomFilter struct {
 
 func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
-	return f.s.TestAndAdd(bloom.HashKey(key), f.file(ts))
+	return f.s.TestAndAdd(f.seed.Hash(key), f.file(ts))
 }
 
 func (f *bloomFilter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 	f.inserts += uint64(len(keys))
 	f.hs, f.ts = f.hs[:0], f.ts[:0]
 	for i, k := range keys {
-		f.hs = append(f.hs, bloom.HashKey(k))
+		f.hs = append(f.hs, f.seed.Hash(k))
 		f.ts = append(f.ts, f.file(ts[i]))
 	}
 	f.s.TestAndAddBatch(f.hs, f.ts, seen)
@@ -158,6 +169,9 @@ func (f *bloomFilter) Snapshot() Snapshot {
 	return &bloomSnapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
 }
 
+// Seed reports the filter's hash seed (tests).
+func (f *bloomFilter) Seed() bloom.Seed { return f.seed }
+
 type bloomSnapshot struct {
 	sn       *bloom.Snapshot
 	from     *bloomFilter
@@ -190,11 +204,16 @@ func storeErr(err error) error {
 
 func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Restored, error) {
 	var shard *bloom.Shard
+	var seed bloom.Seed
 	var reused *bloomFilter
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
 		if err := b.s.compatible(m, params); err != nil {
 			return err
+		}
+		var err error
+		if seed, err = bloom.ParseSeed(m.HashSeed); err != nil {
+			return fmt.Errorf("%w: %w", checkpoint.ErrCorrupt, err)
 		}
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
@@ -233,7 +252,7 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 		b.s.reuse.Add(1)
 		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 	}
-	f := &bloomFilter{s: shard, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
+	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
 	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 }
 
@@ -259,6 +278,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		OutputOffsets: cp.OutputOffsets,
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
 		Key:           b.s.keyRecord(),
+		HashSeed:      sn.from.seed.String(),
 		Generations:   gens,
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,

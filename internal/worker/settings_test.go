@@ -17,7 +17,7 @@ import (
 // starts a new memory from the retained input.
 func TestSettingsChangeRefused(t *testing.T) {
 	t.Parallel()
-	keyA := checkpoint.KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: "murmur3-x64-128/seed0"}
+	keyA := checkpoint.KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: "murmur3-x64-128"}
 	keyB := keyA
 	keyB.Spec = "json:id"
 	cases := []struct {
@@ -97,8 +97,12 @@ func TestKeyRecordedInManifest(t *testing.T) {
 	waitFor(t, 60*time.Second, "consumed", func() bool { return a.consumed() == uint64(len(evs)) })
 	a.stop(t)
 
+	first := newestManifest(t, realState(t, dir))
+	if len(first.HashSeed) != 32 {
+		t.Fatalf("manifest hash seed %d characters, want 32 hex digits", len(first.HashSeed))
+	}
 	st := realState(t, dir)
-	st.Key = checkpoint.KeyIdentity{Spec: "key", Normalize: "none", Hash: "murmur3-x64-128/seed0"}
+	st.Key = checkpoint.KeyIdentity{Spec: "key", Normalize: "none", Hash: "murmur3-x64-128"}
 	b := startWorkerWith(t, realConfig(brokers), st, ex, nil)
 	waitFor(t, 60*time.Second, "running", func() bool {
 		s := b.w.Status()
@@ -113,14 +117,41 @@ func TestKeyRecordedInManifest(t *testing.T) {
 	if n := b.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
 		t.Errorf("replayed %v records; the checkpoint should have been used", n)
 	}
-	last, err := st.store.Partition("g", tIn, 0).Restore(t.Context(),
+	last := newestManifest(t, st)
+	if last.Key == nil || *last.Key != st.Key {
+		t.Errorf("newest manifest records key %v, want %v", last.Key, st.Key)
+	}
+	if last.HashSeed != first.HashSeed {
+		t.Error("the memory's hash seed changed across a restart")
+	}
+}
+
+// TestSeedPerMemory: every new memory gets its own hash seed.
+func TestSeedPerMemory(t *testing.T) {
+	t.Parallel()
+	st := realState(t, t.TempDir())
+	p := FilterParams{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01}
+	a, _ := st.NewFilter(p)
+	b, _ := st.NewFilter(p)
+	sa, sb := a.(*bloomFilter).Seed(), b.(*bloomFilter).Seed()
+	if sa.IsZero() || sa == sb {
+		t.Errorf("seeds of two new memories: zero %v, equal %v; want distinct non-zero ones", sa.IsZero(), sa == sb)
+	}
+	st.UnkeyedHash = true
+	c, _ := st.NewFilter(p)
+	if !c.(*bloomFilter).Seed().IsZero() {
+		t.Error("UnkeyedHash: a new memory got a seed")
+	}
+}
+
+func newestManifest(t *testing.T, st *BloomState) *checkpoint.Manifest {
+	t.Helper()
+	m, err := st.store.Partition("g", tIn, 0).Restore(t.Context(),
 		func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
 			return nil
 		})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last.Key == nil || *last.Key != st.Key {
-		t.Errorf("newest manifest records key %v, want %v", last.Key, st.Key)
-	}
+	return m
 }
