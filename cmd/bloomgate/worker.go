@@ -17,6 +17,9 @@ import (
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/repartition"
 	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -31,6 +34,13 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 		buildinfo.Collector(),
 	)
 
+	var hop *repartition.Repartitioner
+	if cfg.Repartition {
+		var err error
+		if hop, err = newRepartition(ctx, cfg, logger, reg); err != nil {
+			return err
+		}
+	}
 	w, store, err := newWorker(ctx, cfg, logger, reg)
 	if err != nil {
 		return err
@@ -47,13 +57,74 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 		}
 		defer shutdownHTTP(srv)
 	}
-	if err := w.Run(ctx); err != nil {
-		if errors.Is(err, worker.ErrTopicConfig) {
-			return usageError{err}
+	if hop == nil {
+		return workerErr(w.Run(ctx))
+	}
+	// Both stages in this process: either one failing stops the other.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hopDone := make(chan error, 1)
+	go func() {
+		err := hop.Run(rctx)
+		if err != nil {
+			logger.Error("repartition hop stopped", "err", err)
 		}
-		return err
+		cancel()
+		hopDone <- err
+	}()
+	werr := w.Run(rctx)
+	cancel()
+	herr := <-hopDone
+	if werr != nil {
+		return workerErr(werr)
+	}
+	if herr != nil {
+		return fmt.Errorf("repartition hop: %w", herr)
 	}
 	return nil
+}
+
+func workerErr(err error) error {
+	if errors.Is(err, worker.ErrTopicConfig) {
+		return usageError{err}
+	}
+	return err
+}
+
+// newRepartition builds the first hop of --repartition and creates its
+// topic, so that the dedup stage finds it at start.
+func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg prometheus.Registerer) (*repartition.Repartitioner, error) {
+	ex, err := cfg.Extractor()
+	if err != nil {
+		return nil, usageError{fmt.Errorf("key: %w", err)}
+	}
+	dialer, err := cfg.Dialer()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	transport, err := cfg.Transport()
+	if err != nil {
+		return nil, usageError{err}
+	}
+	iso := fetcher.ReadCommitted
+	if cfg.IsolationLevel == config.ReadUncommitted {
+		iso = fetcher.ReadUncommitted
+	}
+	hop, err := repartition.New(repartition.Config{
+		Brokers: cfg.Brokers, Group: cfg.RepartitionTopic(), Input: cfg.Input, Output: cfg.RepartitionTopic(),
+		PartitionsLike: cfg.Output, Isolation: iso,
+		BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		JoinGroupBackoff: cfg.JoinGroupBackoff,
+		Dialer:           dialer, Transport: transport,
+	}, ex, logger, reg)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if err := hop.EnsureOutput(ctx); err != nil {
+		return nil, err
+	}
+	return hop, nil
 }
 
 // newWorker builds the worker and its checkpoint store from the settings.
@@ -62,6 +133,16 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	ex, err := cfg.Extractor()
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("key: %w", err)}
+	}
+	input := cfg.Input
+	keyID := checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
+	if cfg.Repartition {
+		// The first hop keys every record by the hash of its canonical key.
+		input = cfg.RepartitionTopic()
+		if ex, err = keys.NewExtractor("key", "none", 0); err != nil {
+			return nil, nil, err
+		}
+		keyID.Spec = "repartition(" + cfg.Key + ")"
 	}
 	dialer, err := cfg.Dialer()
 	if err != nil {
@@ -89,7 +170,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	}
 	state := worker.NewBloomState(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
-	state.Key = checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
+	state.Key = keyID
 	host, _ := os.Hostname()
 	startFrom, seedFrom, err := positions(*cfg)
 	if err != nil {
@@ -99,7 +180,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	w, err := worker.New(worker.Config{
 		Brokers:      cfg.Brokers,
 		Group:        cfg.Group,
-		Input:        cfg.Input,
+		Input:        input,
 		Output:       cfg.Output,
 		Duplicates:   cfg.Duplicates,
 		DeadLetter:   cfg.DeadLetter,

@@ -87,8 +87,12 @@ type Run struct {
 	// StartFrom and SeedFrom (see ParsePosition) apply to partitions with
 	// neither a committed offset nor a checkpoint: forwarding starts at
 	// StartFrom; the input from SeedFrom up to there is only remembered.
-	StartFrom    string
-	SeedFrom     string // "": no seeding
+	StartFrom string
+	SeedFrom  string // "": no seeding
+	// Repartition runs a first hop in the same process that re-keys the
+	// input by the hash of the canonical key into RepartitionTopic(); the
+	// dedup stage reads that topic.
+	Repartition  bool
 	BatchSize    int
 	BatchTimeout time.Duration
 	TLS          TLS
@@ -267,6 +271,7 @@ func (c *Run) LogValue() slog.Value {
 		slog.String("isolation_level", c.IsolationLevel),
 		slog.String("start_from", c.StartFrom),
 		slog.String("seed_from", c.SeedFrom),
+		slog.Bool("repartition", c.Repartition),
 		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
 		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
 		slog.String("metrics_addr", c.MetricsAddr),
@@ -282,3 +287,6 @@ func envName(flagName string) string {
 
 // LookupEnvName returns the environment variable that sets flag name.
 func LookupEnvName(flagName string) string { return envName(flagName) }
+
+// RepartitionTopic is the internal topic of --repartition: <group>-repartition.
+func (c *Run) RepartitionTopic() string { return c.Group + "-repartition" }

@@ -17,7 +17,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
@@ -41,6 +41,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.IsolationLevel, "isolation-level", c.IsolationLevel, "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events")
 	fs.StringVar(&c.StartFrom, "start-from", c.StartFrom, "where a new group (no committed offset, no checkpoint) starts forwarding: earliest, latest, an RFC 3339 time, or a duration before now (72h, 3d)")
 	fs.StringVar(&c.SeedFrom, "seed-from", c.SeedFrom, "with --start-from: remember (without forwarding) the input from this position up to the start: a time or a duration before now (e.g. 72h); empty: no seeding")
+	fs.BoolVar(&c.Repartition, "repartition", c.Repartition, "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")

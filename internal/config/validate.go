@@ -73,6 +73,13 @@ func (c *Run) Validate() error {
 	}
 	oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
 	oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
+	if c.Repartition {
+		for _, t := range topics {
+			if t.name != "" && t.name == c.RepartitionTopic() {
+				bad(t.setting, "topic %q is the repartition topic of group %q; choose another name or group", t.name, c.Group)
+			}
+		}
+	}
 	start, err := ParsePosition(c.StartFrom)
 	if err != nil {
 		bad("start-from", "%v", err)

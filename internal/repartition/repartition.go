@@ -1,0 +1,502 @@
+// Package repartition is the first hop of a two-stage dedup: it reads an
+// input topic that is not keyed by the dedup key, extracts and normalizes
+// the key of every record, and writes the record to an internal topic keyed
+// by the hash of the canonical key, so that every copy of a key lands in the
+// same partition there and one per-partition filter downstream sees them
+// all.
+//
+// The hop is at-least-once: offsets are committed only after the writes
+// they cover were acknowledged, and a crash or rebalance re-reads and
+// re-writes what was not committed. The copies this creates are exact
+// repeats of a key, which the dedup stage behind removes; end to end every
+// canonical key is forwarded once and nothing is lost.
+//
+// Written records keep value, headers and timestamp; their Kafka key is the
+// 32 hex digits of murmur3-128 of the canonical key (unkeyed: the
+// partitioning must be the same on every worker), and they gain
+// bloomgate-origin-partition / bloomgate-origin-offset headers naming the
+// input record, for tracing. A record whose key cannot be extracted is
+// written with a null key and a bloomgate-error header naming the reason;
+// the dedup stage's on-missing-key policy then decides (its key is the Kafka
+// key, so it sees null_key).
+//
+// Cost per record: one key extraction and one 128-bit hash, then one
+// produce; the group, fetching and committing work as in the worker.
+package repartition
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/murmur3"
+
+	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/keys"
+)
+
+// Header names added to every record written.
+const (
+	HeaderOriginPartition = "bloomgate-origin-partition"
+	HeaderOriginOffset    = "bloomgate-origin-offset"
+	HeaderError           = "bloomgate-error"
+)
+
+// Extractor derives the canonical dedup key of a record (*keys.Extractor);
+// the reason of its errors (keys.ReasonOf) labels metrics and the
+// bloomgate-error header.
+type Extractor interface {
+	Extract(dst []byte, key, value []byte, headers []kafka.Header) ([]byte, error)
+}
+
+// Config of a Repartitioner. Zero durations and sizes take the defaults
+// named on each field.
+type Config struct {
+	Brokers []string
+	Group   string // consumer group of the hop
+	Input   string
+	Output  string // the internal topic
+	// Partitions of Output when it has to be created; default: as many as
+	// PartitionsLike has (the dedup stage's output, whose partition count
+	// the dedup stage wants its input to have), else as Input.
+	Partitions     int
+	PartitionsLike string
+	Isolation      fetcher.Isolation
+
+	BatchSize      int           // records per write, default 2000
+	MaxBatchBytes  int64         // default 1 MiB
+	BatchTimeout   time.Duration // default 5ms
+	CommitInterval time.Duration // default 1s
+	WriteTimeout   time.Duration // default 10s
+
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration // default 30s
+	HeartbeatInterval time.Duration
+	JoinGroupBackoff  time.Duration
+
+	Dialer    *kafka.Dialer
+	Transport *kafka.Transport
+}
+
+// Validate reports missing settings.
+func (c Config) Validate() error {
+	var errs []error
+	if len(c.Brokers) == 0 {
+		errs = append(errs, errors.New("repartition: at least one broker is required"))
+	}
+	if c.Input == "" || c.Output == "" {
+		errs = append(errs, errors.New("repartition: input and output topics are required"))
+	}
+	if c.Input != "" && c.Input == c.Output {
+		errs = append(errs, fmt.Errorf("repartition: output %q is the input topic", c.Output))
+	}
+	if c.Group == "" {
+		errs = append(errs, errors.New("repartition: a consumer group is required"))
+	}
+	if c.BatchSize < 0 || c.Partitions < 0 {
+		errs = append(errs, errors.New("repartition: batch size and partitions must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) applyDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 2000
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 1 << 20
+	}
+	if c.BatchTimeout == 0 {
+		c.BatchTimeout = 5 * time.Millisecond
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 30 * time.Second
+	}
+	if c.Dialer == nil {
+		c.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+	}
+	if c.Transport == nil {
+		c.Transport = &kafka.Transport{DialTimeout: 10 * time.Second}
+	}
+}
+
+// Repartitioner is one member of the hop's consumer group.
+type Repartitioner struct {
+	cfg    Config
+	log    *slog.Logger
+	ex     Extractor
+	client *kafka.Client
+	w      *kafka.Writer
+
+	records, badKeys *prometheus.CounterVec
+	written          prometheus.Counter
+}
+
+// New checks cfg; it starts nothing. reg may be nil.
+func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) (*Repartitioner, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if ex == nil {
+		return nil, errors.New("repartition: an extractor is required")
+	}
+	cfg.applyDefaults()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	r := &Repartitioner{
+		cfg: cfg, ex: ex, log: log.With("component", "repartition", "input", cfg.Input, "output", cfg.Output),
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_records_total",
+			Help: "Input records read and written to the repartition topic by the repartition hop (re-reads after a crash included)."}, []string{"topic", "partition"}),
+		badKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_bad_keys_total",
+			Help: "Records the repartition hop wrote with a null key because their key could not be extracted."}, []string{"reason"}),
+		written: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_writes_total",
+			Help: "Acknowledged produce calls of the repartition hop."}),
+	}
+	for _, c := range []prometheus.Collector{r.records, r.badKeys, r.written} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("registering repartition metrics: %w", err)
+		}
+	}
+	return r, nil
+}
+
+// Run creates the output topic if needed, joins the group and moves records
+// until ctx ends; it returns nil then, or the error that stopped it.
+func (r *Repartitioner) Run(ctx context.Context) error {
+	if err := r.EnsureOutput(ctx); err != nil {
+		return err
+	}
+	r.w = &kafka.Writer{
+		Addr:         kafka.TCP(r.cfg.Brokers...),
+		Topic:        r.cfg.Output,
+		Balancer:     &kafka.Murmur2Balancer{},
+		RequiredAcks: kafka.RequireAll,
+		BatchSize:    r.cfg.BatchSize,
+		BatchBytes:   r.cfg.MaxBatchBytes,
+		BatchTimeout: r.cfg.BatchTimeout,
+		WriteTimeout: r.cfg.WriteTimeout,
+		Transport:    r.cfg.Transport,
+		// Retries are welcome here: a retried write that did land makes a
+		// copy, which the dedup stage removes.
+		MaxAttempts: 10,
+	}
+	defer r.w.Close()
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID: r.cfg.Group, Brokers: r.cfg.Brokers, Dialer: r.cfg.Dialer, Topics: []string{r.cfg.Input},
+		HeartbeatInterval: r.cfg.HeartbeatInterval, SessionTimeout: r.cfg.SessionTimeout,
+		RebalanceTimeout: r.cfg.RebalanceTimeout, JoinGroupBackoff: r.cfg.JoinGroupBackoff,
+		StartOffset: kafka.FirstOffset,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) { r.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer group %s: %w", r.cfg.Group, err)
+	}
+	defer cg.Close()
+	r.log.Info("repartition hop started")
+	for {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				return nil
+			}
+			r.log.Warn("repartition group generation failed; rejoining", "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(200 * time.Millisecond):
+			}
+			continue
+		}
+		r.runGeneration(gen)
+	}
+}
+
+// EnsureOutput creates the output topic unless it exists (see
+// Config.Partitions). Run calls it; call it first to have the topic before
+// a consumer of it starts.
+func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
+	if r.client == nil {
+		r.client = &kafka.Client{Addr: kafka.TCP(r.cfg.Brokers...), Transport: r.cfg.Transport, Timeout: 30 * time.Second}
+	}
+	topics := []string{r.cfg.Input, r.cfg.Output}
+	if r.cfg.PartitionsLike != "" {
+		topics = append(topics, r.cfg.PartitionsLike)
+	}
+	var md *kafka.MetadataResponse
+	deadline := time.Now().Add(time.Minute)
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		var err error
+		if md, err = r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics}); err == nil {
+			break
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("reading metadata of %v from %v: %w", topics, r.cfg.Brokers, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+	}
+	in, out, like := 0, 0, 0
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			continue
+		}
+		switch t.Name {
+		case r.cfg.Input:
+			in = len(t.Partitions)
+		case r.cfg.Output:
+			out = len(t.Partitions)
+		case r.cfg.PartitionsLike:
+			like = len(t.Partitions)
+		}
+	}
+	if in == 0 {
+		return fmt.Errorf("input topic %q does not exist; create it first", r.cfg.Input)
+	}
+	if out > 0 {
+		return nil
+	}
+	n := r.cfg.Partitions
+	if n == 0 {
+		n = like
+	}
+	if n == 0 {
+		n = in
+	}
+	res, err := r.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: r.cfg.Output, NumPartitions: n, ReplicationFactor: -1,
+	}}})
+	if err == nil {
+		err = res.Errors[r.cfg.Output]
+	}
+	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("creating the repartition topic %q with %d partitions: %w; create it yourself "+
+			"(the dedup stage reads it; it needs as many partitions as the dedup stage's output)", r.cfg.Output, n, err)
+	}
+	r.log.Info("created the repartition topic", "partitions", n)
+	return nil
+}
+
+// runGeneration moves the assigned partitions until the generation ends;
+// one goroutine commits for all of them (concurrent commits busy-spin in
+// kafka-go).
+func (r *Repartitioner) runGeneration(gen *kafka.Generation) {
+	assigned := append([]kafka.PartitionAssignment(nil), gen.Assignments[r.cfg.Input]...)
+	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
+	r.log.Info("repartition joined generation", "generation", gen.ID, "partitions", len(assigned))
+	var mu sync.Mutex
+	done := map[int]int64{}
+	committed := map[int]int64{}
+	commit := func() error {
+		mu.Lock()
+		pending := map[int]int64{}
+		for p, o := range done {
+			if committed[p] != o {
+				pending[p] = o
+			}
+		}
+		mu.Unlock()
+		if len(pending) == 0 {
+			return nil
+		}
+		if err := gen.CommitOffsets(map[string]map[int]int64{r.cfg.Input: pending}); err != nil {
+			return err
+		}
+		mu.Lock()
+		for p, o := range pending {
+			committed[p] = o
+		}
+		mu.Unlock()
+		return nil
+	}
+	gen.Start(func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for _, a := range assigned {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.runPartition(ctx, a, func(next int64) {
+					mu.Lock()
+					done[a.ID] = next
+					mu.Unlock()
+				})
+			}()
+		}
+		t := time.NewTicker(r.cfg.CommitInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := commit(); err != nil {
+					r.log.Warn("repartition offset commit failed", "err", err)
+				}
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
+		wg.Wait()
+		if err := commit(); err != nil {
+			r.log.Warn("final repartition offset commit failed; the next owner re-reads (copies are removed downstream)", "err", err)
+		}
+	})
+}
+
+// runPartition reads one partition from its committed offset and writes
+// every record, re-reading from the last acknowledged position after any
+// failure, until ctx ends.
+func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssignment, acked func(next int64)) {
+	log := r.log.With("partition", a.ID)
+	start := a.Offset
+	for backoff := 200 * time.Millisecond; start < 0; backoff = min(2*backoff, 5*time.Second) {
+		b, err := r.firstOffset(ctx, a.ID)
+		if err == nil {
+			start = b
+			break
+		}
+		log.Warn("listing offsets failed; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+	f, err := fetcher.New(fetcher.Config{Transport: r.cfg.Transport, Brokers: r.cfg.Brokers, Topic: r.cfg.Input,
+		Partition: a.ID, Isolation: r.cfg.Isolation, MaxBytes: 1 << 20}, start)
+	if err != nil {
+		log.Error("creating fetcher", "err", err)
+		return
+	}
+	records := r.records.WithLabelValues(r.cfg.Input, strconv.Itoa(a.ID))
+	pv := []byte(strconv.Itoa(a.ID))
+	var kb []byte
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		from := f.Offset()
+		c, err := f.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			var oe *fetcher.OffsetError
+			if errors.As(err, &oe) {
+				b, lerr := r.firstOffset(ctx, a.ID)
+				if lerr == nil && b > from {
+					log.Warn("input retention passed the position; skipping to the log start", "from", from, "log_start", b)
+					f.SetOffset(b)
+					continue
+				}
+			}
+			log.Debug("fetch failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		if len(c.Records) == 0 {
+			if c.Next > from {
+				acked(c.Next)
+			}
+			continue
+		}
+		out := make([]kafka.Message, len(c.Records))
+		for i := range c.Records {
+			m := &c.Records[i]
+			hs := make([]kafka.Header, 0, len(m.Headers)+3)
+			hs = append(hs, m.Headers...)
+			hs = append(hs,
+				kafka.Header{Key: HeaderOriginPartition, Value: pv},
+				kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Offset, 10)})
+			var key []byte
+			kb, err = r.ex.Extract(kb[:0], m.Key, m.Value, m.Headers)
+			if err != nil {
+				reason := reasonOf(err)
+				r.badKeys.WithLabelValues(reason).Inc()
+				hs = append(hs, kafka.Header{Key: HeaderError, Value: []byte(reason)})
+			} else {
+				h1, h2 := murmur3.Sum128(kb)
+				key = hex.AppendEncode(nil, be128(h1, h2))
+			}
+			ts := m.Time
+			if ts.IsZero() {
+				ts = time.Unix(0, 0)
+			}
+			out[i] = kafka.Message{Key: key, Value: m.Value, Headers: hs, Time: ts}
+		}
+		// Never cancelled by a revoke: a cancelled write may land later,
+		// and a copy is harmless, but a lost acknowledgement is not.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*r.cfg.WriteTimeout)
+		err = r.w.WriteMessages(wctx, out...)
+		cancel()
+		if err != nil {
+			log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", err, "offset", from)
+			f.SetOffset(from)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		r.written.Inc()
+		records.Add(float64(len(out)))
+		acked(c.Next)
+	}
+}
+
+func (r *Repartitioner) firstOffset(ctx context.Context, p int) (int64, error) {
+	res, err := r.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{r.cfg.Input: {kafka.FirstOffsetOf(p)}}})
+	if err != nil {
+		return 0, err
+	}
+	for _, po := range res.Topics[r.cfg.Input] {
+		if po.Partition == p {
+			if po.Error != nil {
+				return 0, po.Error
+			}
+			return po.FirstOffset, nil
+		}
+	}
+	return 0, fmt.Errorf("listing offsets of %s/%d: partition missing", r.cfg.Input, p)
+}
+
+func be128(h1, h2 uint64) []byte {
+	b := make([]byte, 16)
+	for i := range 8 {
+		b[i] = byte(h1 >> (56 - 8*i))
+		b[8+i] = byte(h2 >> (56 - 8*i))
+	}
+	return b
+}
+
+// reasonOf reads the reason of an extraction error, "other" if it has none.
+func reasonOf(err error) string {
+	if r := keys.ReasonOf(err); r != "" {
+		return r
+	}
+	return "other"
+}
