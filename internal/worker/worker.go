@@ -52,6 +52,9 @@ type Worker struct {
 	// halted simulates kill -9 in tests: partitions stop without final
 	// commit or checkpoint.
 	halted atomic.Bool
+	// stopping is set when Run shuts down: partitions ending now write a
+	// final checkpoint, which a revoke skips.
+	stopping atomic.Bool
 	// afterWrite, if set, runs after each acknowledged output write (tests).
 	afterWrite func(partition int, next int64)
 	// loseAck, if set and true, turns a successful output write into a
@@ -190,6 +193,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopWatch()
 	<-watched
+	w.stopping.Store(true)
 
 	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	closed := make(chan struct{})
