@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // Group liveness: how long the worker waits for the coordinator, and what it
@@ -101,4 +103,18 @@ func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
 			rebuild()
 		}
 	}
+}
+
+// leaderBalancer logs when this worker, as the group leader, assigns the
+// partitions: kafka-go calls AssignGroups on the leader only, and says so
+// nowhere else. The protocol name is the wrapped balancer's, so members
+// with and without the wrapper agree on the protocol.
+type leaderBalancer struct {
+	kafka.GroupBalancer
+	w *Worker
+}
+
+func (b leaderBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
+	b.w.log.Info("elected group leader; assigning partitions", "members", len(members), "balancer", b.ProtocolName())
+	return b.GroupBalancer.AssignGroups(members, partitions)
 }

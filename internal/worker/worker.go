@@ -133,6 +133,10 @@ func (w *Worker) Run(ctx context.Context) error {
 			SessionTimeout:    w.cfg.SessionTimeout,
 			RebalanceTimeout:  w.cfg.RebalanceTimeout,
 			JoinGroupBackoff:  w.cfg.JoinGroupBackoff,
+			// kafka-go's default balancers, in its order.
+			GroupBalancers: []kafka.GroupBalancer{
+				leaderBalancer{kafka.RangeGroupBalancer{}, w}, leaderBalancer{kafka.RoundRobinGroupBalancer{}, w},
+			},
 			// See liveness.go: the join deadline must outlast the
 			// coordinator's rebalance, or a timed-out join restarts it.
 			Timeout:     w.cfg.coordinatorTimeout(),
