@@ -29,8 +29,9 @@ import (
 // (a Heartbeat refreshes the session in PreparingRebalance and
 // CompletingRebalance). It stops when the member's wait is over (its own
 // Heartbeat, its LeaveGroup, the leader's SyncGroup, a Heartbeat answered
-// with another generation or an unknown member) and after at most twice the
-// member's rebalance timeout. A member that died while waiting is thus kept
+// with another generation or an unknown member, or, for a SyncGroup, with
+// RebalanceInProgress) and after at most twice the member's rebalance
+// timeout. A member that died while waiting is thus kept
 // as long as Apache Kafka keeps it; once answered it expires after its
 // session timeout as everywhere.
 type keepalive struct {
@@ -174,8 +175,12 @@ func (k *keepalive) run(ctx context.Context) {
 				k.mu.Lock()
 				defer k.mu.Unlock()
 				w.inFlight = false
-				if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) {
-					// Answered (a new generation) or gone: nothing to keep.
+				// Answered (a new generation), gone, or, for a sync, the
+				// group went back to preparing a rebalance, which answers
+				// every pending SyncGroup: nothing to keep. A dead member
+				// kept alive then would hold up the rebalance.
+				if errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) ||
+					(w.sync && errors.Is(err, kerr.RebalanceInProgress)) {
 					if k.wait[mk] == w {
 						delete(k.wait, mk)
 					}
