@@ -437,6 +437,11 @@ func (pp *partitionProc) handle(ctx context.Context, batch []kafka.Message) (rep
 		if lost(ctx) {
 			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
 		}
+		if pp.com.pausedTooLong() {
+			// A zombie: the group has moved this partition on.
+			pp.com.fence(errPaused)
+			return 0, fmt.Errorf("not writing: %w", errPaused)
+		}
 		// A write is never cancelled by a revoke: cancelled writes may still
 		// land later. WriteTimeout bounds it.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)

@@ -312,6 +312,7 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		defer gcancel(nil)
 		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
 		com.halted = w.halted.Load
+		com.maxGap = w.cfg.sessionTimeout()
 		go com.run()
 		var wg sync.WaitGroup
 		for _, a := range assigned {
