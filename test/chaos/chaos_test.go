@@ -33,6 +33,7 @@ var (
 	flagKeepLogs = flag.Bool("chaos.keep-logs", false, "keep the process logs even when the test passes")
 	flagDrain    = flag.Duration("chaos.drain", 150*time.Second, "longest wait for the group to consume everything after the chaos")
 	flagOnly     = flag.String("chaos.only", "", "run only this failure kind (two-of-three, burst, leader, random, zombie), each 2-20 s after the group recovered from the previous one, no broker restart (soak)")
+	flagBurst    = flag.Int("chaos.burst", 5, "SIGKILLs of a burst, all within 5 s")
 	flagLogLevel = flag.String("chaos.log-level", "info", "log level of the worker processes (debug adds the kafka-go client logs)")
 )
 
@@ -507,6 +508,7 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 	// The first eight entries (13 kills) hold every kind once or more.
 	pattern := []string{"two-of-three", "burst", "leader", "random", "upload-gens", "rebalance", "upload-manifest", "two-of-three",
 		"random", "rebalance", "upload-gens", "upload-manifest"}
+	burstKills := max(2, *flagBurst)
 	cost := map[string]int{"rebalance": 2, "two-of-three": 2, "burst": burstKills, "leader": 2}
 	var plan []string
 	for n := 0; n < c.run.kills; {
@@ -589,12 +591,13 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 		case "burst":
 			// An OOM-killer burst: burstKills SIGKILLs within 5 s, each
 			// victim restarted at once.
+			gap := 4500 * time.Millisecond / time.Duration(burstKills-1)
 			for k := range burstKills {
 				sl := c.randomSlot()
 				c.kill(sl, "burst")
 				c.restart(sl)
 				if k < burstKills-1 {
-					c.sleepRand(500*time.Millisecond, 1100*time.Millisecond)
+					c.sleepRand(gap/2, gap)
 				}
 			}
 			c.measure("burst", time.Now())
@@ -639,9 +642,6 @@ func (c *cluster) zombie() {
 	c.logEvent("SIGCONT worker%d (%s)", sl.id, p.name)
 	c.mu.Unlock()
 }
-
-// burstKills is the number of SIGKILLs of a burst (within 5 s).
-const burstKills = 5
 
 // killNewLeader restarts a worker, which starts a rebalance, and SIGKILLs
 // the member the coordinator elects leader as soon as it logs its election
