@@ -13,10 +13,9 @@ import (
 // kafka-go gives a JoinGroup Timeout + RebalanceTimeout and a SyncGroup
 // Timeout + SessionTimeout before it gives up on the connection. A JoinGroup
 // that times out makes kafka-go forget its member ID and join as a new
-// member, which on some coordinators (kfake) restarts the rebalance for
-// everyone; with kafka-go's 5 s Timeout that is what made groups livelock.
-// The coordinator answers a JoinGroup within the rebalance timeout of the
-// rebalance's start (Apache Kafka), so the worker's deadline for coordinator
+// member, which restarts the rebalance for everyone on kfake (and adds a
+// member everywhere). Apache Kafka answers a JoinGroup within the rebalance
+// timeout of the rebalance's start, so the worker's deadline for coordinator
 // requests is the rebalance timeout: joins wait 2 × rebalance timeout, syncs
 // rebalance + session timeout, both beyond what the coordinator takes.
 
