@@ -79,6 +79,14 @@ func (c *committer) run() {
 	var waiters []chan error
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
+	// The pause clock ticks well inside the session timeout, whatever the
+	// commit interval.
+	var alive <-chan time.Time
+	if c.maxGap > 0 {
+		at := time.NewTicker(c.maxGap / 4)
+		defer at.Stop()
+		alive = at.C
+	}
 	stale := false
 	flush := func() {
 		var err error
@@ -139,16 +147,15 @@ func (c *committer) run() {
 				drain()
 				flush()
 			}
-		case <-t.C:
-			if c.maxGap > 0 {
-				now := time.Now()
-				if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
-					c.log.Warn("this process did not run for longer than the session timeout; stopping this generation's partitions", "gap", gap.Round(time.Millisecond))
-					stale = true
-					c.fence(errPaused)
-				}
-				c.lastRun.Store(now.UnixNano())
+		case <-alive:
+			now := time.Now()
+			if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
+				c.log.Warn("this process did not run for longer than the session timeout; stopping this generation's partitions", "gap", gap.Round(time.Millisecond))
+				stale = true
+				c.fence(errPaused)
 			}
+			c.lastRun.Store(now.UnixNano())
+		case <-t.C:
 			flush()
 		case <-c.stop:
 			drain()
