@@ -15,7 +15,7 @@ import (
 func TestGroupGaugesDefaultTimings(t *testing.T) {
 	brokers := newCluster(t, 2)
 	cfg := testConfig(brokers)
-	cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.HeartbeatInterval, cfg.JoinGroupBackoff = 10*time.Second, 0, time.Second, 0
+	defaultGroupTimings(&cfg)
 	rw := startWorker(t, cfg, newMemStore(), nil)
 	waitFor(t, 30*time.Second, "joined gauge", func() bool { return rw.metricSum(t, "bloomgate_group_joined") == 1 })
 	if got := rw.metricSum(t, "bloomgate_group_unjoined_seconds"); got != 0 {
