@@ -52,8 +52,9 @@ type Worker struct {
 	// halted simulates kill -9 in tests: partitions stop without final
 	// commit or checkpoint.
 	halted atomic.Bool
-	// stopping is set when Run shuts down: partitions ending now write a
-	// final checkpoint, which a revoke skips.
+	// stopping is set when Run shuts down: partitions ending now have
+	// ShutdownTimeout for the final commit and checkpoint, a revoke only
+	// half the session timeout.
 	stopping atomic.Bool
 	// afterWrite, if set, runs after each acknowledged output write (tests).
 	afterWrite func(partition int, next int64)
