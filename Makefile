@@ -79,7 +79,9 @@ clean:
 image:
 	docker build -f deployments/Dockerfile --build-arg VERSION=$(VERSION) -t bloomgate:$(VERSION) .
 
-# The chaos test for longer (not in make test): e.g. make soak SOAK_DURATION=1h.
+# The chaos test for longer (not in make test): e.g. make soak SOAK_DURATION=1h;
+# then 20 consecutive failures of two of the three workers at once, each
+# 2-20 s after the group recovered from the previous one (docs/chaos.md).
 # SOAK_FLAGS=-chaos.race runs the broker and workers race-built (much slower).
 SOAK_DURATION ?= 15m
 SOAK_EVENTS   ?= 3000000
@@ -91,3 +93,8 @@ soak:
 	  $(GO) test -count=1 -timeout 90m -run TestChaos -v ./test/chaos \
 	    -chaos.duration=$(SOAK_DURATION) -chaos.events=$(SOAK_EVENTS) \
 	    -chaos.kills=$(SOAK_KILLS) -chaos.drain=10m $(SOAK_FLAGS)
+	@vgw=$$(.ci/deps.sh | tail -n 1) && \
+	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 \
+	  $(GO) test -count=1 -timeout 40m -run 'TestChaos$$' -v ./test/chaos \
+	    -chaos.only=two-of-three -chaos.kills=40 -chaos.duration=600s \
+	    -chaos.events=600000 -chaos.drain=5m $(SOAK_FLAGS)

@@ -140,6 +140,7 @@ type Broker struct {
 	cfg     Config
 	cluster *kfake.Cluster
 	addr    string
+	keep    *keepalive // nil with TLS or SASL
 
 	closeOnce sync.Once
 }
@@ -211,6 +212,14 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("starting broker: %w", err)
 	}
 	b := &Broker{cfg: cfg, cluster: c, addr: adv.String()}
+	if cfg.TLS == nil && len(cfg.Users) == 0 {
+		// An admin connection would need credentials we do not keep; see
+		// docs/worker.md for what a TLS or SASL embedded broker lacks.
+		if b.keep, err = startKeepalive(c, b.addr); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("starting broker: %w", err)
+		}
+	}
 	if cfg.DataDir != "" && len(cfg.Topics) > 0 {
 		// A restored cluster ignores seed topics; create the missing ones.
 		if err := b.ensureTopics(); err != nil {
@@ -238,7 +247,12 @@ func (b *Broker) Run(ctx context.Context) error {
 // Close stops the broker: it stops accepting connections, and with a data
 // directory writes the final state to disk. Safe to call more than once.
 func (b *Broker) Close() {
-	b.closeOnce.Do(b.cluster.Close)
+	b.closeOnce.Do(func() {
+		if b.keep != nil {
+			b.keep.stop()
+		}
+		b.cluster.Close()
+	})
 }
 
 func (b *Broker) ensureTopics() error {

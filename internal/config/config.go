@@ -134,7 +134,7 @@ type Run struct {
 	// Consumer group timings.
 	SessionTimeout    time.Duration // a crashed worker's partitions wait this long before moving
 	HeartbeatInterval time.Duration
-	RebalanceTimeout  time.Duration // 0: shutdown-timeout + 15s
+	RebalanceTimeout  time.Duration // 0: session-timeout + 10s
 	JoinGroupBackoff  time.Duration
 	LogFormat         string // text | json
 	LogLevel          string // debug | info | warn | error

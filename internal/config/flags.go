@@ -45,7 +45,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	fs.DurationVar(&c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
-	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to finish a rebalance; must exceed --shutdown-timeout (0: shutdown-timeout + 15s)")
+	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0: session-timeout + 10s)")
 	fs.DurationVar(&c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
 

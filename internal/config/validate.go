@@ -179,8 +179,8 @@ func (c *Run) Validate() error {
 	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
 		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", c.HeartbeatInterval, c.SessionTimeout)
 	}
-	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.ShutdownTimeout) {
-		bad("rebalance-timeout", "%v: must exceed --shutdown-timeout (%v), since a revoked partition flushes, commits and checkpoints inside the rebalance; or 0 for shutdown-timeout + 15s", c.RebalanceTimeout, c.ShutdownTimeout)
+	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.SessionTimeout) {
+		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", c.RebalanceTimeout, c.SessionTimeout)
 	}
 	if c.JoinGroupBackoff <= 0 {
 		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", c.JoinGroupBackoff)

@@ -136,6 +136,7 @@ func TestRealStateReuseOnRebalance(t *testing.T) {
 	ex := realExtractor(t)
 	stA := realState(t, dir)
 	cfg := realConfig(brokers)
+	defaultGroupTimings(&cfg)
 	cfg.Owner = "a"
 	a := startWorkerWith(t, cfg, stA, ex, nil)
 	produce(t, brokers, evs[:1500])

@@ -3,8 +3,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -30,6 +32,12 @@ type committer struct {
 	fence func(error)
 	// halted, when true, suppresses commits (tests simulate kill -9).
 	halted func() bool
+	// maxGap, if set, is the session timeout: a process that did not run
+	// for longer (SIGSTOP, a long pause) has lost its membership, and its
+	// partitions must not write what they fetched before (a zombie).
+	maxGap  time.Duration
+	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
+	paused  atomic.Bool
 
 	reqs chan commitReq
 	stop chan struct{}
@@ -46,11 +54,13 @@ type commitReq struct {
 }
 
 func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log *slog.Logger, m *metrics, fence func(error)) *committer {
-	return &committer{
+	c := &committer{
 		gen: gen, topic: topic, interval: interval, log: log, m: m, fence: fence,
 		reqs: make(chan commitReq, 64), stop: make(chan struct{}), done: make(chan struct{}),
 		committed: map[int]int64{},
 	}
+	c.lastRun.Store(time.Now().UnixNano())
+	return c
 }
 
 // errStaleGeneration marks commit failures that mean the partitions belong
@@ -69,6 +79,14 @@ func (c *committer) run() {
 	var waiters []chan error
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
+	// The pause clock ticks well inside the session timeout, whatever the
+	// commit interval.
+	var alive <-chan time.Time
+	if c.maxGap > 0 {
+		at := time.NewTicker(c.maxGap / 4)
+		defer at.Stop()
+		alive = at.C
+	}
 	stale := false
 	flush := func() {
 		var err error
@@ -129,6 +147,14 @@ func (c *committer) run() {
 				drain()
 				flush()
 			}
+		case <-alive:
+			now := time.Now()
+			if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
+				c.log.Warn("this process did not run for longer than the session timeout; stopping this generation's partitions", "gap", gap.Round(time.Millisecond))
+				stale = true
+				c.fence(errPaused)
+			}
+			c.lastRun.Store(now.UnixNano())
 		case <-t.C:
 			flush()
 		case <-c.stop:
@@ -164,6 +190,20 @@ func (c *committer) commitNow(ctx context.Context, partition int, offset int64) 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// errPaused: the process did not run for longer than the session timeout;
+// the coordinator has given its partitions to others.
+var errPaused = fmt.Errorf("%w: the process was paused for longer than the session timeout", errStaleGeneration)
+
+// pausedTooLong reports whether the process has not run the committer for
+// longer than the session timeout, or found that it had not: partitions
+// check it before each write, whichever goroutine runs first after a pause.
+func (c *committer) pausedTooLong() bool {
+	if c.maxGap <= 0 {
+		return false
+	}
+	return c.paused.Load() || time.Since(time.Unix(0, c.lastRun.Load())) > c.maxGap
 }
 
 // lastCommitted returns the last offset this committer committed for p.

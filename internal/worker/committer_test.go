@@ -93,3 +93,35 @@ func TestCommitterFencesOnStaleGeneration(t *testing.T) {
 		t.Fatalf("later commit = %v, want stale generation without asking the broker", err)
 	}
 }
+
+// TestCommitterNoticesPause: after a pause longer than the session timeout
+// (SIGSTOP, a long stall) the partitions must not write, whichever
+// goroutine runs first: pausedTooLong says so before the committer's next
+// tick, and the tick fences the generation.
+func TestCommitterNoticesPause(t *testing.T) {
+	m, _ := newMetrics(prometheus.NewRegistry())
+	var fenced atomic.Pointer[error]
+	c := newCommitter(&fakeGen{}, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+	c.maxGap = 200 * time.Millisecond
+	go c.run()
+	defer c.close()
+	time.Sleep(50 * time.Millisecond)
+	if c.pausedTooLong() {
+		t.Fatal("pausedTooLong while the committer runs")
+	}
+	// As if the process had been stopped: the last run is long ago.
+	c.lastRun.Store(time.Now().Add(-time.Second).UnixNano())
+	if !c.pausedTooLong() {
+		t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for fenced.Load() == nil && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if errp := fenced.Load(); errp == nil || !errors.Is(*errp, errStaleGeneration) {
+		t.Fatalf("fenced with %v, want errStaleGeneration", errp)
+	}
+	if !c.pausedTooLong() {
+		t.Error("pausedTooLong = false after the tick that noticed the pause")
+	}
+}

@@ -121,7 +121,10 @@ type Config struct {
 	WriteTimeout    time.Duration // one output write; default 10s
 
 	// Group timings (kafka-go defaults when zero, except RebalanceTimeout:
-	// ShutdownTimeout + 15s).
+	// SessionTimeout + 10s). kafka-go sends no heartbeats while a member
+	// revokes, so a revoke must end within the session timeout: it flushes
+	// and commits, and leaves the final checkpoint to the next owner's
+	// recovery (docs/worker.md, "Group liveness").
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
@@ -183,9 +186,9 @@ func (c *Config) applyDefaults() {
 		c.ShutdownTimeout = 30 * time.Second
 	}
 	if c.RebalanceTimeout == 0 {
-		// Members must finish revoking (commit, final checkpoint) inside the
-		// rebalance timeout, or the coordinator drops them.
-		c.RebalanceTimeout = c.ShutdownTimeout + 15*time.Second
+		// Members revoke within the session timeout (no heartbeats while
+		// they do); the rebalance waits for them a little longer.
+		c.RebalanceTimeout = c.sessionTimeout() + 10*time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
@@ -284,9 +287,9 @@ func (c Config) Validate() error {
 	if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
 		bad("max-checkpoint-staleness: %v is below checkpoint-interval %v", c.MaxCheckpointStaleness, c.CheckpointInterval)
 	}
-	if c.RebalanceTimeout > 0 && c.ShutdownTimeout > 0 && c.RebalanceTimeout <= c.ShutdownTimeout {
-		bad("rebalance-timeout: %v must exceed shutdown-timeout %v (revoking partitions commits and checkpoints within it)",
-			c.RebalanceTimeout, c.ShutdownTimeout)
+	if c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.sessionTimeout() {
+		bad("rebalance-timeout: %v must exceed session-timeout %v (members revoke within the session timeout, the rebalance waits for them)",
+			c.RebalanceTimeout, c.sessionTimeout())
 	}
 	if c.BatchSize < 0 || c.BatchSize > 1_000_000 {
 		bad("batch-size: %d is outside 1..1000000", c.BatchSize)

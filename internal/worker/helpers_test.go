@@ -76,6 +76,15 @@ func testConfig(brokers []string) Config {
 	}
 }
 
+// defaultGroupTimings sets the group timings a user runs with (session
+// 10 s, heartbeat 1 s, the rebalance timeout's default). Tests about the
+// group use them: a test that passes only with tuned timings reports a bug.
+// testConfig keeps tuned ones for tests whose subject is elsewhere and that
+// kill workers (each kill then costs a session timeout).
+func defaultGroupTimings(cfg *Config) {
+	cfg.SessionTimeout, cfg.HeartbeatInterval, cfg.RebalanceTimeout, cfg.JoinGroupBackoff = 10*time.Second, time.Second, 0, time.Second
+}
+
 // runningWorker is a worker started in the background.
 type runningWorker struct {
 	w      *Worker

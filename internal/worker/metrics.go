@@ -31,6 +31,9 @@ type metrics struct {
 	lsoLag           *prometheus.GaugeVec
 	skipped          *prometheus.CounterVec
 	rebalances       prometheus.Counter
+	groupJoined      prometheus.Gauge
+	groupUnjoined    prometheus.Gauge
+	groupRebuilds    prometheus.Counter
 	commitFailures   prometheus.Counter
 	writeFailures    *prometheus.CounterVec
 }
@@ -72,13 +75,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"and records of aborted transactions (reason=aborted, read_committed only). Not part of records_consumed_total.", "topic", "partition", "reason"),
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "rebalances_total",
 			Help: "Consumer group generations joined."}),
+		groupJoined: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_joined",
+			Help: "1 while the worker is a member of a consumer group generation, else 0 (joining, syncing, or between generations)."}),
+		groupUnjoined: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_unjoined_seconds",
+			Help: "Seconds since the worker last was in a consumer group generation (0 while it is); a healthy rebalance stays below the rebalance timeout."}),
+		groupRebuilds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "group_rebuilds_total",
+			Help: "Times the worker dropped its consumer group membership and joined afresh because no generation formed for too long."}),
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "offset_commit_failures_total",
 			Help: "Failed offset commits."}),
 		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
-		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.skipped, m.rebalances, m.commitFailures, m.writeFailures} {
+		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
+		m.commitFailures, m.writeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

@@ -435,6 +435,11 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		if lost(ctx) {
 			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
 		}
+		if pp.com.pausedTooLong() {
+			// A zombie: the group has moved this partition on.
+			pp.com.fence(errPaused)
+			return 0, fmt.Errorf("not writing: %w", errPaused)
+		}
 		// A write is never cancelled by a revoke: cancelled writes may still
 		// land later. WriteTimeout bounds it.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
@@ -640,7 +645,8 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 }
 
 // finish ends a session whose ctx ended: on revoke or shutdown it commits and
-// writes a final checkpoint; when fenced or halted it just stops.
+// writes a final checkpoint (on revoke within half the session timeout);
+// when fenced or halted it just stops.
 func (pp *partitionProc) finish(ctx context.Context) error {
 	w := pp.w
 	cause := context.Cause(ctx)
@@ -656,7 +662,15 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 		return nil
 	}
 	pp.setState("stopping")
-	sctx, cancel := context.WithTimeout(context.Background(), w.cfg.ShutdownTimeout)
+	// A revoke must end within the session timeout (kafka-go sends no
+	// heartbeats meanwhile): a final checkpoint that does not fit in half of
+	// it is abandoned, and the next owner's recovery replays from the
+	// stored one.
+	budget := w.cfg.ShutdownTimeout
+	if !w.stopping.Load() {
+		budget = min(budget, w.cfg.sessionTimeout()/2)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	start := w.deps.Now()
 	if !pp.commitsPaused {

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sort"
 	"time"
@@ -13,13 +14,16 @@ import (
 // Status is a snapshot of the worker for /readyz and the status page.
 type Status struct {
 	// Ready: joined a generation and every assigned partition restored.
-	Ready      bool              `json:"ready"`
-	Joined     bool              `json:"joined"`
-	Generation int32             `json:"generation"`
-	MemberID   string            `json:"member_id"`
-	Assigned   []int             `json:"assigned"`
-	Partitions []PartitionStatus `json:"partitions"`
-	Error      string            `json:"error,omitempty"`
+	Ready  bool `json:"ready"`
+	Joined bool `json:"joined"`
+	// UnjoinedSeconds: time since the worker was last in a generation (0
+	// while it is); beyond the rebalance timeout the group is stalled.
+	UnjoinedSeconds float64           `json:"unjoined_seconds,omitempty"`
+	Generation      int32             `json:"generation"`
+	MemberID        string            `json:"member_id"`
+	Assigned        []int             `json:"assigned"`
+	Partitions      []PartitionStatus `json:"partitions"`
+	Error           string            `json:"error,omitempty"`
 }
 
 // PartitionStatus describes one assigned partition.
@@ -67,6 +71,9 @@ func (w *Worker) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.status
+	if !w.unjoinedSince.IsZero() {
+		s.UnjoinedSeconds = w.deps.Now().Sub(w.unjoinedSince).Seconds()
+	}
 	s.Assigned = append([]int(nil), w.status.Assigned...)
 	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
 	running := 0
@@ -118,8 +125,17 @@ func (w *Worker) Handler(g prometheus.Gatherer) http.Handler {
 		_, _ = rw.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", func(rw http.ResponseWriter, _ *http.Request) {
-		if !w.Status().Ready {
-			http.Error(rw, "not ready: joining the group or restoring partitions", http.StatusServiceUnavailable)
+		s := w.Status()
+		switch {
+		case s.Error != "":
+			http.Error(rw, "not ready: "+s.Error, http.StatusServiceUnavailable)
+			return
+		case !s.Joined:
+			http.Error(rw, fmt.Sprintf("not ready: not in a consumer group generation for %.0fs; waiting for the group coordinator to complete a rebalance",
+				s.UnjoinedSeconds), http.StatusServiceUnavailable)
+			return
+		case !s.Ready:
+			http.Error(rw, "not ready: restoring partitions", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = rw.Write([]byte("ready\n"))

@@ -45,10 +45,17 @@ type Worker struct {
 	mu     sync.Mutex
 	status Status
 	parts  map[int]*partitionStatus
+	// unjoinedSince is when the worker last left (or, at start, had not
+	// yet entered) a generation; zero while in one.
+	unjoinedSince time.Time
 
 	// halted simulates kill -9 in tests: partitions stop without final
 	// commit or checkpoint.
 	halted atomic.Bool
+	// stopping is set when Run shuts down: partitions ending now have
+	// ShutdownTimeout for the final commit and checkpoint, a revoke only
+	// half the session timeout.
+	stopping atomic.Bool
 	// afterWrite, if set, runs after each acknowledged output write (tests).
 	afterWrite func(partition int, next int64)
 	// loseAck, if set and true, turns a successful output write into a
@@ -117,27 +124,66 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.m.partition(w.cfg.Input, p) // series start at 0
 	}
 
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID:                w.cfg.Group,
-		Brokers:           w.cfg.Brokers,
-		Dialer:            w.cfg.Dialer,
-		Topics:            []string{w.cfg.Input},
-		HeartbeatInterval: w.cfg.HeartbeatInterval,
-		SessionTimeout:    w.cfg.SessionTimeout,
-		RebalanceTimeout:  w.cfg.RebalanceTimeout,
-		JoinGroupBackoff:  w.cfg.JoinGroupBackoff,
-		StartOffset:       kafka.FirstOffset,
-		ErrorLogger:       kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
-	})
+	newGroup := func() (*kafka.ConsumerGroup, error) {
+		return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+			ID:                w.cfg.Group,
+			Brokers:           w.cfg.Brokers,
+			Dialer:            w.cfg.Dialer,
+			Topics:            []string{w.cfg.Input},
+			HeartbeatInterval: w.cfg.HeartbeatInterval,
+			SessionTimeout:    w.cfg.SessionTimeout,
+			RebalanceTimeout:  w.cfg.RebalanceTimeout,
+			JoinGroupBackoff:  w.cfg.JoinGroupBackoff,
+			// kafka-go's default balancers, in its order.
+			GroupBalancers: []kafka.GroupBalancer{
+				leaderBalancer{kafka.RangeGroupBalancer{}, w}, leaderBalancer{kafka.RoundRobinGroupBalancer{}, w},
+			},
+			// See liveness.go: the join deadline must outlast the
+			// coordinator's rebalance, or a timed-out join restarts it.
+			Timeout:     w.cfg.coordinatorTimeout(),
+			StartOffset: kafka.FirstOffset,
+			ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
+		})
+	}
+	cg, err := newGroup()
 	if err != nil {
 		return fmt.Errorf("creating consumer group: %w", err)
 	}
+	w.setJoined(false)
+	// Groups dropped by a rebuild close in the background (a pending
+	// JoinGroup ends at its deadline); Run waits for them before it returns.
+	var closing sync.WaitGroup
+	var rebuild atomic.Pointer[context.CancelFunc]
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		w.watchGroup(watchCtx, func() {
+			if f := rebuild.Load(); f != nil {
+				(*f)()
+			}
+		})
+	}()
 	w.log.Info("worker started", "partitions", w.partitions[w.cfg.Input], "filter_capacity_per_partition", w.params.Capacity)
 	for {
-		gen, err := cg.Next(ctx)
+		nctx, ncancel := context.WithCancel(ctx)
+		rebuild.Store(&ncancel)
+		gen, err := cg.Next(nctx)
+		ncancel()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
+			}
+			if nctx.Err() != nil {
+				// The watchdog asked for a fresh membership.
+				old := cg
+				closing.Add(1)
+				go func() { defer closing.Done(); _ = old.Close() }()
+				if cg, err = newGroup(); err != nil {
+					w.stop(fmt.Errorf("creating consumer group: %w", err))
+					break
+				}
+				continue
 			}
 			// Rebalance in progress, coordinator moved, broker restarting:
 			// kafka-go rejoins by itself.
@@ -150,18 +196,20 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.startGeneration(gen)
 	}
+	stopWatch()
+	<-watched
+	w.stopping.Store(true)
 
 	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	closed := make(chan struct{})
-	go func() { _ = cg.Close(); close(closed) }()
+	go func() { _ = cg.Close(); closing.Wait(); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
 		w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
 	}
-	w.mu.Lock()
-	w.status.Joined = false
-	w.mu.Unlock()
+	w.setJoined(false)
+	w.m.groupJoined.Set(0)
 	if errp := w.fatal.Load(); errp != nil {
 		return *errp
 	}
@@ -248,8 +296,10 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		ids[i] = a.ID
 	}
 	w.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
+	w.setJoined(true)
+	w.m.groupJoined.Set(1)
+	w.m.groupUnjoined.Set(0)
 	w.mu.Lock()
-	w.status.Joined = true
 	w.status.Generation = gen.ID
 	w.status.MemberID = gen.MemberID
 	w.status.Assigned = ids
@@ -263,6 +313,7 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		defer gcancel(nil)
 		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
 		com.halted = w.halted.Load
+		com.maxGap = w.cfg.sessionTimeout()
 		go com.run()
 		var wg sync.WaitGroup
 		for _, a := range assigned {
@@ -277,10 +328,13 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		wg.Wait()
 		com.close()
 		w.mu.Lock()
-		if w.status.Generation == gen.ID {
-			w.status.Joined = false
+		current := w.status.Generation == gen.ID
+		if current {
 			w.status.Assigned = nil
 		}
 		w.mu.Unlock()
+		if current {
+			w.setJoined(false)
+		}
 	})
 }

@@ -126,6 +126,7 @@ func TestTwoWorkersHandOver(t *testing.T) {
 	evs := genEvents(4000, 4, 0.3, 3, base)
 	store := newMemStore()
 	cfg := testConfig(brokers)
+	defaultGroupTimings(&cfg)
 	cfg.Owner = "a"
 	a := startWorker(t, cfg, store, nil)
 	produce(t, brokers, evs[:1000])

@@ -81,6 +81,29 @@ func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict
 			}
 		}
 	}
+	// Recovery per failure kind: from the failure (the last kill of a
+	// burst) until every partition that lagged then committed again.
+	recKinds := make([]string, 0, len(c.recoveryTimes))
+	for k := range c.recoveryTimes {
+		recKinds = append(recKinds, k)
+	}
+	for k := range c.unrecovered {
+		if _, ok := c.recoveryTimes[k]; !ok {
+			recKinds = append(recKinds, k)
+		}
+	}
+	sort.Strings(recKinds)
+	for _, k := range recKinds {
+		ds := append([]time.Duration(nil), c.recoveryTimes[k]...)
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		if n := len(ds); n > 0 {
+			t.Logf("chaos: recovery %-16s %d: committed again after p50 %v, p95 %v, max %v; %d not within %v",
+				k, n, ds[n/2].Round(100*time.Millisecond), ds[(n*95+99)/100-1].Round(100*time.Millisecond), ds[n-1].Round(100*time.Millisecond),
+				c.unrecovered[k], recoveryLimit)
+		} else {
+			t.Logf("chaos: recovery %-16s none within %v (%d failures)", k, recoveryLimit, c.unrecovered[k])
+		}
+	}
 	if len(c.errorLines) > 0 {
 		t.Logf("chaos: %d ERROR log lines from workers, first: %s", len(c.errorLines), c.errorLines[0])
 	}

@@ -1,0 +1,119 @@
+package worker
+
+import (
+	"context"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Group liveness: how long the worker waits for the coordinator, and what it
+// does when no generation forms (docs/worker.md, "Group liveness").
+//
+// kafka-go gives a JoinGroup Timeout + RebalanceTimeout and a SyncGroup
+// Timeout + SessionTimeout before it gives up on the connection. A JoinGroup
+// that times out makes kafka-go forget its member ID and join as a new
+// member, which restarts the rebalance for everyone on kfake (and adds a
+// member everywhere). Apache Kafka answers a JoinGroup within the rebalance
+// timeout of the rebalance's start, so the worker's deadline for coordinator
+// requests is the rebalance timeout: joins wait 2 × rebalance timeout, syncs
+// rebalance + session timeout, both beyond what the coordinator takes.
+
+// sessionTimeout is the session timeout the group runs with (kafka-go's
+// default when unset).
+func (c Config) sessionTimeout() time.Duration {
+	if c.SessionTimeout > 0 {
+		return c.SessionTimeout
+	}
+	return 30 * time.Second
+}
+
+// coordinatorTimeout is kafka-go's ConsumerGroupConfig.Timeout: the deadline
+// of heartbeats, commits and offset fetches, and the part of the JoinGroup
+// and SyncGroup deadlines beyond the coordinator's own timers.
+func (c Config) coordinatorTimeout() time.Duration {
+	return max(c.RebalanceTimeout, c.sessionTimeout()+5*time.Second)
+}
+
+// groupStallAfter is how long without a generation counts as stalled: a
+// healthy rebalance ends within the rebalance timeout (every member rejoined
+// or dropped) plus a session timeout (a dead leader's sync).
+func (c Config) groupStallAfter() time.Duration {
+	return c.RebalanceTimeout + c.sessionTimeout()
+}
+
+// groupRebuildAfter is how long without a generation before the worker drops
+// its consumer group and joins afresh: beyond every kafka-go deadline of one
+// join and sync, so it only fires when kafka-go's own retries go nowhere.
+func (c Config) groupRebuildAfter() time.Duration {
+	return c.RebalanceTimeout + c.coordinatorTimeout() + c.groupStallAfter()
+}
+
+// setJoined records entering (true) or leaving (false) a generation.
+func (w *Worker) setJoined(joined bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.status.Joined = joined
+	switch {
+	case joined:
+		w.unjoinedSince = time.Time{}
+	case w.unjoinedSince.IsZero():
+		w.unjoinedSince = w.deps.Now()
+	}
+}
+
+// watchGroup keeps the group gauges current and, while no generation forms,
+// says so in the log every groupStallAfter and calls rebuild every
+// groupRebuildAfter. It returns when ctx ends.
+func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	stall, rebuildAfter := w.cfg.groupStallAfter(), w.cfg.groupRebuildAfter()
+	var warned, rebuilt time.Duration
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		since := w.unjoinedSince
+		w.mu.Unlock()
+		if since.IsZero() {
+			w.m.groupJoined.Set(1)
+			w.m.groupUnjoined.Set(0)
+			warned, rebuilt = 0, 0
+			continue
+		}
+		d := w.deps.Now().Sub(since)
+		w.m.groupJoined.Set(0)
+		w.m.groupUnjoined.Set(d.Seconds())
+		if d >= warned+stall {
+			warned = d
+			w.log.Warn("no consumer group generation; waiting for the coordinator to answer JoinGroup/SyncGroup "+
+				"(every member must rejoin within the rebalance timeout, dead members drop out after the session timeout)",
+				"for", d.Round(time.Second), "rebalance_timeout", w.cfg.RebalanceTimeout, "session_timeout", w.cfg.sessionTimeout(),
+				"rebuild_after", rebuildAfter)
+		}
+		if d >= rebuilt+rebuildAfter {
+			rebuilt = d
+			w.log.Warn("no consumer group generation for too long; leaving the group and joining as a new member", "for", d.Round(time.Second))
+			w.m.groupRebuilds.Inc()
+			rebuild()
+		}
+	}
+}
+
+// leaderBalancer logs when this worker, as the group leader, assigns the
+// partitions: kafka-go calls AssignGroups on the leader only, and says so
+// nowhere else. The protocol name is the wrapped balancer's, so members
+// with and without the wrapper agree on the protocol.
+type leaderBalancer struct {
+	kafka.GroupBalancer
+	w *Worker
+}
+
+func (b leaderBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
+	b.w.log.Info("elected group leader; assigning partitions", "members", len(members), "balancer", b.ProtocolName())
+	return b.GroupBalancer.AssignGroups(members, partitions)
+}
