@@ -115,8 +115,8 @@ func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, r
 		PartitionsLike: cfg.Output, Isolation: iso,
 		BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
-		JoinGroupBackoff: cfg.JoinGroupBackoff,
-		Dialer:           dialer, Transport: transport,
+		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
+		Dialer: dialer, Transport: transport,
 	}, ex, logger, reg)
 	if err != nil {
 		return nil, usageError{err}

@@ -77,8 +77,8 @@ type Config struct {
 	CommitInterval time.Duration // default 1s
 	WriteTimeout   time.Duration // default 10s
 
-	SessionTimeout    time.Duration
-	RebalanceTimeout  time.Duration // default 30s
+	SessionTimeout    time.Duration // default 10s (kafka-go's)
+	RebalanceTimeout  time.Duration // default session timeout + 10s, as the worker's
 	HeartbeatInterval time.Duration
 	JoinGroupBackoff  time.Duration
 
@@ -123,8 +123,11 @@ func (c *Config) applyDefaults() {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
 	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = 30 * time.Second
+		c.RebalanceTimeout = c.SessionTimeout + 10*time.Second
 	}
 	if c.Dialer == nil {
 		c.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
@@ -203,6 +206,10 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 		ID: r.cfg.Group, Brokers: r.cfg.Brokers, Dialer: r.cfg.Dialer, Topics: []string{r.cfg.Input},
 		HeartbeatInterval: r.cfg.HeartbeatInterval, SessionTimeout: r.cfg.SessionTimeout,
 		RebalanceTimeout: r.cfg.RebalanceTimeout, JoinGroupBackoff: r.cfg.JoinGroupBackoff,
+		// As the worker (docs/worker.md, "Group liveness"): the join
+		// deadline must outlast the coordinator's rebalance, or a timed-out
+		// join restarts it.
+		Timeout:     max(r.cfg.RebalanceTimeout, r.cfg.SessionTimeout+5*time.Second),
 		StartOffset: kafka.FirstOffset,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) { r.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
 	})
