@@ -358,27 +358,10 @@ func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed boo
 	return nil
 }
 
-// skipRecords passes over the records of a batch that is not returned,
-// counting those at or after start.
-func skipRecords(b protocol.RecordReader, start int64, c *Chunk, count *int) error {
-	for {
-		r, err := b.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		closeBytes(r.Key)
-		closeBytes(r.Value)
-		if r.Offset >= start && r.Offset >= c.Next {
-			*count++
-			c.Next = r.Offset + 1
-		}
-	}
-}
-
-func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena) error {
+// forRecords calls fn for every record of b at or after start and past
+// c.Next, in order, and moves c.Next past each; the keys and values of the
+// others are released.
+func forRecords(b protocol.RecordReader, start int64, c *Chunk, fn func(*protocol.Record) error) error {
 	for {
 		r, err := b.ReadRecord()
 		if errors.Is(err, io.EOF) {
@@ -392,6 +375,26 @@ func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena) erro
 			closeBytes(r.Value)
 			continue
 		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		c.Next = r.Offset + 1
+	}
+}
+
+// skipRecords passes over the records of a batch that is not returned,
+// counting those at or after start.
+func skipRecords(b protocol.RecordReader, start int64, c *Chunk, count *int) error {
+	return forRecords(b, start, c, func(r *protocol.Record) error {
+		closeBytes(r.Key)
+		closeBytes(r.Value)
+		*count++
+		return nil
+	})
+}
+
+func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena) error {
+	return forRecords(b, start, c, func(r *protocol.Record) error {
 		key, err := ar.read(r.Key)
 		if err != nil {
 			return err
@@ -408,8 +411,8 @@ func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena) erro
 			Headers:       r.Headers,
 			HighWaterMark: c.HighWatermark,
 		})
-		c.Next = r.Offset + 1
-	}
+		return nil
+	})
 }
 
 // arena hands out slices of large blocks: records of one fetch share a few
