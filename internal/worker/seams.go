@@ -40,15 +40,15 @@ type Filter interface {
 
 // FilterStats is what the status page and the filter metrics show.
 type FilterStats struct {
-	Bytes          uint64
-	Fill           float64 // fill ratio of the newest generation
-	EstFPR         float64
-	EstKeys        uint64
-	Generations    int
-	OverflowStacks int
+	Bytes          uint64  `json:"bytes"`
+	Fill           float64 `json:"fill_ratio"` // fill ratio of the newest generation
+	EstFPR         float64 `json:"estimated_fpr"`
+	EstKeys        uint64  `json:"estimated_keys"`
+	Generations    int     `json:"generations"`
+	OverflowStacks int     `json:"overflow_stacks"`
 	// ClampedTimestamps counts records filed earlier than their timestamp
 	// because it was too far ahead of the partition's event time.
-	ClampedTimestamps uint64
+	ClampedTimestamps uint64 `json:"clamped_timestamps"`
 }
 
 // Snapshot is an opaque filter view handed to StateStore.Commit. The

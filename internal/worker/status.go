@@ -61,7 +61,36 @@ type PartitionStatus struct {
 	CommitsPaused        bool          `json:"commits_paused"`
 	RecoveryReplayed     int64         `json:"recovery_replayed"`
 	RecoverySkipped      int           `json:"recovery_skipped"`
-	RecoveryDuration     time.Duration `json:"recovery_duration_ns"`
+	RecoveryDuration     time.Duration `json:"-"`
+	RecoverySeconds      float64       `json:"recovery_seconds"`
+	// Progress is set while the partition seeds, replays or scans its
+	// outputs before it runs; nil once it runs.
+	Progress *Progress `json:"progress,omitempty"`
+}
+
+// Progress of a long phase before a partition runs.
+type Progress struct {
+	// Phase: seeding (remembering input before a new group's start),
+	// replaying (input between the checkpoint and the committed offset) or
+	// scanning (outputs for records written but not committed).
+	Phase string `json:"phase"`
+	// From and To are the offsets of the phase's range; Done counts the
+	// offsets passed so far (records and offsets that are not events).
+	From int64 `json:"from_offset"`
+	To   int64 `json:"to_offset"`
+	Done int64 `json:"done"`
+	// Keys counts the keys inserted into the filter during the phase.
+	Keys       uint64  `json:"keys"`
+	Rate       float64 `json:"rate_per_second"` // offsets per second since the phase began
+	ETASeconds float64 `json:"eta_seconds"`     // remaining offsets / rate; 0 when unknown
+}
+
+// Fraction is the share of the range done, in [0, 1].
+func (p *Progress) Fraction() float64 {
+	if p == nil || p.To <= p.From {
+		return 0
+	}
+	return min(1, max(0, float64(p.Done)/float64(p.To-p.From)))
 }
 
 type partitionStatus struct{ PartitionStatus }
@@ -78,7 +107,13 @@ func (w *Worker) Status() Status {
 	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
 	running := 0
 	for _, p := range w.parts {
-		s.Partitions = append(s.Partitions, p.PartitionStatus)
+		ps := p.PartitionStatus
+		ps.RecoverySeconds = ps.RecoveryDuration.Seconds()
+		if ps.Progress != nil {
+			pr := *ps.Progress
+			ps.Progress = &pr
+		}
+		s.Partitions = append(s.Partitions, ps)
 		if p.State == "running" && p.Generation == s.Generation {
 			running++
 		}
