@@ -250,10 +250,10 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	}
 	if reused != nil {
 		b.s.reuse.Add(1)
-		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
+		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
 	}
 	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
-	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
+	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
 }
 
 func (b *bloomPartition) Claim(ctx context.Context, owner string) error {

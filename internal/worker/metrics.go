@@ -29,6 +29,7 @@ type metrics struct {
 	recoveryDuration *prometheus.HistogramVec
 	lag              *prometheus.GaugeVec
 	lsoLag           *prometheus.GaugeVec
+	remaining        *prometheus.GaugeVec
 	skipped          *prometheus.CounterVec
 	rebalances       prometheus.Counter
 	groupJoined      prometheus.Gauge
@@ -71,6 +72,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		lag: gauge("consumer_lag", "Records between the partition's high-water mark and the next offset to process."),
 		lsoLag: gauge("partition_lso_lag", "Offsets between the partition's high-water mark and its last stable offset: "+
 			"held back by open transactions of upstream producers (read_committed stops at the last stable offset). 0 at read_uncommitted."),
+		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "recovery_remaining_offsets",
+			Help: "Offsets left in a phase before the partition runs: phase=seeding (input remembered before a new group's start, not forwarded), " +
+				"replaying (input between the checkpoint and the committed offset), scanning (written records looked up by the recovery scan). 0 outside the phase."},
+			[]string{"topic", "partition", "phase"}),
 		skipped: counter("records_skipped_total", "Input offsets passed over without being events: transaction markers (reason=marker) "+
 			"and records of aborted transactions (reason=aborted, read_committed only). Not part of records_consumed_total.", "topic", "partition", "reason"),
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "rebalances_total",
@@ -87,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
-		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
+		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
 		m.commitFailures, m.writeFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
@@ -102,6 +107,7 @@ type partitionMetrics struct {
 	consumed, forwarded, duplicates, replayed, writeFailures, alreadyWritten prometheus.Counter
 	deadLettered, dropped                                                    map[string]prometheus.Counter
 	lag, lsoLag                                                              prometheus.Gauge
+	remaining                                                                map[string]prometheus.Gauge // by phase
 	skippedMarkers, skippedAborted                                           prometheus.Counter
 	bytes, fill, fpr, keys, gens, overflow, clamped                          prometheus.Gauge
 }
@@ -115,6 +121,7 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 		replayed:       m.replayed.WithLabelValues(topic, ps),
 		alreadyWritten: m.alreadyWritten.WithLabelValues(topic, ps),
 		writeFailures:  m.writeFailures.WithLabelValues(topic, ps),
+		remaining:      map[string]prometheus.Gauge{},
 		deadLettered:   map[string]prometheus.Counter{},
 		dropped:        map[string]prometheus.Counter{},
 		lag:            m.lag.WithLabelValues(topic, ps),
@@ -128,6 +135,9 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 		gens:           m.filterGens.WithLabelValues(topic, ps),
 		overflow:       m.filterOverflow.WithLabelValues(topic, ps),
 		clamped:        m.filterClamped.WithLabelValues(topic, ps),
+	}
+	for _, ph := range phases {
+		pm.remaining[ph] = m.remaining.WithLabelValues(topic, ps, ph)
 	}
 	for _, r := range KeyReasons {
 		pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)

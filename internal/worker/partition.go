@@ -31,6 +31,9 @@ type partitionProc struct {
 	// startOffsets), kept for later sessions of the assignment in case the
 	// first one ended before its initial checkpoint; -1 if not such a start.
 	seeded int64
+	// seeding is set from a new group's start until its seeding replay
+	// ends: the replay's progress is then reported as seeding.
+	seeding bool
 
 	// Session state, rebuilt by every recovery.
 	filter   Filter
@@ -159,7 +162,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		}
 		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
 			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
-		committed, pp.seeded = start, seed
+		committed, pp.seeded, pp.seeding = start, seed, seed < start
 	}
 	if committed < 0 {
 		committed = ib.first
@@ -193,7 +196,31 @@ func (pp *partitionProc) session(ctx context.Context) error {
 			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
 		c = resume - w.cfg.MaxReplay
 	}
-	skip, from, to, scanned, err := w.scanWritten(ctx, pp.p, resume, restored.OutputOffsets)
+	switch {
+	case restored.InputOffset >= 0:
+		st := pp.filter.Stats()
+		attrs := []any{"checkpoint_seq", restored.Sequence, "checkpoint_offset", restored.InputOffset,
+			"estimated_keys", st.EstKeys, "replay_from", c, "replay_to", resume}
+		if !restored.Written.IsZero() {
+			attrs = append(attrs, "checkpoint_age", w.deps.Now().Sub(restored.Written).Round(time.Second).String())
+		}
+		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, replaying %d records", st.EstKeys, restored.Sequence, resume-c), attrs...)
+	case pp.seeding:
+		// "new group: starting" said what is seeded.
+	default:
+		pp.log.Info(fmt.Sprintf("no checkpoint; rebuilding the filter from the retained input, replaying %d records", resume-c),
+			"replay_from", c, "replay_to", resume)
+	}
+	var scan *progress
+	skip, from, to, scanned, err := w.scanWritten(ctx, pp.p, resume, restored.OutputOffsets, func(done, total int64) {
+		if scan == nil {
+			scan = pp.beginProgress(phaseScanning, 0, total)
+		}
+		scan.update(done, 0)
+	})
+	if scan != nil {
+		scan.end()
+	}
 	if err != nil {
 		return err
 	}
@@ -228,9 +255,21 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.lastCheckpoint = w.deps.Now()
 	pp.rateAt = pp.lastCheckpoint
 
-	// Replay [c, resume) before declaring the partition running.
+	// Replay [c, resume) before declaring the partition running. Periodic
+	// checkpoints go on meanwhile (see checkpoint: their output offsets stay
+	// at the scan's start), so a long replay or seeding that is interrupted
+	// resumes where it was.
 	pp.setState("replaying")
+	phase := phaseReplaying
+	if pp.seeding {
+		phase = phaseSeeding
+	}
 	replayed := int64(0)
+	var rp *progress
+	if pp.next < pp.resume {
+		rp = pp.beginProgress(phase, pp.next, pp.resume)
+		defer rp.end()
+	}
 	for pp.next < pp.resume {
 		batch, err := pp.nextBatch(ctx, replayIdle)
 		if ctx.Err() != nil {
@@ -248,7 +287,13 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		rp.update(pp.next-c, uint64(replayed))
+		pp.housekeeping(ctx)
 	}
+	if rp != nil {
+		rp.end()
+	}
+	pp.seeding = false
 	took := w.deps.Now().Sub(start)
 	w.m.recoveryDuration.WithLabelValues(w.cfg.Input).Observe(took.Seconds())
 	pp.log.Info("partition recovered",
@@ -289,7 +334,8 @@ func (pp *partitionProc) restore(ctx context.Context) (*Restored, error) {
 		case err == nil:
 			return r, nil
 		case errors.Is(err, ErrNoCheckpoint):
-			pp.log.Info("no checkpoint; starting from the retained input")
+			// The session logs what it does instead (new group, or a
+			// rebuild from the retained input).
 			return pp.empty()
 		case errors.Is(err, ErrNoUsableCheckpoint):
 			if w.cfg.OnRestoreFailure == RestoreEmpty {
@@ -531,6 +577,9 @@ func (pp *partitionProc) apply(t *tally) {
 	pp.consumed += t.consumed
 	pp.forwarded += t.forwarded
 	pp.duplicates += t.duplicates
+	pp.w.count.consumed.Add(t.consumed)
+	pp.w.count.forwarded.Add(t.forwarded)
+	pp.w.count.duplicates.Add(t.duplicates)
 	pp.rateCount += t.consumed
 	pm.skippedMarkers.Add(float64(t.markers))
 	pm.skippedAborted.Add(float64(t.aborted))
@@ -543,6 +592,7 @@ func (pp *partitionProc) apply(t *tally) {
 		}
 		c.Add(float64(n))
 		pp.deadLettered += n
+		pp.w.count.deadLettered.Add(n)
 	}
 	for r, n := range t.dropped {
 		c, ok := pm.dropped[r]
@@ -551,6 +601,7 @@ func (pp *partitionProc) apply(t *tally) {
 		}
 		c.Add(float64(n))
 		pp.dropped += n
+		pp.w.count.dropped.Add(n)
 	}
 }
 
@@ -582,9 +633,7 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		return
 	}
 	now := w.deps.Now()
-	// A checkpoint below resume could lead a later recovery to scan too
-	// little of the output (see docs/worker.md).
-	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval && pp.next >= pp.resume {
+	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval {
 		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
 			// Idle: the stored checkpoint still covers everything.
 			pp.cp.touch(now)
@@ -625,7 +674,11 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 	out := map[string]map[int]int64{}
 	for tp, from := range pp.scanFrom {
 		o := from
-		if pp.skip.len() == 0 {
+		// Below resume (replay), only the scan's start is known to lie
+		// before every record written for input >= next: records of
+		// [next, resume) were written by an earlier owner, anywhere after
+		// it (docs/worker.md, "Checkpoints during replay").
+		if pp.skip.len() == 0 && pp.next >= pp.resume {
 			// Every record of this partition at src offset >= next is
 			// written after now, so after anything acknowledged so far.
 			o = max(o, pp.scanTo[tp], pp.w.out.ackedOffset(tp.topic, tp.partition))
@@ -657,10 +710,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 		pp.log.Warn("partition lost; stopped without final commit", "cause", cause)
 		return nil
 	}
-	if pp.next < pp.resume {
-		pp.log.Info("partition released during replay; nothing to commit")
-		return nil
-	}
+	replaying := pp.next < pp.resume
 	pp.setState("stopping")
 	// A revoke must end within the session timeout (kafka-go sends no
 	// heartbeats meanwhile): a final checkpoint that does not fit in half of
@@ -673,7 +723,9 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	sctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
 	start := w.deps.Now()
-	if !pp.commitsPaused {
+	// During replay the group's offset is already beyond next: nothing to
+	// commit, but a checkpoint keeps the replay's progress.
+	if !pp.commitsPaused && !replaying {
 		if err := pp.com.commitNow(sctx, pp.p, pp.next); err != nil {
 			pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
 		}

@@ -77,8 +77,9 @@ const scanIdle = 30 * time.Second
 // running; offsets below resume are still only replayed when they arrive.
 const replayIdle = 2 * time.Second
 
-// scanRange calls fn for every record of topic/partition in [from, to).
-func (w *Worker) scanRange(ctx context.Context, topic string, partition int, from, to int64, fn func(*kafka.Message)) (int, error) {
+// scanRange calls fn for every record of topic/partition in [from, to),
+// and at after each fetch with the offset reached (nil: not called).
+func (w *Worker) scanRange(ctx context.Context, topic string, partition int, from, to int64, fn func(*kafka.Message), at func(int64)) (int, error) {
 	if from >= to {
 		return 0, nil
 	}
@@ -124,6 +125,9 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 			}
 			n++
 			fn(&c.Records[i])
+		}
+		if at != nil {
+			at(min(f.Offset(), to))
 		}
 	}
 	return n, nil
@@ -174,7 +178,11 @@ func (w *Worker) kindOf(topic string) writtenKind {
 // being written. Leaving them out also bounds the set by the input's range
 // [resume, high-water mark). An input recreated and refilled past such
 // offsets cannot be told apart from the original here (see docs/worker.md).
-func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored map[string]map[int]int64) (
+//
+// progress, if not nil, is called as the scan goes with the offsets
+// scanned so far and the total to scan over all written partitions.
+func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored map[string]map[int]int64,
+	progress func(done, total int64)) (
 	skip *skipSet, from, to map[topicPartition]int64, scanned int, err error) {
 	from, to = map[topicPartition]int64{}, map[topicPartition]int64{}
 	byTopic := map[string][]int{}
@@ -207,9 +215,17 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 	}
 	limit := ib[p].last
 	skip = newSkipSet(resume, max(limit, resume))
-	var beyond, maxBeyond int64
+	var beyond, maxBeyond, total, done int64
+	for _, tp := range targets {
+		total += to[tp] - from[tp]
+	}
 	for _, tp := range targets {
 		kind := w.kindOf(tp.topic)
+		var at func(int64)
+		if progress != nil && total > 0 {
+			base, start := done, from[tp]
+			at = func(o int64) { progress(base+o-start, total) }
+		}
 		n, err := w.scanRange(ctx, tp.topic, tp.partition, from[tp], to[tp], func(m *kafka.Message) {
 			sp, so, ok := srcOf(m.Headers)
 			if !ok || sp != p || so < resume {
@@ -224,7 +240,8 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 				e.reason = headerValue(m.Headers, HeaderError)
 			}
 			skip.add(so, e)
-		})
+		}, at)
+		done += to[tp] - from[tp]
 		scanned += n
 		if err != nil {
 			return nil, nil, nil, scanned, err

@@ -191,8 +191,9 @@ func (s slowExtractor) Extract(dst []byte, key, value []byte, hs []kafka.Header)
 	return s.keyExtractor.Extract(dst, key, value, hs)
 }
 
-// TestRebalanceDuringReplay: a partition revoked while it replays neither
-// commits nor checkpoints; whoever gets it next recovers exactly.
+// TestRebalanceDuringReplay: a partition revoked while it replays commits
+// nothing (its final checkpoint keeps the replay's progress); whoever gets
+// it next recovers exactly.
 func TestRebalanceDuringReplay(t *testing.T) {
 	t.Parallel()
 	brokers := newCluster(t, 2)
@@ -304,4 +305,78 @@ func TestRecoveryIgnoresOffsetsBeyondInput(t *testing.T) {
 	got[0] = got[0][len(injected):]
 	wantOut, _, _ := expectation(evs, time.Hour)
 	checkKeys(t, "output", got, wantOut)
+}
+
+// TestCrashDuringReplay: a replay writes periodic checkpoints below the
+// resume offset; a worker killed in the middle of such a replay, with
+// records written but not committed by the worker before it, is followed
+// by one that resumes from the replay's checkpoint and still finds every
+// written record (its checkpoints keep the recovery scan's start).
+func TestCrashDuringReplay(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 2)
+	evs := genEvents(4000, 2, 0.3, 81, base)
+	produce(t, brokers, evs[:3000])
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = time.Hour // the first worker never checkpoints
+	cfg.CommitInterval = 20 * time.Millisecond
+	cfg.BatchSize = 50
+	cfg.Owner = "first"
+	crash := make(chan struct{})
+	var once sync.Once
+	var batches atomic.Int64
+	first := startWorker(t, cfg, store, func(w *Worker) {
+		w.afterWrite = func(int, int64) {
+			if batches.Add(1) == 50 { // 2,500 records written; the last ones not yet committed
+				once.Do(func() { w.halted.Store(true); close(crash) })
+			}
+		}
+	})
+	<-crash
+	first.cancel()
+	<-first.done
+	first.done <- nil
+
+	var slow atomic.Bool
+	slow.Store(true)
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	cfg.Owner = "replayer"
+	a := startWorkerWith(t, cfg, store, slowExtractor{slow: &slow}, nil)
+	var cps [2]Checkpoint
+	waitFor(t, 60*time.Second, "checkpoints in the middle of both replays", func() bool {
+		for p := range 2 {
+			cp, ok := store.latest(tIn, p)
+			if !ok || cp.InputOffset <= 0 {
+				return false
+			}
+			cps[p] = cp
+		}
+		for _, ps := range a.w.Status().Partitions {
+			if ps.State != "replaying" {
+				return false
+			}
+		}
+		return true
+	})
+	a.w.halted.Store(true)
+	a.cancel()
+	<-a.done
+	a.done <- nil
+	slow.Store(false)
+
+	produce(t, brokers, evs[3000:])
+	cfg.Owner = "last"
+	b := startWorker(t, cfg, store, nil)
+	per := map[int]int64{}
+	for _, e := range evs {
+		per[e.partition]++
+	}
+	caughtUp(t, b, per)
+	b.stop(t)
+	wantOut, wantDup, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 2), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
+	b.conservation(t)
+	t.Logf("replay checkpoints at input offsets %d and %d", cps[0].InputOffset, cps[1].InputOffset)
 }

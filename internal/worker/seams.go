@@ -94,6 +94,17 @@ type Restored struct {
 	Filter        Filter
 	InputOffset   int64                    // all input offsets < InputOffset are covered
 	OutputOffsets map[string]map[int]int64 // where the recovery scan starts
+	// Sequence and Written identify the checkpoint in logs (0 and zero
+	// time when a StateStore has no such notion).
+	Sequence uint64
+	Written  time.Time
+}
+
+// Planner is optionally implemented by a StateStore that can tell how much
+// memory one partition's filter will hold at its planned size; the worker
+// logs it at start.
+type Planner interface {
+	PlannedBytes(p FilterParams) uint64
 }
 
 // Checkpoint is the state handed to PartitionStore.Commit.

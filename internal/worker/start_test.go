@@ -114,3 +114,59 @@ func caughtUp(t *testing.T, rw *runningWorker, want map[int]int64) {
 		return done == len(want)
 	})
 }
+
+// TestSeedingResumesFromCheckpoint: a seeding replay writes periodic
+// checkpoints, shows its progress, and a worker killed in the middle of it
+// resumes from the last checkpoint instead of seeding again from the start;
+// the seeded keys are remembered either way.
+func TestSeedingResumesFromCheckpoint(t *testing.T) {
+	t.Parallel()
+	old := genEvents(6000, 1, 0, 51, base)
+	later := genEvents(400, 1, 0, 52, base.Add(time.Minute))
+	for i := 0; i < len(later); i += 2 { // half repeat seeded keys
+		later[i].key = old[(i*13)%len(old)].key
+	}
+	brokers := newCluster(t, 1)
+	produce(t, brokers, old)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.StartFrom, cfg.SeedFrom = Position{Latest: true}, &Position{}
+	cfg.Owner = "first"
+	slow := func(w *Worker) {
+		w.afterWrite = func(int, int64) { time.Sleep(25 * time.Millisecond) }
+	}
+	a := startWorker(t, cfg, store, slow)
+	waitFor(t, 60*time.Second, "the status showing the seeding's progress", func() bool {
+		for _, p := range a.w.Status().Partitions {
+			if pr := p.Progress; pr != nil && pr.Phase == phaseSeeding && pr.Done > 0 && pr.To == int64(len(old)) && pr.Keys > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	waitFor(t, 60*time.Second, "a checkpoint in the middle of the seeding", func() bool {
+		cp, ok := store.latest(tIn, 0)
+		return ok && cp.InputOffset > 0 && cp.InputOffset < int64(len(old))
+	})
+	a.w.halted.Store(true) // kill -9
+	a.cancel()
+	<-a.done
+	a.done <- nil
+
+	cp, _ := store.latest(tIn, 0)
+	if cp.InputOffset >= int64(len(old)) {
+		t.Fatalf("seeding finished before the kill (checkpoint at %d); slow it down", cp.InputOffset)
+	}
+	produce(t, brokers, later)
+	cfg.Owner = "second"
+	b := startWorker(t, cfg, store, nil)
+	caughtUp(t, b, map[int]int64{0: int64(len(old) + len(later))})
+	if got, want := b.metricSum(t, "bloomgate_recovery_replayed_records_total"), float64(int64(len(old))-cp.InputOffset); got != want {
+		t.Errorf("the restart replayed %v records, want %v (from the checkpoint at %d to the start at %d)", got, want, cp.InputOffset, len(old))
+	}
+	b.stop(t)
+	full, fullDup, _ := expectation(append(append([]event(nil), old...), later...), time.Hour)
+	seenOut, seenDup, _ := expectation(old, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 1), map[int][]string{0: full[0][len(seenOut[0]):]})
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 1), map[int][]string{0: fullDup[0][len(seenDup[0]):]})
+}

@@ -42,6 +42,12 @@ type Worker struct {
 	out        *output
 	client     *kafka.Client
 
+	// count totals the records of every partition since start (the
+	// periodic progress line).
+	count struct {
+		consumed, forwarded, duplicates, deadLettered, dropped atomic.Uint64
+	}
+
 	mu     sync.Mutex
 	status Status
 	parts  map[int]*partitionStatus
@@ -164,7 +170,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 		})
 	}()
-	w.log.Info("worker started", "partitions", w.partitions[w.cfg.Input], "filter_capacity_per_partition", w.params.Capacity)
+	w.logStart()
+	progressDone := make(chan struct{})
+	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgressInterval) }()
 	for {
 		nctx, ncancel := context.WithCancel(ctx)
 		rebuild.Store(&ncancel)
@@ -198,6 +206,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopWatch()
 	<-watched
+	<-progressDone
 	w.stopping.Store(true)
 
 	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)

@@ -230,6 +230,15 @@ func TestMetricNamesExported(t *testing.T) {
 			t.Errorf("%s (used by %s) is not exported by the binary", name, strings.Join(slices.Compact(where), ", "))
 		}
 	}
+	// Every bloomgate_ family the worker exports is named in the README
+	// (Go runtime and process families are Prometheus' own).
+	readme := string(repoFile(t, "README.md"))
+	for name := range fams {
+		short, ok := strings.CutPrefix(name, "bloomgate_")
+		if ok && !strings.Contains(readme, "`"+short) && !strings.Contains(readme, name) {
+			t.Errorf("%s is exported but the README's metric list does not name it", name)
+		}
+	}
 	// The version stamped at build time is in bloomgate_build_info.
 	if !strings.Contains(body, `bloomgate_build_info{goversion="`) || !strings.Contains(body, `version="`+testVersion+`"} 1`) {
 		t.Errorf("bloomgate_build_info without version %s", testVersion)

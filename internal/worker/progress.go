@@ -1,0 +1,193 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Long phases before a partition runs (seeding, replay, the output scan)
+// report their progress three ways: PartitionStatus.Progress (status page,
+// /status.json), the gauge bloomgate_recovery_remaining_offsets{phase}, and
+// a log line every progressLogInterval once a phase has run that long.
+const (
+	phaseSeeding   = "seeding"
+	phaseReplaying = "replaying"
+	phaseScanning  = "scanning"
+
+	progressLogInterval    = 15 * time.Second
+	progressStatusInterval = 200 * time.Millisecond
+)
+
+var phases = []string{phaseSeeding, phaseReplaying, phaseScanning}
+
+// progress tracks one phase of one partition. Only the partition's
+// goroutine uses it.
+type progress struct {
+	pp       *partitionProc
+	phase    string
+	from, to int64
+	began    time.Time
+	loggedAt time.Time
+	shownAt  time.Time
+	done     int64
+	keys     uint64
+}
+
+// beginProgress starts tracking a phase over [from, to) and shows it.
+func (pp *partitionProc) beginProgress(phase string, from, to int64) *progress {
+	now := pp.w.deps.Now()
+	pr := &progress{pp: pp, phase: phase, from: from, to: to, began: now, loggedAt: now}
+	pr.show(now)
+	return pr
+}
+
+// update records that done offsets of the range are passed and keys keys
+// inserted; the status and the gauge follow at most every
+// progressStatusInterval, the log
+// every progressLogInterval.
+func (pr *progress) update(done int64, keys uint64) {
+	pr.done, pr.keys = done, keys
+	now := pr.pp.w.deps.Now()
+	if now.Sub(pr.shownAt) >= progressStatusInterval {
+		pr.show(now)
+	}
+	if now.Sub(pr.loggedAt) >= progressLogInterval {
+		pr.loggedAt = now
+		v := pr.value(now)
+		pr.pp.log.Info(fmt.Sprintf("%s: %.0f%% (%d of %d offsets), %d keys, %.0f offsets/s, about %s left",
+			pr.phase, 100*v.Fraction(), v.Done, v.To-v.From, v.Keys, v.Rate, etaText(v.ETASeconds)),
+			"phase", pr.phase, "from", pr.from, "to", pr.to, "done", v.Done, "keys", v.Keys)
+	}
+}
+
+// end clears the phase from the status and the gauge.
+func (pr *progress) end() {
+	pr.pp.pm.remaining[pr.phase].Set(0)
+	pr.pp.w.updatePartition(pr.pp.p, func(ps *PartitionStatus) { ps.Progress = nil })
+}
+
+func (pr *progress) show(now time.Time) {
+	pr.shownAt = now
+	v := pr.value(now)
+	pr.pp.pm.remaining[pr.phase].Set(float64(max(v.To-v.From-v.Done, 0)))
+	pr.pp.w.updatePartition(pr.pp.p, func(ps *PartitionStatus) { ps.Progress = &v })
+}
+
+func (pr *progress) value(now time.Time) Progress {
+	v := Progress{Phase: pr.phase, From: pr.from, To: pr.to, Done: pr.done, Keys: pr.keys}
+	if el := now.Sub(pr.began).Seconds(); el > 0 && pr.done > 0 {
+		v.Rate = float64(pr.done) / el
+		v.ETASeconds = float64(max(pr.to-pr.from-pr.done, 0)) / v.Rate
+	}
+	return v
+}
+
+func etaText(s float64) string {
+	if s <= 0 {
+		return "unknown time"
+	}
+	return time.Duration(s * float64(time.Second)).Round(time.Second).String()
+}
+
+// totals are the worker's counts since start, for the progress line.
+type totals struct {
+	consumed, forwarded, duplicates, deadLettered, dropped uint64
+}
+
+// progressLogInterval of the worker: one info line a minute says what the
+// worker did and where it stands, so a log alone tells a healthy worker from
+// a stuck one.
+const workerProgressInterval = time.Minute
+
+// logProgress writes the periodic progress line until ctx ends.
+func (w *Worker) logProgress(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, lastAt := w.totals(), w.deps.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now, cur := w.deps.Now(), w.totals()
+		dt := now.Sub(lastAt).Seconds()
+		if dt <= 0 {
+			continue
+		}
+		s := w.Status()
+		var lag int64
+		running, paused := 0, 0
+		var oldest time.Time
+		for _, p := range s.Partitions {
+			lag += p.Lag
+			if p.State == "running" {
+				running++
+			}
+			if p.CommitsPaused {
+				paused++
+			}
+			if !p.LastCheckpoint.IsZero() && (oldest.IsZero() || p.LastCheckpoint.Before(oldest)) {
+				oldest = p.LastCheckpoint
+			}
+		}
+		rate := func(a, b uint64) string { return fmt.Sprintf("%.1f/s", float64(a-b)/dt) }
+		attrs := []any{
+			"consumed", rate(cur.consumed, last.consumed), "forwarded", rate(cur.forwarded, last.forwarded),
+			"duplicates", rate(cur.duplicates, last.duplicates),
+			"dead_lettered", rate(cur.deadLettered, last.deadLettered), "dropped", rate(cur.dropped, last.dropped),
+			"lag", lag, "partitions_running", running, "partitions_assigned", len(s.Assigned),
+			"generation", s.Generation, "joined", s.Joined,
+		}
+		if !oldest.IsZero() {
+			attrs = append(attrs, "oldest_checkpoint_age", now.Sub(oldest).Round(time.Second).String())
+		}
+		if paused > 0 {
+			attrs = append(attrs, "commits_paused_partitions", paused)
+		}
+		w.log.Info("progress", attrs...)
+		last, lastAt = cur, now
+	}
+}
+
+func (w *Worker) totals() totals {
+	return totals{
+		consumed: w.count.consumed.Load(), forwarded: w.count.forwarded.Load(), duplicates: w.count.duplicates.Load(),
+		deadLettered: w.count.deadLettered.Load(), dropped: w.count.dropped.Load(),
+	}
+}
+
+// logStart says what the worker is about to do, with the memory it plans:
+// one partition's filter at its planned size, and all partitions of the
+// input (what one worker holds if it is the group's only member).
+func (w *Worker) logStart() {
+	n := w.partitions[w.cfg.Input]
+	attrs := []any{"partitions", n, "filter_capacity_per_partition", w.params.Capacity}
+	if pl, ok := w.deps.State.(Planner); ok {
+		per := pl.PlannedBytes(w.params)
+		attrs = append(attrs, "filter_memory_per_partition", ByteSize(per),
+			"filter_memory_all_partitions", ByteSize(per*uint64(n)))
+	}
+	w.log.Info("worker started", attrs...)
+}
+
+// ByteSize prints a byte count in binary units (KiB, MiB, GiB, TiB).
+type ByteSize uint64
+
+func (b ByteSize) String() string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", uint64(b))
+	}
+	v, i := float64(b)/unit, 0
+	for v >= unit && i < 3 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGT"[i])
+}
+
+// LogValue logs a ByteSize as its text in every handler.
+func (b ByteSize) LogValue() slog.Value { return slog.StringValue(b.String()) }
