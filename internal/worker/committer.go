@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +35,13 @@ type committer struct {
 	halted func() bool
 	// maxGap, if set, is the session timeout: a process that did not run
 	// for longer (SIGSTOP, a long pause) has lost its membership, and its
-	// partitions must not write what they fetched before (a zombie).
+	// partitions must not write what they fetched before (a zombie). The
+	// same holds for a member whose offset commits have kept failing for
+	// that long (cut off from the coordinator, not from the partition
+	// leaders): its heartbeats fail too, so the coordinator has expired
+	// it. While there is nothing new to commit, the committer re-commits
+	// the last offsets every maxGap/4, so that the time of the last
+	// successful commit stays a measure of the coordinator's contact.
 	maxGap  time.Duration
 	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
 	paused  atomic.Bool
@@ -88,6 +95,33 @@ func (c *committer) run() {
 		alive = at.C
 	}
 	stale := false
+	lastOK, failingSince := time.Now(), time.Time{}
+	// attempt commits offsets and keeps the contact clock.
+	attempt := func(offsets map[int]int64) error {
+		err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
+		now := time.Now()
+		if err == nil {
+			lastOK, failingSince = now, time.Time{}
+		} else if failingSince.IsZero() {
+			failingSince = now
+		}
+		return err
+	}
+	// lostContact fences the generation once commits have failed for half
+	// the session timeout in a row and none succeeded for a whole one.
+	lostContact := func(err error) bool {
+		now := time.Now()
+		if c.maxGap <= 0 || stale || failingSince.IsZero() || now.Sub(failingSince) < c.maxGap/2 || now.Sub(lastOK) <= c.maxGap {
+			return false
+		}
+		c.paused.Store(true)
+		stale = true
+		c.log.Warn("offset commits have failed for longer than the session timeout: the coordinator has presumably given "+
+			"this member's partitions to others; stopping this generation's partitions",
+			"last_success", now.Sub(lastOK).Round(time.Millisecond), "err", err)
+		c.fence(errNoContact)
+		return true
+	}
 	flush := func() {
 		var err error
 		if stale {
@@ -95,7 +129,7 @@ func (c *committer) run() {
 		} else if c.halted != nil && c.halted() {
 			err = errors.New("worker halted")
 		} else if len(pending) > 0 {
-			err = c.gen.CommitOffsets(map[string]map[int]int64{c.topic: pending})
+			err = attempt(pending)
 			if err == nil {
 				c.mu.Lock()
 				for p, o := range pending {
@@ -110,6 +144,8 @@ func (c *committer) run() {
 					c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
 					c.fence(errors.Join(errStaleGeneration, err))
 					err = errors.Join(errStaleGeneration, err)
+				} else if lostContact(err) {
+					err = errors.Join(errNoContact, err)
 				} else {
 					c.log.Warn("offset commit failed; retrying", "err", err)
 				}
@@ -155,6 +191,26 @@ func (c *committer) run() {
 				c.fence(errPaused)
 			}
 			c.lastRun.Store(now.UnixNano())
+			if stale || (c.halted != nil && c.halted()) {
+				break
+			}
+			if len(pending) == 0 && now.Sub(lastOK) >= c.maxGap/4 {
+				c.mu.Lock()
+				again := maps.Clone(c.committed)
+				c.mu.Unlock()
+				if len(again) > 0 {
+					if err := attempt(again); err != nil {
+						c.m.commitFailures.Inc()
+						if isStaleGeneration(err) {
+							stale = true
+							c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
+							c.fence(errors.Join(errStaleGeneration, err))
+						} else if !lostContact(err) {
+							c.log.Warn("offset commit failed; retrying", "err", err)
+						}
+					}
+				}
+			}
 		case <-t.C:
 			flush()
 		case <-c.stop:
@@ -195,6 +251,10 @@ func (c *committer) commitNow(ctx context.Context, partition int, offset int64) 
 // errPaused: the process did not run for longer than the session timeout;
 // the coordinator has given its partitions to others.
 var errPaused = fmt.Errorf("%w: the process was paused for longer than the session timeout", errStaleGeneration)
+
+// errNoContact: offset commits failed for longer than the session timeout;
+// the coordinator has presumably given the partitions to others.
+var errNoContact = fmt.Errorf("%w: offset commits failed for longer than the session timeout", errStaleGeneration)
 
 // pausedTooLong reports whether the process has not run the committer for
 // longer than the session timeout, or found that it had not: partitions

@@ -125,3 +125,94 @@ func TestCommitterNoticesPause(t *testing.T) {
 		t.Error("pausedTooLong = false after the tick that noticed the pause")
 	}
 }
+
+// setErr sets the error CommitOffsets returns (nil: success).
+func (g *fakeGen) setErr(err error) {
+	g.mu.Lock()
+	g.err = err
+	g.mu.Unlock()
+}
+
+func (g *fakeGen) calls() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.commits)
+}
+
+// TestCommitterLosesContact: commits that keep failing (the coordinator
+// unreachable, the partition leaders not) for longer than the session
+// timeout stop the generation's partitions, as a pause does; a short run
+// of failures does not.
+func TestCommitterLosesContact(t *testing.T) {
+	m, _ := newMetrics(prometheus.NewRegistry())
+	g := &fakeGen{}
+	var fenced atomic.Pointer[error]
+	c := newCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+	c.maxGap = 400 * time.Millisecond
+	go c.run()
+	defer c.close()
+	ctx := context.Background()
+
+	// A short outage: 150 ms of failures, then commits succeed again.
+	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
+	for o := int64(1); o <= 15; o++ {
+		c.offer(ctx, 0, o)
+		time.Sleep(10 * time.Millisecond)
+	}
+	g.setErr(nil)
+	if err := c.commitNow(ctx, 0, 16); err != nil {
+		t.Fatalf("commit after a short outage: %v", err)
+	}
+	time.Sleep(2 * c.maxGap)
+	if fenced.Load() != nil || c.pausedTooLong() {
+		t.Fatalf("fenced after a %v outage (session timeout %v): %v", 150*time.Millisecond, c.maxGap, *fenced.Load())
+	}
+
+	// A long one: writes go on, commits fail past the session timeout.
+	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
+	start := time.Now()
+	for o := int64(17); fenced.Load() == nil && time.Since(start) < 5*time.Second; o++ {
+		c.offer(ctx, 0, o)
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(start)
+	errp := fenced.Load()
+	if errp == nil || !errors.Is(*errp, errNoContact) || !errors.Is(*errp, errStaleGeneration) {
+		t.Fatalf("fenced with %v, want errNoContact", errp)
+	}
+	// Fenced once commits failed for half the session timeout in a row
+	// and none succeeded for a whole one (the last success, a keep-alive,
+	// came up to a quarter of it before the failures began).
+	if took < c.maxGap/2 || took > 3*c.maxGap {
+		t.Errorf("fenced %v after commits began to fail, want between %v and %v", took, c.maxGap/2, 3*c.maxGap)
+	}
+	if !c.pausedTooLong() {
+		t.Error("partitions may still write after the contact was lost")
+	}
+}
+
+// TestCommitterKeepAlive: with nothing new to commit, the last offsets are
+// committed again within a session timeout, so that a lost coordinator is
+// noticed also while the input is idle.
+func TestCommitterKeepAlive(t *testing.T) {
+	m, _ := newMetrics(prometheus.NewRegistry())
+	g := &fakeGen{}
+	c := newCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { t.Errorf("fenced: %v", err) })
+	c.maxGap = 200 * time.Millisecond
+	go c.run()
+	defer c.close()
+	if err := c.commitNow(context.Background(), 3, 42); err != nil {
+		t.Fatal(err)
+	}
+	n := g.calls()
+	time.Sleep(3 * c.maxGap)
+	if extra := g.calls() - n; extra < 2 {
+		t.Fatalf("%d commits in %v of idleness, want a keep-alive every %v", extra, 3*c.maxGap, c.maxGap/4)
+	}
+	g.mu.Lock()
+	last := g.commits[len(g.commits)-1]
+	g.mu.Unlock()
+	if len(last) != 1 || last[3] != 42 {
+		t.Errorf("keep-alive committed %v, want the last offsets {3: 42}", last)
+	}
+}

@@ -115,7 +115,7 @@ func runChaos(t *testing.T, run chaosRun) {
 	// The workers run with the default group timings: the failures below
 	// must heal without tuning (docs/chaos.md).
 	c.leaders = make(chan *proc, 16)
-	c.recoveryTimes, c.unrecovered = map[string][]time.Duration{}, map[string]int{}
+	c.recoveryTimes, c.caughtUpTimes, c.unrecovered = map[string][]time.Duration{}, map[string][]time.Duration{}, map[string]int{}
 	for i := range c.slots {
 		sl := &slot{id: i, proxy: s3test.NewFaultProxy(t, s3.Endpoint())}
 		sl.proxy.Inject(c.observeS3(sl))
@@ -220,6 +220,16 @@ func runChaos(t *testing.T, run chaosRun) {
 	for k, n := range c.unrecovered {
 		t.Errorf("%d %s failures: the group did not commit everywhere again within %v", n, k, recoveryLimit)
 	}
+	for _, d := range c.recoveryTimes["two-of-three"] {
+		if d > goalTwoOfThree {
+			t.Errorf("two of three workers failed at once: the group committed everywhere again only after %v, goal %v (docs/chaos.md)", d.Round(100*time.Millisecond), goalTwoOfThree)
+		}
+	}
+	for _, d := range c.caughtUpTimes["burst"] {
+		if d > goalBurst {
+			t.Errorf("a burst of kills: everything produced before it was committed only after %v, goal %v (docs/chaos.md)", d.Round(100*time.Millisecond), goalBurst)
+		}
+	}
 	c.mu.Unlock()
 	if want := min(10, run.kills); run.only != "zombie" && c.kills < want {
 		t.Errorf("only %d kills happened, want at least %d", c.kills, want)
@@ -272,7 +282,9 @@ type cluster struct {
 	crashes        []string // panics, fatal errors, data races in worker output
 	began          time.Time
 	recoveryTimes  map[string][]time.Duration // failure kind → time until every lagging partition committed again
+	caughtUpTimes  map[string][]time.Duration // failure kind → time until everything produced before the failure is committed
 	unrecovered    map[string]int             // failure kind → measurements that hit their limit
+	burstSpans     []time.Duration            // first to last kill of each burst
 	measuring      sync.WaitGroup
 }
 
@@ -590,16 +602,25 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 			c.restart(b)
 		case "burst":
 			// An OOM-killer burst: burstKills SIGKILLs within 5 s, each
-			// victim restarted at once.
-			gap := 4500 * time.Millisecond / time.Duration(burstKills-1)
+			// victim restarted at once. The kills are due at fixed times
+			// (4.5 s spread, jittered within each step), so the time a
+			// kill and a restart take does not stretch the burst.
+			step := 4500 * time.Millisecond / time.Duration(burstKills-1)
+			first := time.Now()
 			for k := range burstKills {
+				if k > 0 {
+					due := first.Add(step*time.Duration(k-1) + step/2 + time.Duration(c.rng.Int64N(int64(step/2)+1)))
+					time.Sleep(time.Until(due))
+				}
 				sl := c.randomSlot()
 				c.kill(sl, "burst")
 				c.restart(sl)
-				if k < burstKills-1 {
-					c.sleepRand(gap/2, gap)
-				}
 			}
+			span := time.Since(first)
+			c.mu.Lock()
+			c.burstSpans = append(c.burstSpans, span)
+			c.logEvent("burst of %d kills within %v", burstKills, span.Round(10*time.Millisecond))
+			c.mu.Unlock()
 			c.measure("burst", time.Now())
 		case "leader":
 			c.killNewLeader()
@@ -684,10 +705,21 @@ func (c *cluster) killNewLeader() {
 // recoveryLimit bounds one recovery measurement.
 const recoveryLimit = 3 * time.Minute
 
+// Liveness goals with the default group timings (session timeout 10 s):
+// after two of three workers fail at once, the group commits everywhere
+// again within session timeout + 15 s; after a burst of kills, everything
+// produced before its last kill is committed within 60 s.
+const (
+	goalTwoOfThree = 10*time.Second + 15*time.Second
+	goalBurst      = 60 * time.Second
+)
+
 // measure records, in the background, how long after at every input
 // partition that lagged at that moment has a committed offset beyond the
 // one it had (or caught up with the high-water mark): the time until the
-// group commits everywhere again.
+// group commits everywhere again; and then how long until every
+// partition's committed offset reached its high-water mark of that moment:
+// the time until everything produced before the failure is committed.
 func (c *cluster) measure(kind string, at time.Time) {
 	c.measuring.Go(func() {
 		cl := &kafka.Client{Addr: kafka.TCP(c.brokerAddr), Timeout: 5 * time.Second}
@@ -712,7 +744,8 @@ func (c *cluster) measure(kind string, at time.Time) {
 			c.mu.Unlock()
 			return
 		}
-		for time.Since(at) < recoveryLimit {
+		recovered := false
+		for !recovered && time.Since(at) < recoveryLimit {
 			time.Sleep(250 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			h, cm, err := groupProgress(ctx, cl)
@@ -720,24 +753,45 @@ func (c *cluster) measure(kind string, at time.Time) {
 			if err != nil || base == nil {
 				continue
 			}
-			moved := true
+			recovered = true
 			for p := range cm {
 				if base[p] < hwm[p] && cm[p] <= base[p] && cm[p] < h[p] {
-					moved = false
+					recovered = false
 				}
 			}
-			if moved {
+			if recovered {
 				took := time.Since(at)
 				c.mu.Lock()
 				c.recoveryTimes[kind] = append(c.recoveryTimes[kind], took)
 				c.logEvent("%s: every lagging partition committed again after %v", kind, took.Round(100*time.Millisecond))
 				c.mu.Unlock()
+			}
+		}
+		for recovered && time.Since(at) < recoveryLimit {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, cm, err := groupProgress(ctx, cl)
+			cancel()
+			caughtUp := err == nil
+			for p := range cm {
+				caughtUp = caughtUp && cm[p] >= hwm[p]
+			}
+			if caughtUp {
+				took := time.Since(at)
+				c.mu.Lock()
+				c.caughtUpTimes[kind] = append(c.caughtUpTimes[kind], took)
+				c.logEvent("%s: everything produced before it committed after %v", kind, took.Round(100*time.Millisecond))
+				c.mu.Unlock()
 				return
 			}
+			time.Sleep(250 * time.Millisecond)
 		}
 		c.mu.Lock()
 		c.unrecovered[kind]++
-		c.logEvent("%s: not every lagging partition committed again within %v", kind, recoveryLimit)
+		if recovered {
+			c.logEvent("%s: not everything produced before it committed within %v", kind, recoveryLimit)
+		} else {
+			c.logEvent("%s: not every lagging partition committed again within %v", kind, recoveryLimit)
+		}
 		c.mu.Unlock()
 	})
 }

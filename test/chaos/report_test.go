@@ -103,6 +103,17 @@ func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict
 		} else {
 			t.Logf("chaos: recovery %-16s none within %v (%d failures)", k, recoveryLimit, c.unrecovered[k])
 		}
+		us := append([]time.Duration(nil), c.caughtUpTimes[k]...)
+		sort.Slice(us, func(i, j int) bool { return us[i] < us[j] })
+		if n := len(us); n > 0 {
+			t.Logf("chaos: caught up %-15s %d: everything produced before the failure committed after p50 %v, p95 %v, max %v",
+				k, n, us[n/2].Round(100*time.Millisecond), us[(n*95+99)/100-1].Round(100*time.Millisecond), us[n-1].Round(100*time.Millisecond))
+		}
+	}
+	if n := len(c.burstSpans); n > 0 {
+		spans := append([]time.Duration(nil), c.burstSpans...)
+		sort.Slice(spans, func(i, j int) bool { return spans[i] < spans[j] })
+		t.Logf("chaos: bursts                 %d of %d kills, first to last kill within %v (longest)", n, max(2, *flagBurst), spans[n-1].Round(10*time.Millisecond))
 	}
 	if len(c.errorLines) > 0 {
 		t.Logf("chaos: %d ERROR log lines from workers, first: %s", len(c.errorLines), c.errorLines[0])
