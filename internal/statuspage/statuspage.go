@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -26,19 +25,13 @@ const RefreshSeconds = 5
 var files embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 2, 64) + " %" },
-	"fpr":     func(f float64) string { return strconv.FormatFloat(100*f, 'g', 3, 64) + " %" },
-	"width":   func(f float64) string { return strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64) + "%" },
-	"rate":    func(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) },
-	"count":   count,
-	"bytes":   byteSize,
-	"offset": func(o int64) string {
-		if o < 0 {
-			return "–"
-		}
-		return strconv.FormatInt(o, 10)
-	},
-	"age": age,
+	"count":    countOf,
+	"rate":     rate,
+	"percent":  percent,
+	"barWidth": barWidth,
+	"bytes":    byteSize,
+	"offset":   offset,
+	"age":      age,
 }).ParseFS(files, "page.html"))
 
 // view is what the template renders.
@@ -88,45 +81,4 @@ func Handler(status func() worker.Status) http.Handler {
 		_ = enc.Encode(status())
 	})
 	return mux
-}
-
-func count(n uint64) string {
-	switch {
-	case n >= 10_000_000_000:
-		return strconv.FormatUint(n/1_000_000_000, 10) + " G"
-	case n >= 10_000_000:
-		return strconv.FormatUint(n/1_000_000, 10) + " M"
-	case n >= 100_000:
-		return strconv.FormatUint(n/1_000, 10) + " k"
-	}
-	return strconv.FormatUint(n, 10)
-}
-
-func byteSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatUint(n, 10) + " B"
-	}
-	f, suffix := float64(n), []string{"KiB", "MiB", "GiB", "TiB"}
-	i := -1
-	for f >= unit && i < len(suffix)-1 {
-		f /= unit
-		i++
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64) + " " + suffix[i]
-}
-
-// age is how long before now t was, rounded for humans; "never" for the zero time.
-func age(now, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < 0:
-		return "just now"
-	case d < time.Hour:
-		return d.Round(time.Second).String() + " ago"
-	}
-	return d.Round(time.Minute).String() + " ago"
 }
