@@ -72,7 +72,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	for _, want := range []string{
 		`<title>bloomgate status</title>`,
 		`id="ready" class="ok">ready<`,
-		`id="partition-count">3<`,
+		`id="ready-detail">3 partitions running<`,
 	} {
 		if !strings.Contains(dom, want) {
 			t.Errorf("rendered page lacks %q", want)
@@ -80,7 +80,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	}
 	for _, p := range st.Partitions {
 		row := fmt.Sprintf(`data-partition="%d" data-topic="orders"`, p.Partition)
-		if !strings.Contains(dom, row) || !strings.Contains(dom, fmt.Sprintf(`<td class="l">orders/%d</td>`, p.Partition)) {
+		if !strings.Contains(dom, row) || !strings.Contains(dom, fmt.Sprintf(`<td class="l name">%d</td>`, p.Partition)) {
 			t.Errorf("rendered page lacks partition %d", p.Partition)
 		}
 		if p.LastCheckpoint.IsZero() || p.Filter.Generations == 0 {
