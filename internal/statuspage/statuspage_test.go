@@ -3,9 +3,12 @@ package statuspage
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +209,83 @@ func TestStatusJSONMatchesWorkerEncoding(t *testing.T) {
 	if err := json.Unmarshal(got, &back); err != nil || len(back.Partitions) != 3 || back.Partitions[1].CheckpointError != "s3: <access denied>" ||
 		back.Partitions[2].Progress == nil || back.Partitions[2].Progress.Keys != 180_000 {
 		t.Fatalf("decoding status.json: %v %+v", err, back)
+	}
+}
+
+// Every key of /status.json is snake_case, nested objects included. The
+// status is filled by reflection, so that a field added later is checked
+// too, omitempty ones included.
+func TestStatusJSONSnakeCase(t *testing.T) {
+	var st worker.Status
+	fill(reflect.ValueOf(&st).Elem())
+	body, _ := io.ReadAll(get(t, testHandler(st), "/status.json").Body)
+	var doc any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, body)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	keys := map[string]bool{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				keys[k] = true
+				if !snake.MatchString(k) {
+					t.Errorf("%s.%s: key is not snake_case", path, k)
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", doc)
+	// The walk reached the nested objects.
+	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds"} {
+		if !keys[k] {
+			t.Errorf("status.json lacks %q:\n%s", k, body)
+		}
+	}
+}
+
+// fill sets every settable field under v to a value other than its zero.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(testNow))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		v.SetMapIndex(k, e)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(1.5)
 	}
 }
 
