@@ -83,7 +83,7 @@ func TestPageShowsPartitions(t *testing.T) {
 		"3.00 MiB",                // filter memory
 		"2 clamped", "1 overflow", // filter warnings
 		"42 s ago",                  // last checkpoint
-		"offset 110000",             // checkpointed offset
+		"<small>110000</small>",     // checkpointed offset
 		"recovery 3 m 10 s",         // how long partition 0 took to recover
 		"commits paused",            // partition 1
 		"12 in open txn",            // partition 1 held at the LSO
