@@ -2,6 +2,15 @@
 // self-contained HTML document (inline CSS, no scripts, no external assets)
 // that reloads itself every few seconds, and the same data as JSON.
 //
+// The page leads with what an operator asks first: is the worker ready, and
+// if not, why (failed, outside a group generation and for how long, which
+// partitions are still restoring, scanning, replaying or seeding). Below
+// that one table row per partition; a partition that is not yet running
+// gets a second row with the progress of its current phase (share of the
+// range, offsets done and left, keys remembered, rate, time left), and a
+// failing checkpoint a second row with the error. Numbers are rounded for
+// reading (see format.go); /status.json has them exact.
+//
 // Cost: each request takes one worker.Status snapshot (a copy under the
 // worker's lock) and renders it; nothing runs between requests.
 package statuspage
@@ -14,6 +23,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -26,28 +36,149 @@ const RefreshSeconds = 5
 var files embed.FS
 
 var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"percent": func(f float64) string { return strconv.FormatFloat(100*f, 'f', 2, 64) + " %" },
-	"fpr":     func(f float64) string { return strconv.FormatFloat(100*f, 'g', 3, 64) + " %" },
-	"width":   func(f float64) string { return strconv.FormatFloat(100*min(max(f, 0), 1), 'f', 1, 64) + "%" },
-	"rate":    func(f float64) string { return strconv.FormatFloat(f, 'g', 3, 64) },
-	"count":   count,
-	"bytes":   byteSize,
-	"offset": func(o int64) string {
-		if o < 0 {
-			return "–"
-		}
-		return strconv.FormatInt(o, 10)
-	},
-	"age": age,
+	"count":    countOf,
+	"rate":     rate,
+	"percent":  percent,
+	"barWidth": barWidth,
+	"bytes":    byteSize,
+	"offset":   offset,
+	"seconds":  seconds,
+	"age":      age,
+	"add":      func(a, b uint64) uint64 { return a + b },
 }).ParseFS(files, "page.html"))
 
 // view is what the template renders.
 type view struct {
 	worker.Status
-	Now       time.Time
-	Refresh   int
-	TotalRate float64
-	TotalLag  int64
+	Now     time.Time
+	Refresh int
+	// NotReady says why the worker is not ready, "" when it is; Short is
+	// the same in a few words.
+	NotReady, Short string
+	TotalRate       float64
+	TotalLag        int64
+	TotalBytes      uint64
+	TotalKeys       uint64
+	// OldestCheckpoint is the least recent of the partitions' last
+	// checkpoints (zero if none has one yet).
+	OldestCheckpoint time.Time
+	// Topic is the input topic when all rows share it; rows then show
+	// only their partition number.
+	Topic string
+	Rows  []row
+}
+
+// row is one partition.
+type row struct {
+	worker.PartitionStatus
+	Running  bool
+	Progress *progress
+}
+
+// progress is a partition's worker.Progress as the page shows it.
+type progress struct {
+	worker.Progress
+	// What the phase reads: input before the start position, …
+	What string
+	// Fraction of the range done; Total is 0 when the range is unknown.
+	Fraction float64
+	Total    int64
+}
+
+// phases explains each worker.Progress phase.
+var phases = map[string]string{
+	"seeding":   "input before the start position, remembered, not forwarded",
+	"replaying": "input after the checkpoint, into the filter",
+	"scanning":  "outputs, for records written but not committed",
+}
+
+func newView(st worker.Status, now time.Time) view {
+	v := view{Status: st, Now: now, Refresh: RefreshSeconds}
+	seen := make(map[int]bool, len(st.Partitions))
+	var waiting []string
+	mixed := false
+	for i, p := range st.Partitions {
+		r := row{PartitionStatus: p, Running: p.State == "running" && p.Generation == st.Generation}
+		if pr := p.Progress; pr != nil {
+			r.Progress = &progress{Progress: *pr, What: phases[pr.Phase], Fraction: pr.Fraction()}
+			if pr.To > pr.From {
+				r.Progress.Total = pr.To - pr.From
+			}
+		}
+		v.Rows = append(v.Rows, r)
+		seen[p.Partition] = true
+		v.TotalRate += p.Rate
+		v.TotalLag += max(p.Lag, 0)
+		v.TotalBytes += p.Filter.Bytes
+		v.TotalKeys += p.Filter.EstKeys
+		if !p.LastCheckpoint.IsZero() && (v.OldestCheckpoint.IsZero() || p.LastCheckpoint.Before(v.OldestCheckpoint)) {
+			v.OldestCheckpoint = p.LastCheckpoint
+		}
+		if i == 0 || p.Topic == v.Topic {
+			v.Topic = p.Topic
+		} else {
+			mixed = true
+		}
+		if r.Running {
+			continue
+		}
+		what := p.Topic + "/" + strconv.Itoa(p.Partition) + " " + p.State
+		switch pr := r.Progress; {
+		case p.State == "running": // in an earlier generation
+			what += " in generation " + strconv.Itoa(int(p.Generation))
+		case pr == nil:
+		case pr.Phase == p.State:
+			what += " " + percent(pr.Fraction)
+		default:
+			what += " (" + pr.Phase + " " + percent(pr.Fraction) + ")"
+		}
+		waiting = append(waiting, what)
+	}
+	if mixed {
+		v.Topic = ""
+	}
+	for _, a := range st.Assigned {
+		if !seen[a] {
+			waiting = append(waiting, "partition "+strconv.Itoa(a)+" not started")
+		}
+	}
+	v.NotReady, v.Short = notReady(st, waiting)
+	return v
+}
+
+// notReady says why st is not ready, at length and in a few words, in the
+// order /readyz checks; "" when it is ready.
+func notReady(st worker.Status, waiting []string) (long, short string) {
+	switch {
+	case st.Error != "":
+		return "the worker failed: " + st.Error, "worker failed"
+	case !st.Joined && st.UnjoinedSeconds > 0:
+		return "not in a consumer group generation for " + seconds(st.UnjoinedSeconds) +
+			"; waiting for the group coordinator to complete a rebalance", "not in a group"
+	case !st.Joined:
+		return "joining the consumer group", "joining the group"
+	case st.Ready:
+		return "", partitions(len(st.Assigned)) + " running"
+	}
+	n := len(waiting)
+	if n == 0 { // a snapshot between the assignment and the first partition
+		return "restoring partitions", "restoring partitions"
+	}
+	const show = 4
+	list := strings.Join(waiting[:min(n, show)], ", ")
+	if n > show {
+		list += fmt.Sprintf(" and %d more", n-show)
+	}
+	of := fmt.Sprintf("%d of %s not running", n, partitions(max(len(st.Assigned), n)))
+	return of + " yet: " + list, of
+}
+
+// partitions is "1 partition", "3 partitions".
+func partitions(n int) string {
+	if n == 1 {
+		return "1 partition"
+	}
+	return strconv.Itoa(n) + " partitions"
 }
 
 // Handler serves GET / (the HTML page) and GET /status.json (status() as
@@ -59,16 +190,14 @@ type view struct {
 //	mux.Handle("/", w.Handler(reg))
 //	mux.Handle("GET /{$}", statuspage.Handler(w.Status))
 func Handler(status func() worker.Status) http.Handler {
+	return handler(status, time.Now)
+}
+
+func handler(status func() worker.Status, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, _ *http.Request) {
-		st := status()
-		v := view{Status: st, Now: time.Now(), Refresh: RefreshSeconds}
-		for _, p := range st.Partitions {
-			v.TotalRate += p.Rate
-			v.TotalLag += p.Lag
-		}
 		var buf bytes.Buffer
-		if err := page.Execute(&buf, v); err != nil {
+		if err := page.Execute(&buf, newView(status(), now())); err != nil {
 			http.Error(rw, fmt.Sprintf("rendering status page: %v", err), http.StatusInternalServerError)
 			return
 		}
@@ -88,45 +217,4 @@ func Handler(status func() worker.Status) http.Handler {
 		_ = enc.Encode(status())
 	})
 	return mux
-}
-
-func count(n uint64) string {
-	switch {
-	case n >= 10_000_000_000:
-		return strconv.FormatUint(n/1_000_000_000, 10) + " G"
-	case n >= 10_000_000:
-		return strconv.FormatUint(n/1_000_000, 10) + " M"
-	case n >= 100_000:
-		return strconv.FormatUint(n/1_000, 10) + " k"
-	}
-	return strconv.FormatUint(n, 10)
-}
-
-func byteSize(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return strconv.FormatUint(n, 10) + " B"
-	}
-	f, suffix := float64(n), []string{"KiB", "MiB", "GiB", "TiB"}
-	i := -1
-	for f >= unit && i < len(suffix)-1 {
-		f /= unit
-		i++
-	}
-	return strconv.FormatFloat(f, 'f', 1, 64) + " " + suffix[i]
-}
-
-// age is how long before now t was, rounded for humans; "never" for the zero time.
-func age(now, t time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	d := now.Sub(t)
-	switch {
-	case d < 0:
-		return "just now"
-	case d < time.Hour:
-		return d.Round(time.Second).String() + " ago"
-	}
-	return d.Round(time.Minute).String() + " ago"
 }

@@ -3,9 +3,12 @@ package statuspage
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,21 +16,32 @@ import (
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-func sampleStatus() worker.Status {
-	cp := time.Now().Add(-42 * time.Second)
+// sampleStatus is a worker with one partition running, one scanning its
+// outputs with a failing checkpoint, and one seeding; at now.
+func sampleStatus(now time.Time) worker.Status {
 	return worker.Status{
-		Ready: true, Joined: true, Generation: 3, MemberID: "bloomgate-1234",
-		Assigned: []int{0, 1},
+		Joined: true, Generation: 3, MemberID: "bloomgate-1234",
+		Assigned: []int{0, 1, 2},
 		Partitions: []worker.PartitionStatus{
-			{Topic: "orders", Partition: 0, Generation: 3, State: "running", NextOffset: 1200, Committed: 1100, Lag: 7, Rate: 512.5,
-				Consumed: 1200, Forwarded: 1000, Duplicates: 180, DeadLettered: 20,
-				Filter:         worker.FilterStats{Bytes: 3 << 20, Fill: 0.25, EstFPR: 0.0004, EstKeys: 1000, Generations: 4, OverflowStacks: 0},
-				LastCheckpoint: cp, LastCheckpointOffset: 1100},
-			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99, LSOLag: 12,
+			{Topic: "orders", Partition: 0, Generation: 3, State: "running", NextOffset: 120_000, Committed: 119_100, Lag: 7, Rate: 19_312.7,
+				Consumed: 99_594, Forwarded: 79_500, Duplicates: 20_000, DeadLettered: 94, SkippedMarkers: 1_200, SkippedAborted: 3,
+				Filter:         worker.FilterStats{Bytes: 3 << 20, Fill: 0.25, EstFPR: 5.99e-05, EstKeys: 100_000, Generations: 4, ClampedTimestamps: 2},
+				LastCheckpoint: now.Add(-42 * time.Second), LastCheckpointOffset: 110_000, RecoverySeconds: 190},
+			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99, LSOLag: 12, Rate: 3.71e-05,
 				Filter:               worker.FilterStats{Generations: 2, OverflowStacks: 1, Fill: 1.7},
-				LastCheckpointOffset: -1, CheckpointError: "s3: <access denied>", CommitsPaused: true},
+				LastCheckpointOffset: -1, CheckpointError: "s3: <access denied>", CommitsPaused: true,
+				Progress: &worker.Progress{Phase: "scanning", From: 500, To: 500}},
+			{Topic: "orders", Partition: 2, Generation: 3, State: "seeding", NextOffset: 0, Lag: -1,
+				LastCheckpoint: now.Add(-2 * time.Hour), LastCheckpointOffset: -1,
+				Progress: &worker.Progress{Phase: "seeding", From: 1_000, To: 501_000, Done: 210_000, Keys: 180_000, Rate: 19_300, ETASeconds: 15}},
 		},
 	}
+}
+
+var testNow = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func testHandler(st worker.Status) http.Handler {
+	return handler(func() worker.Status { return st }, func() time.Time { return testNow })
 }
 
 func get(t *testing.T, h http.Handler, path string) *http.Response {
@@ -38,8 +52,7 @@ func get(t *testing.T, h http.Handler, path string) *http.Response {
 }
 
 func TestPageShowsPartitions(t *testing.T) {
-	h := Handler(sampleStatus)
-	resp := get(t, h, "/")
+	resp := get(t, testHandler(sampleStatus(testNow)), "/")
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /: %d %s", resp.StatusCode, body)
@@ -55,37 +68,118 @@ func TestPageShowsPartitions(t *testing.T) {
 		`<meta http-equiv="refresh" content="5">`,
 		`data-partition="0" data-topic="orders"`,
 		`data-partition="1" data-topic="orders"`,
-		`<td class="l">orders/0</td>`,
-		`>ready<`,
-		"25.00 %",                   // fill
-		"0.04 %",                    // estimated FPR
-		"3.0 MiB",                   // filter memory
-		"512",                       // rate
-		"42s ago",                   // last checkpoint
-		"(offset 1100)",             // checkpointed offset
+		`>orders partition</th>`, // one topic: named once, rows show the number
+		`<td class="l name">0</td>`,
+		`id="ready" class="bad">not ready<`,
+		`id="ready-detail">2 of 3 partitions not running<`,
+		`id="group-detail">group generation 3<`,
+		"orders/1 recovering (scanning", "orders/2 seeding 42.0 %", // why not ready
+		"19.3 k",          // rate
+		"99.6 k", "100 k", // counts alike
+		"+1.20 k skipped",         // markers and aborted records
+		"94",                      // dead-lettered
+		"25.0 %",                  // fill
+		"0.006 %",                 // estimated FPR
+		"3.00 MiB",                // filter memory
+		"2 clamped", "1 overflow", // filter warnings
+		"42 s ago",                  // last checkpoint
+		"<small>110000</small>",     // checkpointed offset
+		"recovery 3 m 10 s",         // how long partition 0 took to recover
 		"commits paused",            // partition 1
-		"(12 in open transaction)",  // partition 1 held at the LSO
-		"never",                     // partition 1 has no checkpoint
+		"12 in open txn",            // partition 1 held at the LSO
+		"none yet",                  // partition 1 has no checkpoint
 		"s3: &lt;access denied&gt;", // escaped, not markup
 		`style="width: 100.0%"`,     // fill bar clamped
-		`id="partition-count">2<`,
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
 		}
 	}
 	// Self-contained: no external assets, no scripts.
-	for _, bad := range []string{"<script", "src=", "<link", "http://", "https://", "ZgotmplZ"} {
+	for _, bad := range []string{"<script", "src=", "<link", "http://", "https://", "ZgotmplZ", "e+0", "e-0", "NaN", "Inf"} {
 		if strings.Contains(page, bad) {
 			t.Errorf("page contains %q", bad)
 		}
 	}
 }
 
+// A partition that is not running yet shows its phase's progress in a
+// second row.
+func TestPageShowsProgress(t *testing.T) {
+	body, _ := io.ReadAll(get(t, testHandler(sampleStatus(testNow)), "/").Body)
+	page := string(body)
+	seeding := page[strings.Index(page, `<tr class="more" data-partition="2">`):]
+	seeding = seeding[:strings.Index(seeding, "</tr>")]
+	for _, want := range []string{
+		`>seeding<`, "input before the start position",
+		`style="width: 42.0%"`, "<b>42.0 %</b>",
+		"210 k of 500 k offsets (1000 → 501000)",
+		"180 k keys", "19.3 k/s", "15 s left",
+	} {
+		if !strings.Contains(seeding, want) {
+			t.Errorf("progress row lacks %q:\n%s", want, seeding)
+		}
+	}
+	// An empty range, no rate: no percentage, no time left.
+	scanning := page[strings.Index(page, `<tr class="more" data-partition="1">`):]
+	scanning = scanning[:strings.Index(scanning, "</tr>")]
+	for _, want := range []string{">scanning<", "0 offsets from 500", "0 keys", " 0/s", "time left unknown", "checkpoint failing: s3: &lt;access denied&gt;"} {
+		if !strings.Contains(scanning, want) {
+			t.Errorf("progress row lacks %q:\n%s", want, scanning)
+		}
+	}
+	if strings.Contains(page, `<tr class="more" data-partition="0">`) {
+		t.Error("a running partition with a working checkpoint has a second row")
+	}
+}
+
+func TestNotReady(t *testing.T) {
+	running := worker.PartitionStatus{Topic: "orders", Partition: 0, Generation: 3, State: "running"}
+	old := running
+	old.Generation = 2
+	for _, c := range []struct {
+		name        string
+		st          worker.Status
+		long, short string
+	}{
+		{"ready", worker.Status{Ready: true, Joined: true, Generation: 3, Assigned: []int{0}, Partitions: []worker.PartitionStatus{running}},
+			"", "1 partition running"},
+		{"failed", worker.Status{Joined: true, Error: "committing: <boom>"},
+			"the worker failed: committing: <boom>", "worker failed"},
+		{"left the group", worker.Status{UnjoinedSeconds: 70.4},
+			"not in a consumer group generation for 1 m 10 s; waiting for the group coordinator to complete a rebalance", "not in a group"},
+		{"starting", worker.Status{},
+			"joining the consumer group", "joining the group"},
+		{"assigned, nothing started", worker.Status{Joined: true, Generation: 3, Assigned: []int{0, 1}},
+			"2 of 2 partitions not running yet: partition 0 not started, partition 1 not started", "2 of 2 partitions not running"},
+		{"previous generation", worker.Status{Joined: true, Generation: 3, Assigned: []int{0}, Partitions: []worker.PartitionStatus{old}},
+			"1 of 1 partition not running yet: orders/0 running in generation 2", "1 of 1 partition not running"},
+		{"many", worker.Status{Joined: true, Generation: 3, Assigned: []int{0, 1, 2, 3, 4, 5}},
+			"6 of 6 partitions not running yet: partition 0 not started, partition 1 not started, partition 2 not started, partition 3 not started and 2 more",
+			"6 of 6 partitions not running"},
+		{"between assignment and first partition", worker.Status{Joined: true},
+			"restoring partitions", "restoring partitions"},
+	} {
+		v := newView(c.st, testNow)
+		if v.NotReady != c.long || v.Short != c.short {
+			t.Errorf("%s: (%q, %q), want (%q, %q)", c.name, v.NotReady, v.Short, c.long, c.short)
+		}
+	}
+}
+
+func TestPageWhileNotJoined(t *testing.T) {
+	body, _ := io.ReadAll(get(t, testHandler(worker.Status{UnjoinedSeconds: 190}), "/").Body)
+	page := string(body)
+	for _, want := range []string{`id="group" class="bad">not joined<`, `id="group-detail">for 3 m 10 s<`, `id="not-ready"`,
+		"not in a consumer group generation for 3 m 10 s", `id="no-partitions"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q:\n%s", want, page)
+		}
+	}
+}
+
 func TestPageWithoutPartitions(t *testing.T) {
-	h := Handler(func() worker.Status { return worker.Status{Error: "consumer group: <boom>"} })
-	resp := get(t, h, "/")
-	body, _ := io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(get(t, testHandler(worker.Status{Error: "consumer group: <boom>"}), "/").Body)
 	page := string(body)
 	for _, want := range []string{`id="no-partitions"`, "joining the consumer group", "not ready", "consumer group: &lt;boom&gt;"} {
 		if !strings.Contains(page, want) {
@@ -95,8 +189,8 @@ func TestPageWithoutPartitions(t *testing.T) {
 }
 
 func TestStatusJSONMatchesWorkerEncoding(t *testing.T) {
-	want := sampleStatus()
-	resp := get(t, Handler(func() worker.Status { return want }), "/status.json")
+	want := sampleStatus(testNow)
+	resp := get(t, testHandler(want), "/status.json")
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /status.json: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
@@ -112,13 +206,91 @@ func TestStatusJSONMatchesWorkerEncoding(t *testing.T) {
 		t.Fatalf("status.json:\n%s\nwant\n%s", got, wantJSON.Bytes())
 	}
 	var back worker.Status
-	if err := json.Unmarshal(got, &back); err != nil || len(back.Partitions) != 2 || back.Partitions[1].CheckpointError != "s3: <access denied>" {
+	if err := json.Unmarshal(got, &back); err != nil || len(back.Partitions) != 3 || back.Partitions[1].CheckpointError != "s3: <access denied>" ||
+		back.Partitions[2].Progress == nil || back.Partitions[2].Progress.Keys != 180_000 {
 		t.Fatalf("decoding status.json: %v %+v", err, back)
 	}
 }
 
+// Every key of /status.json is snake_case, nested objects included. The
+// status is filled by reflection, so that a field added later is checked
+// too, omitempty ones included.
+func TestStatusJSONSnakeCase(t *testing.T) {
+	var st worker.Status
+	fill(reflect.ValueOf(&st).Elem())
+	body, _ := io.ReadAll(get(t, testHandler(st), "/status.json").Body)
+	var doc any
+	if err := json.Unmarshal(body, &doc); err != nil {
+		t.Fatalf("%v:\n%s", err, body)
+	}
+	snake := regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+	keys := map[string]bool{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				keys[k] = true
+				if !snake.MatchString(k) {
+					t.Errorf("%s.%s: key is not snake_case", path, k)
+				}
+				walk(path+"."+k, e)
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		}
+	}
+	walk("", doc)
+	// The walk reached the nested objects.
+	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds"} {
+		if !keys[k] {
+			t.Errorf("status.json lacks %q:\n%s", k, body)
+		}
+	}
+}
+
+// fill sets every settable field under v to a value other than its zero.
+func fill(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			v.Set(reflect.ValueOf(testNow))
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem())
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0))
+	case reflect.Map:
+		v.Set(reflect.MakeMap(v.Type()))
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k)
+		fill(e)
+		v.SetMapIndex(k, e)
+	case reflect.String:
+		v.SetString("x")
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(1)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(1)
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(1.5)
+	}
+}
+
 func TestOtherPathsAndMethods(t *testing.T) {
-	h := Handler(sampleStatus)
+	h := testHandler(sampleStatus(testNow))
 	if resp := get(t, h, "/metrics"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /metrics: %d, want 404 (left to the worker's handler)", resp.StatusCode)
 	}
@@ -134,31 +306,11 @@ func TestMountNextToWorkerHandler(t *testing.T) {
 	other := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(rw, "worker "+r.URL.Path) })
 	mux := http.NewServeMux()
 	mux.Handle("/", other)
-	mux.Handle("GET /{$}", Handler(sampleStatus))
+	mux.Handle("GET /{$}", Handler(func() worker.Status { return sampleStatus(time.Now()) }))
 	for path, want := range map[string]string{"/": "<!DOCTYPE html>", "/metrics": "worker /metrics", "/readyz": "worker /readyz"} {
 		body, _ := io.ReadAll(get(t, mux, path).Body)
 		if !strings.HasPrefix(string(body), want) {
 			t.Errorf("GET %s: %.40q, want prefix %q", path, body, want)
-		}
-	}
-}
-
-func TestHelpers(t *testing.T) {
-	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	for _, c := range []struct{ got, want string }{
-		{age(now, time.Time{}), "never"},
-		{age(now, now.Add(time.Second)), "just now"},
-		{age(now, now.Add(-90*time.Second)), "1m30s ago"},
-		{age(now, now.Add(-3*time.Hour-20*time.Second)), "3h0m0s ago"},
-		{byteSize(512), "512 B"},
-		{byteSize(1536), "1.5 KiB"},
-		{byteSize(5 << 30), "5.0 GiB"},
-		{count(999), "999"},
-		{count(123_456), "123 k"},
-		{count(12_345_678), "12 M"},
-	} {
-		if c.got != c.want {
-			t.Errorf("got %q, want %q", c.got, c.want)
 		}
 	}
 }
