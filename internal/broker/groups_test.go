@@ -50,8 +50,8 @@ func joinAndDie(t *testing.T, addr, group, topic string, session, rebalance time
 
 // TestMemberDeadInJoinDropsOut: a member that dies while its first JoinGroup
 // waits drops out a session timeout after the join completes, as in Apache
-// Kafka (kfake queues the answer on the dead connection and starts the
-// member's session timer).
+// Kafka, whether or not kfake managed to deliver the answer to the dead
+// connection (keepalive.go, prime).
 func TestMemberDeadInJoinDropsOut(t *testing.T) {
 	b, _, _ := start(t, Config{Topics: []TopicSpec{{"in", 4}}})
 	const session, rebalance = time.Second, 3 * time.Second
@@ -93,12 +93,19 @@ func TestMemberDeadInJoinDropsOut(t *testing.T) {
 		}
 	}
 	waitGen(4, 20*time.Second)
-	start := time.Now()
-	joinAndDie(t, b.Addr(), "g", "in", session, rebalance)
-	// The dead member is dropped a session timeout after the join
-	// completes; then one more rebalance.
-	waitGen(4, 5*session+2*rebalance)
-	t.Logf("live member holds all partitions again %v after the dead join", time.Since(start).Round(time.Millisecond))
+	// kfake starts a member's session timer when its join answer is
+	// delivered, which fails on a dead connection about half the time; the
+	// broker then starts it when the generation forms. Without that, the
+	// dead member never expires and keeps half the partitions: several
+	// trials make that all but certain to show.
+	for trial := range 5 {
+		start := time.Now()
+		joinAndDie(t, b.Addr(), "g", "in", session, rebalance)
+		// The dead member is dropped a session timeout after the join
+		// completes; then one more rebalance.
+		waitGen(4, 5*session+2*rebalance)
+		t.Logf("trial %d: live member holds all partitions again %v after the dead join", trial, time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // member is one kafka-go group member whose generations are reported on gens

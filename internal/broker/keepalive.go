@@ -34,14 +34,30 @@ import (
 // timeout. A member that died while waiting is thus kept
 // as long as Apache Kafka keeps it; once answered it expires after its
 // session timeout as everywhere.
+//
+// It also starts the session timer of every member when a generation forms,
+// as Apache Kafka's onCompleteJoin does. kfake starts a member's timer only
+// when its JoinGroup answer is delivered; for a member killed while it
+// waited, the delivery to the dead connection fails about half the time,
+// and such a member never expires: it holds up every later rebalance until
+// the rebalance timer drops it (20 s with the worker's defaults), or, when
+// no other rebalance comes, keeps its partitions unconsumed for good. So on
+// the first request of a new generation (a SyncGroup, Heartbeat or
+// OffsetCommit naming it), keepalive lists the group's members and sends
+// each one Heartbeat of that generation: a dead member then expires after
+// its session timeout, a live one has its session refreshed once.
 type keepalive struct {
-	cl     *kgo.Client
-	mu     sync.Mutex
-	gens   map[string]int32       // group → highest generation seen in a request
-	wait   map[memberKey]*waiting // members with an outstanding join or sync
-	own    map[memberKey]int      // our heartbeats sent and not yet observed
-	cancel context.CancelFunc
-	done   chan struct{}
+	cl      *kgo.Client
+	ctx     context.Context
+	mu      sync.Mutex
+	gens    map[string]int32       // group → highest generation seen in a request
+	primed  map[string]int32       // group → highest generation whose members' timers were started
+	timeout map[string][2]int32    // group → session and rebalance timeout (ms) of its latest JoinGroup
+	wait    map[memberKey]*waiting // members with an outstanding join or sync
+	own     map[memberKey]int      // our heartbeats sent and not yet observed
+	sends   sync.WaitGroup
+	cancel  context.CancelFunc
+	done    chan struct{}
 }
 
 type memberKey struct{ group, member string }
@@ -63,7 +79,8 @@ func startKeepalive(c *kfake.Cluster, addr string) (*keepalive, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &keepalive{cl: cl, gens: map[string]int32{}, wait: map[memberKey]*waiting{}, own: map[memberKey]int{}, cancel: cancel, done: make(chan struct{})}
+	k := &keepalive{cl: cl, ctx: ctx, gens: map[string]int32{}, primed: map[string]int32{}, timeout: map[string][2]int32{},
+		wait: map[memberKey]*waiting{}, own: map[memberKey]int{}, cancel: cancel, done: make(chan struct{})}
 	for _, key := range []kmsg.Key{kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Heartbeat, kmsg.OffsetCommit, kmsg.LeaveGroup} {
 		c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
@@ -78,6 +95,7 @@ func startKeepalive(c *kfake.Cluster, addr string) (*keepalive, error) {
 func (k *keepalive) stop() {
 	k.cancel()
 	<-k.done
+	k.sends.Wait()
 	k.cl.Close()
 }
 
@@ -90,18 +108,29 @@ func (k *keepalive) observe(req kmsg.Request) {
 		if gen > k.gens[group] {
 			k.gens[group] = gen
 		}
+		if gen > k.primed[group] {
+			k.primed[group] = gen
+			k.sends.Add(1)
+			go func() { defer k.sends.Done(); k.prime(group, gen) }()
+		}
+	}
+	// waiter keeps a member alive with the group's latest timeouts.
+	waiter := func(group string, gen int32, sync bool) *waiting {
+		to, ok := k.timeout[group]
+		if !ok {
+			return nil
+		}
+		session := time.Duration(to[0]) * time.Millisecond
+		rebalance := time.Duration(max(to[1], to[0])) * time.Millisecond
+		return &waiting{sync: sync, gen: gen, every: max(session/4, 50*time.Millisecond), next: now, until: now.Add(2 * rebalance)}
 	}
 	switch r := req.(type) {
 	case *kmsg.JoinGroupRequest:
+		k.timeout[r.Group] = [2]int32{r.SessionTimeoutMillis, r.RebalanceTimeoutMillis}
 		if r.MemberID == "" {
 			return // a new member has no session timer while it waits
 		}
-		session := time.Duration(r.SessionTimeoutMillis) * time.Millisecond
-		rebalance := time.Duration(max(r.RebalanceTimeoutMillis, r.SessionTimeoutMillis)) * time.Millisecond
-		k.wait[memberKey{r.Group, r.MemberID}] = &waiting{
-			gen: k.gens[r.Group], every: max(session/4, 50*time.Millisecond),
-			next: now, until: now.Add(2 * rebalance),
-		}
+		k.wait[memberKey{r.Group, r.MemberID}] = waiter(r.Group, k.gens[r.Group], false)
 	case *kmsg.SyncGroupRequest:
 		seen(r.Group, r.Generation)
 		key := memberKey{r.Group, r.MemberID}
@@ -117,7 +146,12 @@ func (k *keepalive) observe(req kmsg.Request) {
 		}
 		prev := k.wait[key]
 		if prev == nil {
-			return // not seen joining with a member ID: no session timer to race
+			// Joined without a member ID: its session timer runs from the
+			// join's answer, so it needs keeping alive from now on.
+			if w := waiter(r.Group, r.Generation, true); w != nil {
+				k.wait[key] = w
+			}
+			return
 		}
 		prev.sync, prev.gen, prev.next = true, r.Generation, now
 	case *kmsg.HeartbeatRequest:
@@ -188,6 +222,26 @@ func (k *keepalive) run(ctx context.Context) {
 			}(mk, w, w.gen)
 		}
 		k.mu.Unlock()
+	}
+}
+
+// prime starts the session timer of every member of group's generation gen
+// (see keepalive).
+func (k *keepalive) prime(group string, gen int32) {
+	ctx, cancel := context.WithTimeout(k.ctx, 5*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{group}
+	resp, err := req.RequestWith(ctx, k.cl)
+	if err != nil || len(resp.Groups) != 1 {
+		return
+	}
+	for _, m := range resp.Groups[0].Members {
+		mk := memberKey{group, m.MemberID}
+		k.mu.Lock()
+		k.own[mk]++ // not the member's own heartbeat
+		k.mu.Unlock()
+		_ = k.heartbeat(ctx, mk, gen)
 	}
 }
 

@@ -177,12 +177,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		nctx, ncancel := context.WithCancel(ctx)
 		rebuild.Store(&ncancel)
 		gen, err := cg.Next(nctx)
+		// Read before ncancel: only the watchdog's cancel means a rebuild.
+		asked := nctx.Err() != nil
 		ncancel()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
 				break
 			}
-			if nctx.Err() != nil {
+			if asked {
 				// The watchdog asked for a fresh membership.
 				old := cg
 				closing.Add(1)
