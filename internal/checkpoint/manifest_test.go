@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -187,4 +189,47 @@ func TestLayoutNames(t *testing.T) {
 	if seq, ok := parseManifestKey("g/t/0", manifestKey("g/t/0", 17)); !ok || seq != 17 {
 		t.Fatalf("manifest key round trip: %d %v", seq, ok)
 	}
+}
+
+// TestCommitSameIDOtherRange: after a settings change, a generation of the
+// old plan and one of the new can share an ID (span indexes of different
+// spans). Both are stored as separate objects, a sealed one is reused only
+// with its own range, and both restore with their bytes.
+func TestCommitSameIDOtherRange(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, "mem://", testOptions(prometheus.NewRegistry()))
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	legacy := gen(7, true, 1, 20_000) // [7 h, 8 h)
+	ring := gen(7, false, 2, 30_000)
+	ring.End = ring.Start.Add(2 * time.Hour) // [7 h, 9 h): same ID, other span
+	st := state{offset: 10, gens: []Generation{legacy, ring}}
+	m1, err := p.Commit(ctx, st.checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.Generations[0].Key == m1.Generations[1].Key {
+		t.Fatalf("two generations stored under one key %s", m1.Generations[0].Key)
+	}
+	restoreT(t, s, st)
+
+	// Next commit: the ring generation is sealed now, under the same ID.
+	ring.Sealed = true
+	st = state{offset: 20, gens: []Generation{legacy, ring}}
+	m2, err := p.Commit(ctx, st.checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.Generations[0] != m1.Generations[0] {
+		t.Errorf("sealed legacy generation not reused: %+v", m2.Generations[0])
+	}
+	if m2.Generations[1].Seq != m2.Seq || !m2.Generations[1].End.Equal(ring.End) {
+		t.Errorf("ring generation %+v: want it uploaded again with its own range", m2.Generations[1])
+	}
+	if c := legacy.Source.(*randSource).calls.Load(); c != 1 {
+		t.Errorf("legacy generation written %d times, want once", c)
+	}
+	restoreT(t, s, st)
 }
