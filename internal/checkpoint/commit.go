@@ -48,6 +48,7 @@ type Checkpoint struct {
 	Filter        FilterParams
 	Key           *KeyIdentity // recorded in the manifest when set
 	HashSeed      string       // the memory's hash seed (Manifest.HashSeed)
+	Isolation     string       // the isolation level (Manifest.Isolation)
 	Generations   []Generation // oldest first
 	Owner         string       // worker id (host/pid), for humans
 	// EventTime is the filter owner's event-time frontier (Unix ns; 0:
@@ -166,6 +167,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		Filter:        cp.Filter,
 		Key:           cp.Key,
 		HashSeed:      cp.HashSeed,
+		Isolation:     cp.Isolation,
 		EventTime:     cp.EventTime,
 	}
 	// A generation is its ID and its range: after a settings change, a
