@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +47,16 @@ type BloomState struct {
 	// memories from before seeds do: only for comparisons and tests.
 	UnkeyedHash bool
 
-	mu    sync.Mutex
-	kept  map[topicPartition]keptFilter
-	reuse atomic.Int64 // restores served from memory (tests)
+	mu     sync.Mutex
+	kept   map[topicPartition]keptFilter
+	warned map[warning]bool
+	reuse  atomic.Int64 // restores served from memory (tests)
+}
+
+// warning is one kind of restore notice about one partition, logged once.
+type warning struct {
+	tp   topicPartition
+	kind string
 }
 
 // keptFilter is a filter whose state equals manifest seq.
@@ -60,7 +68,19 @@ type keptFilter struct {
 
 // NewBloomState checkpoints the partitions of group in store.
 func NewBloomState(store *checkpoint.Store, group string) *BloomState {
-	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}}
+	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}, warned: map[warning]bool{}}
+}
+
+// first reports whether this is the first notice of kind for tp.
+func (s *BloomState) first(tp topicPartition, kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := warning{tp, kind}
+	if s.warned[w] {
+		return false
+	}
+	s.warned[w] = true
+	return true
 }
 
 // Retain drops kept filters of partitions not in the new assignment; the
@@ -208,7 +228,7 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	var reused *bloomFilter
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
-		if err := b.s.compatible(m, params); err != nil {
+		if err := b.s.compatible(m); err != nil {
 			return err
 		}
 		var err error
@@ -252,8 +272,47 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 		b.s.reuse.Add(1)
 		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 	}
+	b.notice(m, params, shard)
 	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
 	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
+}
+
+// notice logs, once per partition, that the restored checkpoint m was
+// written with another filter plan, and what happens to its generations.
+func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, shard *bloom.Shard) {
+	log := b.p.Logger().With("seq", m.Seq)
+	old := FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
+	if old == params || !b.s.first(b.tp, "plan") {
+		return
+	}
+	var changes []string
+	if old.Window != params.Window {
+		changes = append(changes, fmt.Sprintf("window %s → %s", humanDuration(old.Window), humanDuration(params.Window)))
+	}
+	if old.Generations != params.Generations {
+		changes = append(changes, fmt.Sprintf("generations %d → %d", old.Generations, params.Generations))
+	}
+	if old.Capacity != params.Capacity {
+		changes = append(changes, fmt.Sprintf("capacity %d → %d", old.Capacity, params.Capacity))
+	}
+	if old.FPR != params.FPR {
+		changes = append(changes, fmt.Sprintf("fpr %g → %g", old.FPR, params.FPR))
+	}
+	msg := fmt.Sprintf("filter settings changed since checkpoint %d (%s): new generations follow the new settings",
+		m.Seq, strings.Join(changes, ", "))
+	st := shard.Stats()
+	var last time.Time
+	for _, g := range st.Generations {
+		if g.Legacy && g.End.After(last) {
+			last = g.End
+		}
+	}
+	if st.Legacy > 0 {
+		msg += fmt.Sprintf("; the checkpoint's %d generations of another time span (new ones span %s) keep answering lookups until event time passes their end + %s (the last one leaves at %s)",
+			st.Legacy, humanDuration(span(params.Window, params.Generations)), humanDuration(params.Window),
+			last.Add(params.Window).UTC().Format(time.RFC3339))
+	}
+	log.Info(msg)
 }
 
 func (b *bloomPartition) Claim(ctx context.Context, owner string) error {
@@ -301,21 +360,16 @@ func (s *BloomState) keyRecord() *checkpoint.KeyIdentity {
 	return &k
 }
 
-// compatible refuses a checkpoint whose keys or ring this worker cannot
-// carry over, with an error that names both settings and the choices.
-func (s *BloomState) compatible(m *checkpoint.Manifest, params FilterParams) error {
+// compatible refuses a checkpoint whose keys this worker cannot carry over,
+// with an error that names both settings and the choices. Filter plan
+// changes (window, generations, capacity, rate) are carried over: see
+// bloom.RestoreShard.
+func (s *BloomState) compatible(m *checkpoint.Manifest) error {
 	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
 		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
 			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
 			"Keep the old key settings, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
 			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Key, s.Key)
-	}
-	if span(m.Filter.Window, m.Filter.Generations) != span(params.Window, params.Generations) {
-		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with window %v and %d generations; the settings say window %v and %d generations: "+
-			"a checkpoint's generations cannot change their time span (window / (generations-1)) yet. Keep window %v and generations %d, "+
-			"or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
-			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Filter.Window, m.Filter.Generations,
-			params.Window, params.Generations, m.Filter.Window, m.Filter.Generations)
 	}
 	return nil
 }
@@ -327,4 +381,17 @@ func span(window time.Duration, generations int) time.Duration {
 	}
 	g := time.Duration(generations - 1)
 	return (window + g - 1) / g
+}
+
+// humanDuration writes d as a user would type it ("72h", "1h30m", not
+// "72h0m0s"); a part below the minute stays ("8h0m30s").
+func humanDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
