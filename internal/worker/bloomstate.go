@@ -41,8 +41,14 @@ type BloomState struct {
 	// recorded in every manifest; a checkpoint recorded with a different
 	// one is refused at restore (its keys would match none of the new
 	// ones, and duplicates would pass for up to a window). Checkpoints
-	// without a record are accepted and get one with the next commit.
+	// without a record are accepted with a warning (once per partition)
+	// naming the settings assumed, and get one with the next commit.
 	Key checkpoint.KeyIdentity
+	// Isolation is the isolation level the worker reads at, recorded in
+	// every manifest ("": not recorded). A checkpoint built at another
+	// level is restored, with a warning: the records replayed after it
+	// are judged at the new level.
+	Isolation IsolationLevel
 	// UnkeyedHash makes new memories use the unkeyed hash (seed 0), as
 	// memories from before seeds do: only for comparisons and tests.
 	UnkeyedHash bool
@@ -277,10 +283,30 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets}, nil
 }
 
-// notice logs, once per partition, that the restored checkpoint m was
-// written with another filter plan, and what happens to its generations.
+// notice logs, once per partition, what the restored checkpoint m does not
+// say or says differently from this worker's settings: a missing key
+// record, another isolation level, another filter plan.
 func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, shard *bloom.Shard) {
 	log := b.p.Logger().With("seq", m.Seq)
+	if m.Key == nil && b.s.Key != (checkpoint.KeyIdentity{}) && b.s.first(b.tp, "key") {
+		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d does not record what defines a key (written before key settings were recorded); "+
+			"assuming it was written with this worker's %s. If the key settings changed since, the stored keys match none of the new ones "+
+			"and duplicates pass for up to a window: restart with the old settings, or start a new memory with on-restore-failure=empty "+
+			"or a new group. The next checkpoint records the key settings",
+			m.Seq, m.Topic, m.Partition, b.s.Key))
+	}
+	if m.Isolation != "" && b.s.Isolation != "" && m.Isolation != string(b.s.Isolation) && b.s.first(b.tp, "isolation") {
+		// Not refused: switching to read_committed is the usual fix.
+		kept := ""
+		if m.Isolation == string(ReadUncommitted) {
+			kept = " (keys of aborted transactions included)"
+		}
+		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d was built reading at %s; this worker reads at %s. "+
+			"The memory keeps the keys read up to input offset %d%s for their window; the records from there to the committed offset "+
+			"are replayed at %s and may not rebuild exactly what was forwarded at %s; everything after is judged at %s",
+			m.Seq, m.Topic, m.Partition, m.Isolation, b.s.Isolation, m.InputOffset, kept, b.s.Isolation, m.Isolation, b.s.Isolation),
+			"checkpoint_isolation", m.Isolation, "isolation", string(b.s.Isolation))
+	}
 	old := FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
 	if old == params || !b.s.first(b.tp, "plan") {
 		return
@@ -338,6 +364,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
 		Key:           b.s.keyRecord(),
 		HashSeed:      sn.from.seed.String(),
+		Isolation:     string(b.s.Isolation),
 		Generations:   gens,
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,
