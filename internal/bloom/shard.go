@@ -135,7 +135,13 @@ func (s *Shard) spanIndex(ns int64) uint64 {
 // newest as well, so a key is remembered for at least W after its latest
 // sighting, not its first.
 func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
-	s.advance(ts.UnixNano())
+	ns := ts.UnixNano()
+	if ns >= s.legacyUntil {
+		s.expireLegacy(ns)
+	}
+	if idx, n := s.spanIndex(ns), len(s.gens); n == 0 || idx > s.gens[n-1].id {
+		s.rotate(idx)
+	}
 	n := len(s.gens)
 	for _, g := range s.gens[:n-1] {
 		if g.test(h) {
