@@ -19,6 +19,11 @@
 //     aligned to the Unix epoch; a key is remembered for at least W and at
 //     most W·G/(G−1) after its latest sighting. Timestamps come from the
 //     caller: nothing here reads the wall clock.
+//   - Restored under another span (window or generation count changed),
+//     a shard keeps the checkpoint's generations as sealed legacy
+//     generations beside a ring of the new plan; each answers lookups
+//     until event time reaches its end + the new window, so no key is
+//     forgotten sooner than min(old, new window) after its sighting.
 //   - A generation that receives more keys than planned stacks sub-filters
 //     with twice the capacity and a tighter rate (Almeida et al. 2007), so
 //     the false-positive rate stays bounded.

@@ -188,17 +188,27 @@ func TestRestoreShardChecks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := goldenCfg
-	other.Window = 3 * time.Hour
-	if _, err := RestoreShard(other, []*Generation{g}); err == nil {
-		t.Fatal("restored a generation with a different span")
-	}
 	if _, err := RestoreShard(goldenCfg, []*Generation{g, nil}); err == nil {
 		t.Fatal("restored a nil generation")
 	}
 	g2, _ := DecodeGeneration(bytes.NewReader(enc[0]), 0)
 	if _, err := RestoreShard(goldenCfg, []*Generation{g, g2}); err == nil {
 		t.Fatal("restored the same generation twice")
+	}
+	// Under another span the same generations are legacy ones, and a
+	// duplicate is still refused.
+	other := goldenCfg
+	other.Window = 3 * time.Hour
+	g3, _ := DecodeGeneration(bytes.NewReader(enc[0]), 0)
+	if _, err := RestoreShard(other, []*Generation{g2, g3}); err == nil {
+		t.Fatal("restored the same legacy generation twice")
+	}
+	s, err := RestoreShard(other, []*Generation{g})
+	if err != nil {
+		t.Fatalf("restoring under another span: %v", err)
+	}
+	if st := s.Stats(); st.Legacy != 1 || len(st.Generations) != 1 || !st.Generations[0].Legacy {
+		t.Fatalf("restored under another span: %+v, want one legacy generation", st)
 	}
 }
 

@@ -127,6 +127,9 @@ type GenerationStats struct {
 	EstFPR     float64 // estimated current false-positive rate
 	Bytes      uint64  // memory of the bits
 	Stacks     int     // overflow sub-filters beyond the first
+	// Legacy: written under an earlier plan (another window or generation
+	// count); sealed, dropped when event time reaches End + the window.
+	Legacy bool
 }
 
 // Stats computes the generation's statistics; cost O(sub-filters).

@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -79,10 +80,21 @@ func (c Config) plan() plan {
 // Shard is a ring of at most G generations over event time. Generation IDs
 // are span indexes since the Unix epoch, so rotation depends only on the
 // timestamps passed in. A Shard belongs to one goroutine.
+//
+// Beside the ring, a shard restored under a plan with another span (window
+// or generation count changed) holds the restored generations as legacy
+// generations: sealed, checked by every lookup, never inserted into, each
+// dropped once event time reaches its End + Window (the new window). See
+// RestoreShard.
 type Shard struct {
 	cfg  Config
 	plan plan
 	gens []*Generation // oldest first; IDs strictly increasing
+
+	legacy []*Generation // earlier plans' generations, by End ascending
+	// legacyUntil is the event time (Unix ns) at which legacy[0] leaves the
+	// window; math.MaxInt64 while there is none.
+	legacyUntil int64
 }
 
 // NewShard returns an empty shard; the first TestAndAdd opens a generation.
@@ -94,7 +106,7 @@ func NewShard(cfg Config) (*Shard, error) {
 	// Size the first overflow sub-filter now (memoized), so that the insert
 	// that stacks it does not pay for the search.
 	_, _, _ = blockedParams(subRate(p.fpr, 1))
-	return &Shard{cfg: cfg, plan: p}, nil
+	return &Shard{cfg: cfg, plan: p, legacyUntil: math.MaxInt64}, nil
 }
 
 // Config returns the shard's configuration.
@@ -103,13 +115,13 @@ func (s *Shard) Config() Config { return s.cfg }
 // Span is the event time covered by one generation.
 func (s *Shard) Span() time.Duration { return time.Duration(s.plan.span) }
 
-// spanIndex maps ts to its span; times before the Unix epoch map to span 0.
-func (s *Shard) spanIndex(ts time.Time) uint64 {
-	n := ts.UnixNano()
-	if n < 0 {
+// spanIndex maps an event time (Unix ns) to its span; times before the Unix
+// epoch map to span 0.
+func (s *Shard) spanIndex(ns int64) uint64 {
+	if ns < 0 {
 		return 0
 	}
-	return uint64(n / s.plan.span)
+	return uint64(ns / s.plan.span)
 }
 
 // TestAndAdd reports whether h was seen in any generation, and records it in
@@ -117,13 +129,17 @@ func (s *Shard) spanIndex(ts time.Time) uint64 {
 // rotates the ring first: a generation opens for that span and every
 // generation with ID ≤ new−G is dropped (all of them after a gap ≥ G spans).
 // A timestamp in the newest or an earlier span (late event) rotates nothing.
+// A timestamp at or past a legacy generation's End + Window drops it.
 //
-// A key found only in an older generation is added to the newest as well,
-// so a key is remembered for at least W after its latest sighting, not its
-// first.
+// A key found only in an older (or legacy) generation is added to the
+// newest as well, so a key is remembered for at least W after its latest
+// sighting, not its first.
 func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
-	idx := s.spanIndex(ts)
-	if n := len(s.gens); n == 0 || idx > s.gens[n-1].id {
+	ns := ts.UnixNano()
+	if ns >= s.legacyUntil {
+		s.expireLegacy(ns)
+	}
+	if idx, n := s.spanIndex(ns), len(s.gens); n == 0 || idx > s.gens[n-1].id {
 		s.rotate(idx)
 	}
 	n := len(s.gens)
@@ -131,6 +147,14 @@ func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
 		if g.test(h) {
 			seen = true
 			break
+		}
+	}
+	if !seen {
+		for _, g := range s.legacy {
+			if g.test(h) {
+				seen = true
+				break
+			}
 		}
 	}
 	return s.gens[n-1].testAndAdd(h) || seen
@@ -145,9 +169,11 @@ func (s *Shard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []bool) {
 	ts, seen = ts[:len(hs)], seen[:len(hs)]
 	for lo := 0; lo < len(hs); lo += batchChunk {
 		hi := min(lo+batchChunk, len(hs))
-		for _, g := range s.gens {
-			for _, f := range g.subs {
-				f.touch(hs[lo:hi])
+		for _, gs := range [2][]*Generation{s.gens, s.legacy} {
+			for _, g := range gs {
+				for _, f := range g.subs {
+					f.touch(hs[lo:hi])
+				}
 			}
 		}
 		for i := lo; i < hi; i++ {
@@ -158,21 +184,53 @@ func (s *Shard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []bool) {
 
 // Test reports whether h was seen in any generation; it changes nothing.
 func (s *Shard) Test(h Hash) bool {
-	for _, g := range s.gens {
-		if g.test(h) {
-			return true
+	for _, gs := range [2][]*Generation{s.gens, s.legacy} {
+		for _, g := range gs {
+			if g.test(h) {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// Advance rotates the ring as TestAndAdd with timestamp ts would, without
-// adding a key (for idle partitions whose event time moves on).
-func (s *Shard) Advance(ts time.Time) {
-	idx := s.spanIndex(ts)
+// Advance rotates the ring and drops legacy generations as TestAndAdd with
+// timestamp ts would, without adding a key (for idle partitions whose event
+// time moves on).
+func (s *Shard) Advance(ts time.Time) { s.advance(ts.UnixNano()) }
+
+func (s *Shard) advance(ns int64) {
+	if ns >= s.legacyUntil {
+		s.expireLegacy(ns)
+	}
+	idx := s.spanIndex(ns)
 	if n := len(s.gens); n == 0 || idx > s.gens[n-1].id {
 		s.rotate(idx)
 	}
+}
+
+// expireLegacy drops the legacy generations whose End + Window ≤ now.
+func (s *Shard) expireLegacy(now int64) {
+	keep := 0
+	for keep < len(s.legacy) && addSat(s.legacy[keep].end, int64(s.cfg.Window)) <= now {
+		s.legacy[keep] = nil
+		keep++
+	}
+	s.legacy = s.legacy[keep:]
+	s.legacyUntil = math.MaxInt64
+	if len(s.legacy) > 0 {
+		s.legacyUntil = addSat(s.legacy[0].end, int64(s.cfg.Window))
+	} else {
+		s.legacy = nil
+	}
+}
+
+// addSat is a + b for b ≥ 0, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 func (s *Shard) rotate(idx uint64) {
@@ -192,9 +250,11 @@ func (s *Shard) rotate(idx uint64) {
 	s.gens = append(s.gens, newGeneration(idx, start, start+s.plan.span, s.plan.capacity, s.plan.fpr, f))
 }
 
-// ShardStats describes a shard: per generation (oldest first) and totals.
+// ShardStats describes a shard: per generation (legacy generations first,
+// then the ring, oldest first) and totals.
 type ShardStats struct {
 	Generations []GenerationStats
+	Legacy      int // generations of an earlier plan still answering lookups
 	Inserts     uint64
 	EstKeys     uint64
 	Bytes       uint64
@@ -204,26 +264,43 @@ type ShardStats struct {
 
 // Stats computes the shard's statistics; cost O(generations × sub-filters).
 func (s *Shard) Stats() ShardStats {
-	st := ShardStats{Generations: make([]GenerationStats, 0, len(s.gens))}
+	st := ShardStats{Generations: make([]GenerationStats, 0, len(s.legacy)+len(s.gens)), Legacy: len(s.legacy)}
 	pass := 1.0
-	for _, g := range s.gens {
-		gs := g.Stats()
-		st.Generations = append(st.Generations, gs)
-		st.Inserts += gs.Inserts
-		st.EstKeys += gs.EstKeys
-		st.Bytes += gs.Bytes
-		st.Stacks += gs.Stacks
-		pass *= 1 - gs.EstFPR
+	for i, gens := range [2][]*Generation{s.legacy, s.gens} {
+		for _, g := range gens {
+			gs := g.Stats()
+			gs.Legacy = i == 0
+			st.Generations = append(st.Generations, gs)
+			st.Inserts += gs.Inserts
+			st.EstKeys += gs.EstKeys
+			st.Bytes += gs.Bytes
+			st.Stacks += gs.Stacks
+			pass *= 1 - gs.EstFPR
+		}
 	}
 	st.EstFPR = 1 - pass
 	return st
 }
 
 // RestoreShard rebuilds a shard from decoded generations (any order); the
-// shard takes ownership of them. The generations must have the span of cfg
-// (same Window and Generations); their own capacity and rate are kept, new
-// generations use cfg's. Generations that a ring ending at the newest one
-// would already have dropped are ignored.
+// shard takes ownership of them.
+//
+// A generation whose span is the span of cfg joins the ring; its own
+// capacity and rate are kept (a capacity or rate change applies to the
+// generations opened from then on), and if it is the newest it keeps
+// receiving inserts. Any other generation was written under a plan with
+// another window or generation count: it becomes a legacy generation,
+// sealed — the newest generation of that plan included — and answering
+// lookups until event time reaches its End + cfg.Window. The first
+// timestamp after the restore opens the ring's generation for its span.
+//
+// Generations the shard would already have dropped are ignored: ring
+// generations with ID ≤ newest − G, and legacy generations whose End +
+// Window is at or before the newest ring generation's Start.
+//
+// The result depends only on the generations and cfg, so restoring the
+// same checkpoint under the same settings twice gives the same shard (and
+// replay after it the same answers).
 func RestoreShard(cfg Config, gens []*Generation) (*Shard, error) {
 	s, err := NewShard(cfg)
 	if err != nil {
@@ -232,31 +309,42 @@ func RestoreShard(cfg Config, gens []*Generation) (*Shard, error) {
 	if slices.Contains(gens, nil) {
 		return nil, errors.New("restoring shard: nil generation")
 	}
-	gs := slices.Clone(gens)
-	slices.SortFunc(gs, func(a, b *Generation) int {
-		switch {
-		case a.id < b.id:
-			return -1
-		case a.id > b.id:
-			return 1
+	var ring, legacy []*Generation
+	for _, g := range gens {
+		if g.end-g.start == s.plan.span {
+			ring = append(ring, g) // the decoder checked start = id·span
+		} else {
+			legacy = append(legacy, g)
 		}
-		return 0
+	}
+	slices.SortFunc(ring, func(a, b *Generation) int { return cmp.Compare(a.id, b.id) })
+	for i := 1; i < len(ring); i++ {
+		if ring[i-1].id == ring[i].id {
+			return nil, fmt.Errorf("restoring shard: generation %d given twice", ring[i].id)
+		}
+	}
+	slices.SortFunc(legacy, func(a, b *Generation) int {
+		return cmp.Or(cmp.Compare(a.end, b.end), cmp.Compare(a.start, b.start))
 	})
-	for i, g := range gs {
-		if g.end-g.start != s.plan.span || g.start != int64(g.id)*s.plan.span {
-			return nil, fmt.Errorf("restoring shard: generation %d spans [%d, %d) ns, config span is %v: window or generations changed",
-				g.id, g.start, g.end, time.Duration(s.plan.span))
-		}
-		if i > 0 && gs[i-1].id == g.id {
-			return nil, fmt.Errorf("restoring shard: generation %d given twice", g.id)
+	for i := 1; i < len(legacy); i++ {
+		if a, b := legacy[i-1], legacy[i]; a.start == b.start && a.end == b.end {
+			return nil, fmt.Errorf("restoring shard: generation %d [%s, %s) given twice",
+				b.id, b.Start().Format(time.RFC3339Nano), b.End().Format(time.RFC3339Nano))
 		}
 	}
-	if n := len(gs); n > 0 {
-		newest := gs[n-1].id
-		for len(gs) > 0 && newest >= uint64(cfg.Generations) && gs[0].id <= newest-uint64(cfg.Generations) {
-			gs = gs[1:]
+	if n := len(ring); n > 0 {
+		newest := ring[n-1]
+		for len(ring) > 0 && newest.id >= uint64(cfg.Generations) && ring[0].id <= newest.id-uint64(cfg.Generations) {
+			ring = ring[1:]
+		}
+		for len(legacy) > 0 && addSat(legacy[0].end, int64(cfg.Window)) <= newest.start {
+			legacy = legacy[1:]
 		}
 	}
-	s.gens = gs
+	s.gens = ring
+	if len(legacy) > 0 {
+		s.legacy = legacy
+		s.legacyUntil = addSat(legacy[0].end, int64(cfg.Window))
+	}
 	return s, nil
 }

@@ -12,7 +12,7 @@ import (
 // owner stops cloning.
 type Snapshot struct {
 	Config      Config
-	Generations []*GenerationSnapshot // oldest first
+	Generations []*GenerationSnapshot // legacy first, then the ring oldest first
 	once        sync.Once
 }
 
@@ -36,11 +36,17 @@ type genMeta struct {
 	subInserts []uint64
 }
 
-// Snapshot freezes the shard. Only the owning goroutine may call it.
+// Snapshot freezes the shard: legacy generations first (sealed), then the
+// ring, oldest first. Only the owning goroutine may call it.
 func (s *Shard) Snapshot() *Snapshot {
-	sn := &Snapshot{Config: s.cfg, Generations: make([]*GenerationSnapshot, len(s.gens))}
+	sn := &Snapshot{Config: s.cfg, Generations: make([]*GenerationSnapshot, 0, len(s.legacy)+len(s.gens))}
+	for _, g := range s.legacy {
+		gs := g.snapshot(true)
+		gs.Stats.Legacy = true
+		sn.Generations = append(sn.Generations, gs)
+	}
 	for i, g := range s.gens {
-		sn.Generations[i] = g.snapshot(i < len(s.gens)-1)
+		sn.Generations = append(sn.Generations, g.snapshot(i < len(s.gens)-1))
 	}
 	return sn
 }

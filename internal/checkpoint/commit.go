@@ -48,6 +48,7 @@ type Checkpoint struct {
 	Filter        FilterParams
 	Key           *KeyIdentity // recorded in the manifest when set
 	HashSeed      string       // the memory's hash seed (Manifest.HashSeed)
+	Isolation     string       // the isolation level (Manifest.Isolation)
 	Generations   []Generation // oldest first
 	Owner         string       // worker id (host/pid), for humans
 	// EventTime is the filter owner's event-time frontier (Unix ns; 0:
@@ -166,26 +167,36 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		Filter:        cp.Filter,
 		Key:           cp.Key,
 		HashSeed:      cp.HashSeed,
+		Isolation:     cp.Isolation,
 		EventTime:     cp.EventTime,
 	}
-	stored := map[uint64]GenerationRef{}
+	// A generation is its ID and its range: after a settings change, a
+	// generation of the old plan and one of the new may share an ID (span
+	// indexes of different spans).
+	stored := map[genRange]GenerationRef{}
 	if p.last != nil {
 		for _, g := range p.last.Generations {
 			if g.Sealed {
-				stored[g.ID] = g
+				stored[rangeOf(g.ID, g.Start, g.End)] = g
 			}
 		}
 	}
+	names := map[string]bool{}
 	var uploaded int64
 	for i, g := range cp.Generations {
-		if ref, ok := stored[g.ID]; ok && g.Sealed && ref.Start.Equal(g.Start) && ref.End.Equal(g.End) {
+		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed {
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
 		if g.Source == nil {
 			return nil, fmt.Errorf("generation %d (index %d): no source and not stored before", g.ID, i)
 		}
-		ref, err := p.upload(ctx, g, seq)
+		rel := p.objectKey(g.ID, seq, "")
+		if names[rel] {
+			rel = p.objectKey(g.ID, seq, fmt.Sprintf("-%d", i))
+		}
+		names[rel] = true
+		ref, err := p.upload(ctx, g, rel, seq)
 		if err != nil {
 			return nil, fmt.Errorf("uploading generation %d: %w", g.ID, err)
 		}
@@ -267,9 +278,26 @@ func (p *Partition) afterWrite(ctx context.Context) {
 	}
 }
 
-// upload streams one generation into a new object and returns its ref.
-func (p *Partition) upload(ctx context.Context, g Generation, seq uint64) (GenerationRef, error) {
-	rel := fmt.Sprintf("gens/%020d-%020d-%s.gen", g.ID, seq, p.writer)
+// genRange identifies a generation: its ID and its event-time range.
+type genRange struct {
+	id         uint64
+	start, end int64
+}
+
+func rangeOf(id uint64, start, end time.Time) genRange {
+	return genRange{id, start.UnixNano(), end.UnixNano()}
+}
+
+// objectKey names a generation object uploaded for manifest seq, relative
+// to the partition's directory; suffix tells apart two generations of one
+// commit with the same ID.
+func (p *Partition) objectKey(id, seq uint64, suffix string) string {
+	return fmt.Sprintf("gens/%020d-%020d-%s%s.gen", id, seq, p.writer, suffix)
+}
+
+// upload streams one generation into the new object rel (relative to the
+// partition's directory) and returns its ref.
+func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq uint64) (GenerationRef, error) {
 	enc := p.s.opts.Compression
 	crc := crc32.New(castagnoli)
 	sha := sha256.New()

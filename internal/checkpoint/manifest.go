@@ -12,7 +12,10 @@ import (
 
 // ManifestVersion is the manifest format this package writes. Readers accept
 // exactly the versions they know; anything else is reported as ErrCorrupt
-// (and Restore falls back to an older manifest).
+// (and Restore falls back to an older manifest). Optional fields added
+// since (key, hash_seed, event_time_ns, isolation) keep the version: a
+// reader without them ignores them, and a reader with them treats their
+// absence as "not recorded".
 const ManifestVersion = 1
 
 // manifestFormat names the format in every manifest envelope.
@@ -123,7 +126,11 @@ type Manifest struct {
 	Key *KeyIdentity `json:"key,omitempty"`
 	// HashSeed is the memory's secret hash seed as 32 hex digits ("": the
 	// unkeyed hash). Whoever reads the bucket reads it; it is never logged.
-	HashSeed    string          `json:"hash_seed,omitempty"`
+	HashSeed string `json:"hash_seed,omitempty"`
+	// Isolation is the Kafka isolation level the state was built with
+	// ("read_committed", "read_uncommitted"; "": not recorded, as in
+	// manifests written before it was).
+	Isolation   string          `json:"isolation,omitempty"`
 	Generations []GenerationRef `json:"generations"`
 	// EventTime is the owner's event-time frontier in Unix ns (0: not
 	// recorded, as in manifests of earlier versions).

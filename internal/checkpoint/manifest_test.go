@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -61,6 +63,69 @@ func TestManifestGolden(t *testing.T) {
 	}
 	if !reflect.DeepEqual(m, goldenManifest()) {
 		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, goldenManifest())
+	}
+}
+
+// settingsManifest is a manifest written after a settings change (window
+// 24 h → 72 h, 4 generations): a legacy generation of the old plan (8 h
+// span) next to one of the new plan (24 h span), and the optional records:
+// key, hash seed, isolation level, event time.
+func settingsManifest() *Manifest {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	m := goldenManifest()
+	m.Seq = 43
+	m.Filter = FilterParams{Window: 72 * time.Hour, Generations: 4, Capacity: 30_000_000, FPR: 0.01}
+	m.Key = &KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: "murmur3-x64-128"}
+	m.HashSeed = strings.Repeat("0f", 16)
+	m.Isolation = "read_committed"
+	m.EventTime = t0.Add(time.Hour).UnixNano()
+	m.Generations = []GenerationRef{
+		{ID: 61542, Sealed: true, Start: t0.Add(-8 * time.Hour), End: t0, Inserts: 900_000, EstKeys: 899_000,
+			Fill: 0.12, EstFPR: 0.00002, Stacks: 0, Key: "gens/00000000000000061542-00000000000000000043-a1b2c3d4e5f6.gen",
+			Encoding: "none", Bytes: 12_000_000, RawBytes: 12_000_000, CRC32C: "5a6b7c8d",
+			SHA256: strings.Repeat("cd", 32), Seq: 43},
+		{ID: 20513, Sealed: false, Start: t0.Add(-12 * time.Hour), End: t0.Add(12 * time.Hour),
+			Inserts: 1000, EstKeys: 1000, Fill: 0.001, EstFPR: 0, Stacks: 0,
+			Key:      "gens/00000000000000020513-00000000000000000043-a1b2c3d4e5f6.gen",
+			Encoding: "none", Bytes: 36_000_000, RawBytes: 36_000_000, CRC32C: "01020304",
+			SHA256: strings.Repeat("ef", 32), Seq: 43},
+	}
+	return m
+}
+
+// TestManifestSettingsGolden pins the optional records and generations of
+// two plans in one manifest; both golden files decode with this build.
+func TestManifestSettingsGolden(t *testing.T) {
+	path := filepath.Join("testdata", "manifest-v1-settings.json")
+	got, err := encodeManifest(settingsManifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
+	}
+	m, err := decodeManifest(want)
+	if err != nil {
+		t.Fatalf("decoding golden manifest: %v", err)
+	}
+	if !reflect.DeepEqual(m, settingsManifest()) {
+		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, settingsManifest())
+	}
+	old, err := os.ReadFile(filepath.Join("testdata", "manifest-v1.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := decodeManifest(old); err != nil || m.Key != nil || m.Isolation != "" || m.EventTime != 0 {
+		t.Fatalf("manifest without the optional records: %v, key %v, isolation %q, event time %d", err, m.Key, m.Isolation, m.EventTime)
 	}
 }
 
@@ -187,4 +252,47 @@ func TestLayoutNames(t *testing.T) {
 	if seq, ok := parseManifestKey("g/t/0", manifestKey("g/t/0", 17)); !ok || seq != 17 {
 		t.Fatalf("manifest key round trip: %d %v", seq, ok)
 	}
+}
+
+// TestCommitSameIDOtherRange: after a settings change, a generation of the
+// old plan and one of the new can share an ID (span indexes of different
+// spans). Both are stored as separate objects, a sealed one is reused only
+// with its own range, and both restore with their bytes.
+func TestCommitSameIDOtherRange(t *testing.T) {
+	ctx := t.Context()
+	s := openT(t, "mem://", testOptions(prometheus.NewRegistry()))
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	legacy := gen(7, true, 1, 20_000) // [7 h, 8 h)
+	ring := gen(7, false, 2, 30_000)
+	ring.End = ring.Start.Add(2 * time.Hour) // [7 h, 9 h): same ID, other span
+	st := state{offset: 10, gens: []Generation{legacy, ring}}
+	m1, err := p.Commit(ctx, st.checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m1.Generations[0].Key == m1.Generations[1].Key {
+		t.Fatalf("two generations stored under one key %s", m1.Generations[0].Key)
+	}
+	restoreT(t, s, st)
+
+	// Next commit: the ring generation is sealed now, under the same ID.
+	ring.Sealed = true
+	st = state{offset: 20, gens: []Generation{legacy, ring}}
+	m2, err := p.Commit(ctx, st.checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m2.Generations[0] != m1.Generations[0] {
+		t.Errorf("sealed legacy generation not reused: %+v", m2.Generations[0])
+	}
+	if m2.Generations[1].Seq != m2.Seq || !m2.Generations[1].End.Equal(ring.End) {
+		t.Errorf("ring generation %+v: want it uploaded again with its own range", m2.Generations[1])
+	}
+	if c := legacy.Source.(*randSource).calls.Load(); c != 1 {
+		t.Errorf("legacy generation written %d times, want once", c)
+	}
+	restoreT(t, s, st)
 }

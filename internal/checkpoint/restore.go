@@ -9,6 +9,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -101,6 +102,10 @@ func (p *Partition) Restore(ctx context.Context,
 	}
 	return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, lastErr)
 }
+
+// Logger is the partition's logger (the store's, with group, topic and
+// partition), for callers reporting on what Restore loaded.
+func (p *Partition) Logger() *slog.Logger { return p.log }
 
 // load runs the caller's loader on m and verifies every object it opened.
 func (p *Partition) load(ctx context.Context, m *Manifest,

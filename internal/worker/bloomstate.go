@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,15 +41,28 @@ type BloomState struct {
 	// recorded in every manifest; a checkpoint recorded with a different
 	// one is refused at restore (its keys would match none of the new
 	// ones, and duplicates would pass for up to a window). Checkpoints
-	// without a record are accepted and get one with the next commit.
+	// without a record are accepted with a warning (once per partition)
+	// naming the settings assumed, and get one with the next commit.
 	Key checkpoint.KeyIdentity
+	// Isolation is the isolation level the worker reads at, recorded in
+	// every manifest ("": not recorded). A checkpoint built at another
+	// level is restored, with a warning: the records replayed after it
+	// are judged at the new level.
+	Isolation IsolationLevel
 	// UnkeyedHash makes new memories use the unkeyed hash (seed 0), as
 	// memories from before seeds do: only for comparisons and tests.
 	UnkeyedHash bool
 
-	mu    sync.Mutex
-	kept  map[topicPartition]keptFilter
-	reuse atomic.Int64 // restores served from memory (tests)
+	mu     sync.Mutex
+	kept   map[topicPartition]keptFilter
+	warned map[warning]bool
+	reuse  atomic.Int64 // restores served from memory (tests)
+}
+
+// warning is one kind of restore notice about one partition, logged once.
+type warning struct {
+	tp   topicPartition
+	kind string
 }
 
 // keptFilter is a filter whose state equals manifest seq.
@@ -60,7 +74,19 @@ type keptFilter struct {
 
 // NewBloomState checkpoints the partitions of group in store.
 func NewBloomState(store *checkpoint.Store, group string) *BloomState {
-	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}}
+	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}, warned: map[warning]bool{}}
+}
+
+// first reports whether this is the first notice of kind for tp.
+func (s *BloomState) first(tp topicPartition, kind string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := warning{tp, kind}
+	if s.warned[w] {
+		return false
+	}
+	s.warned[w] = true
+	return true
 }
 
 // Retain drops kept filters of partitions not in the new assignment; the
@@ -208,7 +234,7 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	var reused *bloomFilter
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
-		if err := b.s.compatible(m, params); err != nil {
+		if err := b.s.compatible(m); err != nil {
 			return err
 		}
 		var err error
@@ -252,8 +278,67 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 		b.s.reuse.Add(1)
 		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
 	}
+	b.notice(m, params, shard)
 	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
 	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
+}
+
+// notice logs, once per partition, what the restored checkpoint m does not
+// say or says differently from this worker's settings: a missing key
+// record, another isolation level, another filter plan.
+func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, shard *bloom.Shard) {
+	log := b.p.Logger().With("seq", m.Seq)
+	if m.Key == nil && b.s.Key != (checkpoint.KeyIdentity{}) && b.s.first(b.tp, "key") {
+		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d does not record what defines a key (written before key settings were recorded); "+
+			"assuming it was written with this worker's %s. If the key settings changed since, the stored keys match none of the new ones "+
+			"and duplicates pass for up to a window: restart with the old settings, or start a new memory with on-restore-failure=empty "+
+			"or a new group. The next checkpoint records the key settings",
+			m.Seq, m.Topic, m.Partition, b.s.Key))
+	}
+	if m.Isolation != "" && b.s.Isolation != "" && m.Isolation != string(b.s.Isolation) && b.s.first(b.tp, "isolation") {
+		// Not refused: switching to read_committed is the usual fix.
+		kept := ""
+		if m.Isolation == string(ReadUncommitted) {
+			kept = " (keys of aborted transactions included)"
+		}
+		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d was built reading at %s; this worker reads at %s. "+
+			"The memory keeps the keys read up to input offset %d%s for their window; the records from there to the committed offset "+
+			"are replayed at %s and may not rebuild exactly what was forwarded at %s; everything after is judged at %s",
+			m.Seq, m.Topic, m.Partition, m.Isolation, b.s.Isolation, m.InputOffset, kept, b.s.Isolation, m.Isolation, b.s.Isolation),
+			"checkpoint_isolation", m.Isolation, "isolation", string(b.s.Isolation))
+	}
+	old := FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
+	if old == params || !b.s.first(b.tp, "plan") {
+		return
+	}
+	var changes []string
+	if old.Window != params.Window {
+		changes = append(changes, fmt.Sprintf("window %s → %s", humanDuration(old.Window), humanDuration(params.Window)))
+	}
+	if old.Generations != params.Generations {
+		changes = append(changes, fmt.Sprintf("generations %d → %d", old.Generations, params.Generations))
+	}
+	if old.Capacity != params.Capacity {
+		changes = append(changes, fmt.Sprintf("capacity %d → %d", old.Capacity, params.Capacity))
+	}
+	if old.FPR != params.FPR {
+		changes = append(changes, fmt.Sprintf("fpr %g → %g", old.FPR, params.FPR))
+	}
+	msg := fmt.Sprintf("filter settings changed since checkpoint %d (%s): new generations follow the new settings",
+		m.Seq, strings.Join(changes, ", "))
+	st := shard.Stats()
+	var last time.Time
+	for _, g := range st.Generations {
+		if g.Legacy && g.End.After(last) {
+			last = g.End
+		}
+	}
+	if st.Legacy > 0 {
+		msg += fmt.Sprintf("; the checkpoint's %d generations of another time span (new ones span %s) keep answering lookups until event time passes their end + %s (the last one leaves at %s)",
+			st.Legacy, humanDuration(span(params.Window, params.Generations)), humanDuration(params.Window),
+			last.Add(params.Window).UTC().Format(time.RFC3339))
+	}
+	log.Info(msg)
 }
 
 func (b *bloomPartition) Claim(ctx context.Context, owner string) error {
@@ -279,6 +364,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
 		Key:           b.s.keyRecord(),
 		HashSeed:      sn.from.seed.String(),
+		Isolation:     string(b.s.Isolation),
 		Generations:   gens,
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,
@@ -301,21 +387,16 @@ func (s *BloomState) keyRecord() *checkpoint.KeyIdentity {
 	return &k
 }
 
-// compatible refuses a checkpoint whose keys or ring this worker cannot
-// carry over, with an error that names both settings and the choices.
-func (s *BloomState) compatible(m *checkpoint.Manifest, params FilterParams) error {
+// compatible refuses a checkpoint whose keys this worker cannot carry over,
+// with an error that names both settings and the choices. Filter plan
+// changes (window, generations, capacity, rate) are carried over: see
+// bloom.RestoreShard.
+func (s *BloomState) compatible(m *checkpoint.Manifest) error {
 	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
 		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
 			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
 			"Keep the old key settings, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
 			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Key, s.Key)
-	}
-	if span(m.Filter.Window, m.Filter.Generations) != span(params.Window, params.Generations) {
-		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with window %v and %d generations; the settings say window %v and %d generations: "+
-			"a checkpoint's generations cannot change their time span (window / (generations-1)) yet. Keep window %v and generations %d, "+
-			"or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
-			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Filter.Window, m.Filter.Generations,
-			params.Window, params.Generations, m.Filter.Window, m.Filter.Generations)
 	}
 	return nil
 }
@@ -327,4 +408,17 @@ func span(window time.Duration, generations int) time.Duration {
 	}
 	g := time.Duration(generations - 1)
 	return (window + g - 1) / g
+}
+
+// humanDuration writes d as a user would type it ("72h", "1h30m", not
+// "72h0m0s"); a part below the minute stays ("8h0m30s").
+func humanDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
