@@ -171,6 +171,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	state := worker.NewBloomState(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
 	state.Key = keyID
+	state.Isolation = worker.IsolationLevel(cfg.IsolationLevel)
 	host, _ := os.Hostname()
 	startFrom, seedFrom, err := positions(*cfg)
 	if err != nil {
