@@ -97,11 +97,14 @@ func BenchmarkNormalizeURL(b *testing.B) {
 			dst := make([]byte, 0, 256)
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.url)))
+			report, ops := reportCPUPerOp(b), 0
 			for b.Loop() {
 				if _, err := NormalizeURL(dst[:0], bc.url); err != nil {
 					b.Fatal(err)
 				}
+				ops++
 			}
+			report(ops)
 		})
 	}
 }
