@@ -32,12 +32,14 @@ func trimURL(s string) string {
 		s = strings.TrimFunc(s, func(r rune) bool { return r <= ' ' || unicode.IsSpace(r) })
 	}
 	if strings.ContainsAny(s, "\t\n\r") {
-		s = strings.Map(func(r rune) rune {
-			if r == '\t' || r == '\n' || r == '\r' {
-				return -1
+		// Byte by byte: strings.Map would turn invalid UTF-8 into U+FFFD.
+		b := make([]byte, 0, len(s))
+		for i := 0; i < len(s); i++ {
+			if c := s[i]; c != '\t' && c != '\n' && c != '\r' {
+				b = append(b, c)
 			}
-			return r
-		}, s)
+		}
+		s = string(b)
 	}
 	return s
 }

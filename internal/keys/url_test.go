@@ -59,6 +59,7 @@ func TestNormalizeURL(t *testing.T) {
 		{"http://b%C3%BCcher.example/", "http://xn--bcher-kva.example/"},
 		{"http://example.com/a%2F b", "http://example.com/a%2F%20b"},
 		{"http://exa\tmple.com/a\nb\rc", "http://example.com/abc"},
+		{"http://example.com/\xff\tx", "http://example.com/%FFx"}, // not UTF-8: bytes kept, not U+FFFD
 		{"\x00 http://example.com/ \x1f", "http://example.com/"},
 		{"http://example.com/x\u00a0", "http://example.com/x"},
 		{"http:\\\\example.com\\a\\..\\b", "http://example.com/b"},
