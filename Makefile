@@ -24,6 +24,7 @@ FUZZ_TARGETS := \
 	./internal/config:FuzzConfigFile \
 	./internal/keys:FuzzExtract \
 	./internal/keys:FuzzExtractJSON \
+	./internal/keys:FuzzLegacyNormalizeURL \
 	./internal/keys:FuzzNormalizeURL \
 	./internal/keys:FuzzRemoveDotSegments
 

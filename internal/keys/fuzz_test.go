@@ -59,6 +59,8 @@ func FuzzNormalizeURL(f *testing.F) {
 		"https://u:p@[::1]:443/%7e?x=%zz", "http://B\u00fccher.example/caf\u00e9",
 		"http://a.com/..//x/?&&=&a", "http://a.com/%2e%2E/%2F?q=+%2b",
 		"ws://a.b.c.:0080/?", "http://a.com/;p?q=1;2",
+		"http://foo.com/\x01!", "http://www.example.com/p%zz%77%v", "https://example%2Ecom/",
+		"\thttp:\\\\a.com\\b\\..\\c\n", "http:a.com", "http://:@a.com/%2F%20b", "http://%C3%BC.com/#%zz",
 	} {
 		f.Add(s)
 	}

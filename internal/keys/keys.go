@@ -16,7 +16,9 @@
 // normalizations, Extract allocates nothing when dst has enough capacity.
 // A JSON field is located with a path scanner (github.com/tidwall/gjson)
 // on the raw bytes; the document is never decoded into Go values. The url
-// normalization parses the URL with net/url and allocates.
+// normalization parses the URL itself, leniently as a browser does (see
+// NormalizeURL), and allocates only for an internationalized host, a tab or
+// newline inside the URL, or a query whose parameters are not yet sorted.
 //
 // JSON values: a string field yields its unescaped text, a number its raw
 // text as written (so 12, 12.0 and 1.2e1 are different keys, and the number

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -23,18 +23,31 @@ var defaultPorts = map[string]string{
 }
 
 // NormalizeURL appends the canonical form of the absolute URL raw to dst, so
-// that URLs a crawler should treat as one page compare equal:
+// that URLs a crawler should treat as one page compare equal.
 //
-//   - surrounding white space is removed;
-//   - scheme and host are lower-cased, an internationalized host is
+// The URL is parsed leniently, the way a browser parses a link (the WHATWG
+// URL standard, https://url.spec.whatwg.org/): what a browser would still
+// request is normalized, not rejected.
+//
+//   - leading and trailing white space and C0 control characters are
+//     removed, and so is every tab, line feed and carriage return inside
+//     the URL;
+//   - for the schemes http, https, ws, wss and ftp a '\' counts as '/', and
+//     any number of slashes, or none, may follow "scheme:";
+//   - scheme and host are lower-cased; percent-escapes in the host are
+//     decoded (example%2Ecom is example.com), an internationalized host is
 //     converted to its ASCII (punycode) form, trailing dots of the host are
-//     removed, IPv6 literals take their canonical form;
+//     removed, IPv6 literals take their canonical form; a host left with a
+//     character other than letters, digits, '-', '.', '_' and '~' (or
+//     that is not UTF-8 once decoded) is rejected;
 //   - the default port of the scheme (http 80, https 443, ws 80, wss 443,
 //     ftp 21) and an empty port are dropped, leading zeros of a port removed;
+//   - an empty user name and password are dropped, as is an empty password;
 //   - the fragment is dropped;
 //   - percent-encoding is normalized: escapes of unreserved characters
 //     (A-Z a-z 0-9 - . _ ~) are decoded, other escapes use upper-case hex,
-//     characters that must be escaped are escaped, a stray '%' becomes %25;
+//     characters that must be escaped are escaped (control characters,
+//     space, non-ASCII bytes as their UTF-8), a stray '%' becomes %25;
 //   - dot segments of the path are resolved (RFC 3986 5.2.4), an empty path
 //     becomes "/";
 //   - empty query parameters are dropped, the rest are sorted by name with
@@ -43,94 +56,166 @@ var defaultPorts = map[string]string{
 //
 // Escaped reserved characters (%2F, %26, %3D…) stay escaped: decoding them
 // would change the meaning of the URL. '+' in a query is kept as is.
-// Userinfo is kept. The result is a fixed point: normalizing it again
-// returns it unchanged.
+// Userinfo is kept, decoded and escaped again. IPv4 addresses in other
+// notations than dotted decimal (http://3279880203/, http://0x7f.1/) are
+// not rewritten. The result is a fixed point: normalizing it again returns
+// it unchanged.
 //
-// NormalizeURL builds on net/url (github.com/PuerkitoBio/purell, the usual
-// library for this, is archived and unmaintained).
+// NormalizeURL is its own parser rather than net/url, which rejects much
+// of what browsers and crawlers accept (a raw control character, a stray
+// '%' in the path, an escaped host); github.com/PuerkitoBio/purell, the
+// usual normalization library, is archived and unmaintained. Cost: one
+// pass over the URL; no allocation when dst has room, except for an
+// internationalized host, a tab or newline inside the URL, or a query
+// that is not yet sorted.
 func NormalizeURL(dst []byte, raw string) ([]byte, error) {
-	raw = strings.TrimSpace(raw)
-	u, err := url.Parse(raw)
-	if err != nil {
-		return dst, fmt.Errorf("%w: %w", ErrBadURL, err)
-	}
-	if u.Scheme == "" || u.Opaque != "" || u.Host == "" {
-		return dst, ErrBadURL
-	}
-	host, err := canonicalHost(u.Hostname())
+	p, err := splitURL(trimURL(raw))
 	if err != nil {
 		return dst, err
 	}
-	port := u.Port()
-	if port != "" {
-		n, err := strconv.ParseUint(port, 10, 16)
+	out := dst
+	schemeAt := len(out)
+	for i := 0; i < len(p.scheme); i++ {
+		out = append(out, lowerASCII(p.scheme[i]))
+	}
+	scheme := out[schemeAt:]
+	out = append(out, "://"...)
+
+	if p.userinfo != "" {
+		user, pass, _ := strings.Cut(p.userinfo, ":")
+		if user != "" || pass != "" {
+			out = appendUserinfo(out, user)
+			if pass != "" {
+				out = append(out, ':')
+				out = appendUserinfo(out, pass)
+			}
+			out = append(out, '@')
+		}
+	}
+	if out, err = appendHost(out, p.host); err != nil {
+		return dst, err
+	}
+	if p.port != "" {
+		n, err := strconv.ParseUint(p.port, 10, 16)
 		if err != nil {
-			return dst, fmt.Errorf("%w: port %q", ErrBadURL, port)
+			return dst, fmt.Errorf("%w: port %q", ErrBadURL, p.port)
 		}
-		port = strconv.FormatUint(n, 10)
-		if defaultPorts[u.Scheme] == port {
-			port = ""
+		var buf [5]byte
+		port := strconv.AppendUint(buf[:0], n, 10)
+		if defaultPorts[string(scheme)] != string(port) {
+			out = append(out, ':')
+			out = append(out, port...)
 		}
 	}
 
-	dst = append(dst, u.Scheme...)
-	dst = append(dst, "://"...)
-	if u.User != nil {
-		dst = append(dst, u.User.String()...)
-		dst = append(dst, '@')
+	pathAt := len(out)
+	if p.special {
+		path := p.path
+		for {
+			i := strings.IndexByte(path, '\\')
+			if i < 0 {
+				break
+			}
+			out = appendPercentNormalized(out, path[:i], isPathChar)
+			out = append(out, '/')
+			path = path[i+1:]
+		}
+		out = appendPercentNormalized(out, path, isPathChar)
+	} else {
+		out = appendPercentNormalized(out, p.path, isPathChar)
 	}
-	dst = append(dst, host...)
-	if port != "" {
-		dst = append(dst, ':')
-		dst = append(dst, port...)
+	out = removeDotSegments(out, pathAt)
+	if len(out) == pathAt {
+		out = append(out, '/')
 	}
 
-	pathAt := len(dst)
-	dst = appendPercentNormalized(dst, u.EscapedPath(), isPathChar)
-	dst = removeDotSegments(dst, pathAt)
-	if len(dst) == pathAt {
-		dst = append(dst, '/')
+	if p.query != "" {
+		out = appendQuery(out, p.query)
 	}
+	return out, nil
+}
 
-	if u.RawQuery != "" {
-		dst = appendQuery(dst, u.RawQuery)
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// appendHost appends the canonical form of the host as written: an IPv6
+// literal in brackets, or a domain name (or IPv4 address) with its escapes
+// decoded, lower-cased, in punycode if it is internationalized, without
+// trailing dots.
+func appendHost(dst []byte, h string) ([]byte, error) {
+	if h[0] == '[' { // splitURL saw the closing ']'
+		a, err := netip.ParseAddr(h[1 : len(h)-1])
+		if err != nil || a.Zone() != "" || !a.Is6() {
+			return dst, fmt.Errorf("%w: host %q", ErrBadURL, h)
+		}
+		dst = append(dst, '[')
+		dst = a.AppendTo(dst)
+		return append(dst, ']'), nil
+	}
+	at := len(dst)
+	ascii := true
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c == '%' && i+2 < len(h) && isHex(h[i+1]) && isHex(h[i+2]) {
+			c = unhex(h[i+1])<<4 | unhex(h[i+2])
+			i += 2
+		}
+		if c >= utf8.RuneSelf {
+			ascii = false
+		}
+		dst = append(dst, lowerASCII(c))
+	}
+	if !ascii {
+		name := string(dst[at:])
+		if !utf8.ValidString(name) {
+			return dst[:at], fmt.Errorf("%w: host %q is not UTF-8", ErrBadURL, h)
+		}
+		a, err := idna.Lookup.ToASCII(name)
+		if err != nil {
+			return dst[:at], fmt.Errorf("%w: host %q: %w", ErrBadURL, h, err)
+		}
+		dst = dst[:at]
+		for i := 0; i < len(a); i++ {
+			dst = append(dst, lowerASCII(a[i]))
+		}
+	}
+	for len(dst) > at && dst[len(dst)-1] == '.' {
+		dst = dst[:len(dst)-1]
+	}
+	if len(dst) == at {
+		return dst, fmt.Errorf("%w: empty host", ErrBadURL)
+	}
+	for _, c := range dst[at:] {
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
+			return dst[:at], fmt.Errorf("%w: host %q has character %q", ErrBadURL, h, c)
+		}
 	}
 	return dst, nil
 }
 
-func canonicalHost(h string) (string, error) {
-	if strings.Contains(h, ":") { // IPv6 literal
-		a, err := netip.ParseAddr(h)
-		if err != nil || a.Zone() != "" || !a.Is6() {
-			return "", fmt.Errorf("%w: host %q", ErrBadURL, h)
+// appendUserinfo appends a user name or password decoded and escaped again
+// as net/url escapes userinfo, which is how userinfo has always been
+// written here: letters, digits, - . _ ~ $ & + , ; = stay, the rest is
+// escaped.
+func appendUserinfo(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			c = unhex(s[i+1])<<4 | unhex(s[i+2])
+			i += 2
 		}
-		return "[" + a.String() + "]", nil
-	}
-	ascii := true
-	for i := 0; i < len(h); i++ {
-		if h[i] >= 0x80 {
-			ascii = false
-			break
-		}
-	}
-	if !ascii {
-		a, err := idna.Lookup.ToASCII(h)
-		if err != nil {
-			return "", fmt.Errorf("%w: host %q: %w", ErrBadURL, h, err)
-		}
-		h = a
-	}
-	h = strings.TrimRight(strings.ToLower(h), ".")
-	if h == "" {
-		return "", fmt.Errorf("%w: empty host", ErrBadURL)
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~') {
-			return "", fmt.Errorf("%w: host %q has character %q", ErrBadURL, h, c)
+		switch {
+		case isUnreserved(c), c == '$', c == '&', c == '+', c == ',', c == ';', c == '=':
+			dst = append(dst, c)
+		default:
+			dst = append(dst, '%', upperHex[c>>4], upperHex[c&15])
 		}
 	}
-	return h, nil
+	return dst
 }
 
 func isUnreserved(c byte) bool {

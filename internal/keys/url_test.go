@@ -42,6 +42,39 @@ func TestNormalizeURL(t *testing.T) {
 		{"http://B\u00fccher.example/", "http://xn--bcher-kva.example/"},
 		{"http://127.0.0.1:8080/x", "http://127.0.0.1:8080/x"},
 		{"ftp://example.com:21/f", "ftp://example.com/f"},
+
+		// Parsed leniently, as a browser would (issue classes first).
+		{"http://foo.com/\x01!", "http://foo.com/%01!"},
+		{"http://foo.com/\x00x", "http://foo.com/%00x"},
+		{"http://foo.com/\x1a!", "http://foo.com/%1A!"},
+		{"http://foo.com/a\x7f", "http://foo.com/a%7F"},
+		{"http://foo.com/?q=\x01\x00x", "http://foo.com/?q=%01%00x"},
+		{"http://foo.com/?q=x\x01", "http://foo.com/?q=x"}, // trailing control characters are trimmed
+		{"http://www.example.com/p%zz%77%v", "http://www.example.com/p%25zzw%25v"},
+		{"http://example.com/100%", "http://example.com/100%25"},
+		{"http://example.com/%2", "http://example.com/%252"},
+		{"http://example.com/%%41", "http://example.com/%25A"},
+		{"https://example%2Ecom/", "https://example.com/"},
+		{"http://%65xample.COM%2e/", "http://example.com/"},
+		{"http://b%C3%BCcher.example/", "http://xn--bcher-kva.example/"},
+		{"http://example.com/a%2F b", "http://example.com/a%2F%20b"},
+		{"http://exa\tmple.com/a\nb\rc", "http://example.com/abc"},
+		{"http://example.com/\xff\tx", "http://example.com/%FFx"}, // not UTF-8: bytes kept, not U+FFFD
+		{"\x00 http://example.com/ \x1f", "http://example.com/"},
+		{"http://example.com/x\u00a0", "http://example.com/x"},
+		{"http:\\\\example.com\\a\\..\\b", "http://example.com/b"},
+		{"http://example.com/a\\b?c\\d", "http://example.com/a/b?c%5Cd"},
+		{"http:example.com/a", "http://example.com/a"},
+		{"https:///example.com/", "https://example.com/"},
+		{"foo://example.com/a\\b", "foo://example.com/a%5Cb"},
+		{"http://example.com/a#%zz", "http://example.com/a"},
+		{"http://@example.com/", "http://example.com/"},
+		{"http://:@example.com/", "http://example.com/"},
+		{"http://user:@example.com/", "http://user@example.com/"},
+		{"http://:pw@example.com/", "http://:pw@example.com/"},
+		{"http://a b:%zz@example.com/", "http://a%20b:%25zz@example.com/"},
+		{"http://a@b@example.com/", "http://a%40b@example.com/"},
+		{"http://example.com:00000000000000443/", "http://example.com:443/"},
 	}
 	for _, tt := range tests {
 		got, err := NormalizeURL(nil, tt.in)
@@ -66,6 +99,9 @@ func TestNormalizeURLVariantsAgree(t *testing.T) {
 		"https://shop.example.com/products/./42?color=red&size=m#reviews",
 		"https://shop.example.com/products/x/../42?color=red&&size=m",
 		"https://shop.example.com/%70roducts/42?color=r%65d&size=m",
+		"https://shop.example%2Ecom/products/42?color=red&size=m",
+		"\thttps://shop.exam\nple.com/products\\42?color=red&size=m\n",
+		"https:shop.example.com/products/42?color=red&size=m#\x00",
 	}
 	want, err := NormalizeURL(nil, variants[0])
 	if err != nil {
@@ -84,6 +120,10 @@ func TestNormalizeURLRejects(t *testing.T) {
 		"", "not a url", "/relative/path", "example.com/x", "mailto:a@example.com",
 		"http://", "http://exa mple.com/", "http://example.com:99999/", "http://[fe80::1%25en0]/",
 		"http://ex\x00ample.com/", "http://%zz/",
+		"http://ex%00ample.com/", "http://example%20com/", "http://a%2Fb/", "http://a%3A80/",
+		"http://%25/", "http://%ff.com/", "http://%C3%28.com/", "http://[::1/", "http://[::1]x/",
+		"http://a.com:8o/", "http://a.com:80:90/", "http:///", "http:?q", "http://user@/x",
+		"foo:bar", "foo:/bar", "http://ex%ample.com/", "http://.../",
 	} {
 		out, err := NormalizeURL([]byte("keep"), in)
 		if !errors.Is(err, ErrBadURL) {
