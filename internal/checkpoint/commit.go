@@ -55,6 +55,8 @@ type Checkpoint struct {
 	// none), restored with the filter so that replay decides as the
 	// original run did.
 	EventTime int64
+	// Seed is the position of an unfinished seeding read (Manifest.Seed).
+	Seed *SeedProgress
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -169,6 +171,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		HashSeed:      cp.HashSeed,
 		Isolation:     cp.Isolation,
 		EventTime:     cp.EventTime,
+		Seed:          cp.Seed,
 	}
 	// A generation is its ID and its range: after a settings change, a
 	// generation of the old plan and one of the new may share an ID (span

@@ -135,6 +135,18 @@ type Manifest struct {
 	// EventTime is the owner's event-time frontier in Unix ns (0: not
 	// recorded, as in manifests of earlier versions).
 	EventTime int64 `json:"event_time_ns,omitempty"`
+	// Seed is how far a new memory has read the topic it is seeded from
+	// (--seed-topic); nil when there is none or it was read to its end.
+	Seed *SeedProgress `json:"seed,omitempty"`
+}
+
+// SeedProgress is the position of a seeding read of another topic: the
+// state covers its records in [start, Next); the seeding ends at End.
+type SeedProgress struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Next      int64  `json:"next_offset"`
+	End       int64  `json:"end_offset"`
 }
 
 // Bytes is the total stored size of the generation objects m references.

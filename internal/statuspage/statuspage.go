@@ -101,6 +101,9 @@ func newView(st worker.Status, now time.Time) view {
 		r := row{PartitionStatus: p, Running: p.State == "running" && p.Generation == st.Generation}
 		if pr := p.Progress; pr != nil {
 			r.Progress = &progress{Progress: *pr, What: phases[pr.Phase], Fraction: pr.Fraction()}
+			if pr.Topic != "" {
+				r.Progress.What = "topic " + pr.Topic + ", remembered, not forwarded"
+			}
 			if pr.To > pr.From {
 				r.Progress.Total = pr.To - pr.From
 			}

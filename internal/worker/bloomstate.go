@@ -276,11 +276,11 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	}
 	if reused != nil {
 		b.s.reuse.Add(1)
-		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
+		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 	}
 	b.notice(m, params, shard)
 	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
-	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt}, nil
+	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 }
 
 // notice logs, once per partition, what the restored checkpoint m does not
@@ -368,6 +368,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 		Generations:   gens,
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,
+		Seed:          seedTo(cp.Seed),
 	})
 	if err != nil {
 		return storeErr(err)
@@ -421,4 +422,18 @@ func humanDuration(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+func seedFrom(s *checkpoint.SeedProgress) *SeedProgress {
+	if s == nil {
+		return nil
+	}
+	return &SeedProgress{Topic: s.Topic, Partition: s.Partition, Next: s.Next, End: s.End}
+}
+
+func seedTo(s *SeedProgress) *checkpoint.SeedProgress {
+	if s == nil {
+		return nil
+	}
+	return &checkpoint.SeedProgress{Topic: s.Topic, Partition: s.Partition, Next: s.Next, End: s.End}
 }

@@ -93,6 +93,11 @@ type Config struct {
 	// input in [SeedFrom, StartFrom) is replayed into the filter without
 	// being forwarded (warm seeding), like a recovery replay.
 	SeedFrom *Position
+	// SeedTopic, if set, seeds such a partition first from another topic
+	// partitioned like the input (e.g. the deduplicated topic an earlier
+	// system wrote): partition p of it, from SeedFrom (or its start) to its
+	// end at that moment, keys extracted by Deps.SeedExtractor; see seed.go.
+	SeedTopic string
 	// IsolationLevel: default ReadCommitted. Recovery replay and the
 	// recovery scan of the written topics read at the same level, so replay
 	// drops exactly what the first pass dropped.

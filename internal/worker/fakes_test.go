@@ -116,6 +116,7 @@ func (p *memPartition) Restore(ctx context.Context, params FilterParams) (*Resto
 		Filter:        &exactFilter{window: params.Window, last: maps.Clone(cp.Snapshot.(*exactSnapshot).last)},
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: out,
+		Seed:          cp.Seed,
 	}, nil
 }
 

@@ -34,6 +34,8 @@ type partitionProc struct {
 	// seeding is set from a new group's start until its seeding replay
 	// ends: the replay's progress is then reported as seeding.
 	seeding bool
+	// seedTopic is the unfinished read of Config.SeedTopic (nil: none).
+	seedTopic *SeedProgress
 
 	// Session state, rebuilt by every recovery.
 	filter   Filter
@@ -148,7 +150,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
 	// A new group's partition: where to start forwarding and seeding.
 	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
-		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil)
+		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil || w.cfg.SeedTopic != "")
 	var seed int64
 	if fresh {
 		var start int64
@@ -163,6 +165,22 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
 			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
 		committed, pp.seeded, pp.seeding = start, seed, seed < start
+	}
+	// The seed topic's read: where the checkpoint left it, or, for a memory
+	// without a checkpoint, all of it.
+	pp.seedTopic = nil
+	switch {
+	case restored.InputOffset >= 0:
+		if restored.Seed != nil {
+			s := *restored.Seed
+			pp.seedTopic = &s
+		}
+	case w.cfg.SeedTopic != "":
+		if pp.seedTopic, err = pp.seedRange(ctx); err != nil {
+			return err
+		}
+		pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
+			"from", pp.seedTopic.Next, "to", pp.seedTopic.End, "records", pp.seedTopic.End-pp.seedTopic.Next)
 	}
 	if committed < 0 {
 		committed = ib.first
@@ -254,6 +272,17 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.lastCheckpoint = w.deps.Now()
 	pp.rateAt = pp.lastCheckpoint
+	if pp.seedTopic != nil && pp.seedTopic.Next < pp.seedTopic.End {
+		pp.setState("replaying")
+		err := pp.seedFromTopic(ctx)
+		if ctx.Err() != nil {
+			return pp.finish(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	pp.seedTopic = nil
 
 	// Replay [c, resume) before declaring the partition running. Periodic
 	// checkpoints go on meanwhile (see checkpoint: their output offsets stay
@@ -634,7 +663,7 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 	}
 	now := w.deps.Now()
 	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval {
-		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next && pp.seedTopic == nil {
 			// Idle: the stored checkpoint still covers everything.
 			pp.cp.touch(now)
 			pp.lastCheckpoint = now
@@ -688,12 +717,18 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		}
 		out[tp.topic][tp.partition] = o
 	}
+	var seed *SeedProgress
+	if pp.seedTopic != nil {
+		s := *pp.seedTopic
+		seed = &s
+	}
 	return Checkpoint{
 		InputOffset:   pp.next,
 		OutputOffsets: out,
 		Params:        pp.w.params,
 		Snapshot:      pp.filter.Snapshot(),
 		Owner:         pp.w.cfg.Owner,
+		Seed:          seed,
 	}
 }
 
@@ -734,7 +769,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 		pp.log.Warn("final checkpoint skipped: previous upload still running", "err", err)
 		return nil
 	}
-	if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next {
+	if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next && pp.seedTopic == nil {
 		pp.log.Info("partition released; stored checkpoint is current", "offset", pp.next, "took", w.deps.Now().Sub(start))
 		return nil
 	}

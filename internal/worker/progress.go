@@ -27,6 +27,7 @@ var phases = []string{phaseSeeding, phaseReplaying, phaseScanning}
 type progress struct {
 	pp       *partitionProc
 	phase    string
+	topic    string // "" for the input
 	from, to int64
 	began    time.Time
 	loggedAt time.Time
@@ -76,7 +77,7 @@ func (pr *progress) show(now time.Time) {
 }
 
 func (pr *progress) value(now time.Time) Progress {
-	v := Progress{Phase: pr.phase, From: pr.from, To: pr.to, Done: pr.done, Keys: pr.keys}
+	v := Progress{Phase: pr.phase, Topic: pr.topic, From: pr.from, To: pr.to, Done: pr.done, Keys: pr.keys}
 	if el := now.Sub(pr.began).Seconds(); el > 0 && pr.done > 0 {
 		v.Rate = float64(pr.done) / el
 		v.ETASeconds = float64(max(pr.to-pr.from-pr.done, 0)) / v.Rate

@@ -98,6 +98,18 @@ type Restored struct {
 	// time when a StateStore has no such notion).
 	Sequence uint64
 	Written  time.Time
+	// Seed is the position of an unfinished seeding read of another topic
+	// (nil: none).
+	Seed *SeedProgress
+}
+
+// SeedProgress is how far a new memory has read the topic it is seeded
+// from (Config.SeedTopic): the state covers its records before Next; the
+// read ends at End, the topic's high-water mark when the memory began.
+type SeedProgress struct {
+	Topic     string
+	Partition int
+	Next, End int64
 }
 
 // Planner is optionally implemented by a StateStore that can tell how much
@@ -119,6 +131,8 @@ type Checkpoint struct {
 	Params        FilterParams
 	Snapshot      Snapshot
 	Owner         string
+	// Seed is the position of an unfinished seeding read (nil: none).
+	Seed *SeedProgress
 }
 
 // Errors a StateStore reports; the worker branches on them with errors.Is.

@@ -32,9 +32,9 @@ func (p Position) String() string {
 	return "earliest"
 }
 
-// resolve maps p to an offset of input partition part within b, reading
+// resolve maps p to an offset of partition part of topic within b, reading
 // timestamps from the brokers; now is the reference of Ago.
-func (w *Worker) resolve(ctx context.Context, p Position, part int, b offsetBounds, now time.Time) (int64, error) {
+func (w *Worker) resolve(ctx context.Context, topic string, p Position, part int, b offsetBounds, now time.Time) (int64, error) {
 	switch {
 	case p.Latest:
 		return b.last, nil
@@ -46,17 +46,17 @@ func (w *Worker) resolve(ctx context.Context, p Position, part int, b offsetBoun
 		at = now.Add(-p.Ago)
 	}
 	res, err := w.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		w.cfg.Input: {kafka.TimeOffsetOf(part, at)},
+		topic: {kafka.TimeOffsetOf(part, at)},
 	}})
 	if err != nil {
-		return 0, fmt.Errorf("looking up the offset of %s/%d at %v: %w", w.cfg.Input, part, at, err)
+		return 0, fmt.Errorf("looking up the offset of %s/%d at %v: %w", topic, part, at, err)
 	}
-	for _, po := range res.Topics[w.cfg.Input] {
+	for _, po := range res.Topics[topic] {
 		if po.Partition != part {
 			continue
 		}
 		if po.Error != nil {
-			return 0, fmt.Errorf("looking up the offset of %s/%d at %v: %w", w.cfg.Input, part, at, po.Error)
+			return 0, fmt.Errorf("looking up the offset of %s/%d at %v: %w", topic, part, at, po.Error)
 		}
 		off := int64(-1)
 		for o := range po.Offsets {
@@ -67,7 +67,7 @@ func (w *Worker) resolve(ctx context.Context, p Position, part int, b offsetBoun
 		}
 		return min(max(off, b.first), b.last), nil
 	}
-	return 0, fmt.Errorf("looking up the offset of %s/%d at %v: partition missing from the answer", w.cfg.Input, part, at)
+	return 0, fmt.Errorf("looking up the offset of %s/%d at %v: partition missing from the answer", topic, part, at)
 }
 
 // startOffsets decides where a partition that has neither a committed offset
@@ -76,12 +76,12 @@ func (w *Worker) resolve(ctx context.Context, p Position, part int, b offsetBoun
 func (pp *partitionProc) startOffsets(ctx context.Context, b offsetBounds) (start, seed int64, err error) {
 	w := pp.w
 	now := w.deps.Now()
-	if start, err = w.resolve(ctx, w.cfg.StartFrom, pp.p, b, now); err != nil {
+	if start, err = w.resolve(ctx, w.cfg.Input, w.cfg.StartFrom, pp.p, b, now); err != nil {
 		return 0, 0, err
 	}
 	seed = start
 	if w.cfg.SeedFrom != nil {
-		if seed, err = w.resolve(ctx, *w.cfg.SeedFrom, pp.p, b, now); err != nil {
+		if seed, err = w.resolve(ctx, w.cfg.Input, *w.cfg.SeedFrom, pp.p, b, now); err != nil {
 			return 0, 0, err
 		}
 		if seed > start {

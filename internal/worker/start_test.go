@@ -1,8 +1,13 @@
 package worker
 
 import (
+	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 )
 
 // TestStartFrom: a new group put in front of an input that already holds
@@ -169,4 +174,116 @@ func TestSeedingResumesFromCheckpoint(t *testing.T) {
 	seenOut, seenDup, _ := expectation(old, time.Hour)
 	checkKeys(t, "output", readTopic(t, brokers, tOut, 1), map[int][]string{0: full[0][len(seenOut[0]):]})
 	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 1), map[int][]string{0: fullDup[0][len(seenDup[0]):]})
+}
+
+// headerExtractor takes the key from a header: a seed topic whose records
+// carry the key elsewhere than the input's.
+type headerExtractor struct {
+	name string
+	slow *atomic.Bool
+}
+
+func (h headerExtractor) Extract(dst []byte, _, _ []byte, hs []kafka.Header) ([]byte, error) {
+	if h.slow != nil && h.slow.Load() {
+		time.Sleep(200 * time.Microsecond)
+	}
+	for _, x := range hs {
+		if x.Key == h.name && len(x.Value) > 0 {
+			return append(dst, x.Value...), nil
+		}
+	}
+	return nil, &KeyError{Reason: "missing"}
+}
+
+// TestSeedTopic: a new group seeds its memory from another topic (the
+// deduplicated topic an earlier system wrote, its key in a header) before
+// it forwards anything: keys found there are duplicates when the input
+// repeats them, records without a key are skipped, and a worker killed in
+// the middle of the seeding read resumes it from its checkpoint.
+func TestSeedTopic(t *testing.T) {
+	t.Parallel()
+	const parts, seedTopic = 2, "old-unique"
+	brokers := newCluster(t, parts)
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	if _, err := cl.CreateTopics(context.Background(), &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{
+		{Topic: seedTopic, NumPartitions: parts, ReplicationFactor: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	old := genEvents(4000, parts, 0, 61, base)
+	sw := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: seedTopic, Balancer: partitionBalancer{},
+		RequiredAcks: kafka.RequireAll, BatchSize: 1000, BatchTimeout: time.Millisecond}
+	msgs := make([]kafka.Message, 0, len(old)+2)
+	for _, e := range old {
+		msgs = append(msgs, kafka.Message{Value: []byte(e.value), Time: e.ts, Headers: []kafka.Header{
+			{Key: "p", Value: []byte(strconv.Itoa(e.partition))}, {Key: "id", Value: e.key}}})
+	}
+	msgs = append(msgs, kafka.Message{Value: []byte("no key"), Headers: []kafka.Header{{Key: "p", Value: []byte("0")}}})
+	if err := sw.WriteMessages(context.Background(), msgs...); err != nil {
+		t.Fatal(err)
+	}
+	sw.Close()
+	later := genEvents(1000, parts, 0.1, 62, base.Add(time.Minute))
+	for i := 0; i < len(later); i += 2 { // half repeat keys of the seed topic, in their partition
+		o := old[(i*17)%len(old)]
+		later[i].key, later[i].partition = o.key, o.partition
+	}
+	produce(t, brokers, later)
+
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.SeedTopic = seedTopic
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	cfg.Owner = "first"
+	var slow atomic.Bool
+	slow.Store(true)
+	seeder := func(w *Worker) { w.deps.SeedExtractor = headerExtractor{name: "id", slow: &slow} }
+	a := startWorker(t, cfg, store, seeder)
+	waitFor(t, 60*time.Second, "a checkpoint in the middle of the seed topic", func() bool {
+		for p := range parts {
+			cp, ok := store.latest(tIn, p)
+			if !ok || cp.Seed == nil || cp.Seed.Next <= 0 || cp.Seed.Next >= cp.Seed.End {
+				return false
+			}
+		}
+		for _, p := range a.w.Status().Partitions {
+			if p.Progress == nil || p.Progress.Topic != seedTopic {
+				return false
+			}
+		}
+		return true
+	})
+	a.w.halted.Store(true) // kill -9
+	a.cancel()
+	<-a.done
+	a.done <- nil
+	if n := readTopic(t, brokers, tOut, parts); len(n[0])+len(n[1]) != 0 {
+		t.Fatalf("%d records forwarded during the seeding", len(n[0])+len(n[1]))
+	}
+
+	slow.Store(false)
+	cfg.Owner = "second"
+	b := startWorker(t, cfg, store, seeder)
+	per := map[int]int64{}
+	for _, e := range later {
+		per[e.partition]++
+	}
+	caughtUp(t, b, per)
+	b.stop(t)
+	for p := range parts {
+		if cp, _ := store.latest(tIn, p); cp.Seed != nil {
+			t.Errorf("partition %d: the last checkpoint still records an unfinished seed read %+v", p, *cp.Seed)
+		}
+	}
+	// Expected: the input's first occurrences, with the seed topic's keys
+	// (per partition) already remembered.
+	full, fullDup, _ := expectation(append(append([]event(nil), old...), later...), time.Hour)
+	seenOut, seenDup, _ := expectation(old, time.Hour)
+	wantOut, wantDup := map[int][]string{}, map[int][]string{}
+	for p := range parts {
+		wantOut[p] = full[p][len(seenOut[p]):]
+		wantDup[p] = fullDup[p][len(seenDup[p]):]
+	}
+	checkKeys(t, "output", readTopic(t, brokers, tOut, parts), wantOut)
+	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, parts), wantDup)
+	b.conservation(t)
 }

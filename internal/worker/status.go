@@ -74,6 +74,9 @@ type Progress struct {
 	// replaying (input between the checkpoint and the committed offset) or
 	// scanning (outputs for records written but not committed).
 	Phase string `json:"phase"`
+	// Topic is the topic read when it is not the input: the topic a new
+	// memory is seeded from (Config.SeedTopic).
+	Topic string `json:"topic,omitempty"`
 	// From and To are the offsets of the phase's range; Done counts the
 	// offsets passed so far (records and offsets that are not events).
 	From int64 `json:"from_offset"`

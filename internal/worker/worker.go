@@ -20,6 +20,10 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	State      StateStore
 	Extractor  Extractor
+	// SeedExtractor derives keys from the records of Config.SeedTopic
+	// (nil: Extractor), for a seed topic whose records carry the key
+	// elsewhere than the input's.
+	SeedExtractor Extractor
 	// Now schedules checkpoints and measures durations; never used for the
 	// filter (that runs on event time). Default time.Now.
 	Now func() time.Time
@@ -121,6 +125,9 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.client = &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: w.cfg.Transport, Timeout: 30 * time.Second}
 	if err := w.checkTopics(ctx); err != nil {
+		return err
+	}
+	if err := w.checkSeedTopic(ctx); err != nil {
 		return err
 	}
 	w.out = newOutput(w.cfg)
