@@ -67,7 +67,7 @@ func TestRunHelpListsSettings(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, s := range []string{"--brokers", "--key", "--normalize", "--window", "--capacity", "--fpr",
-		"--checkpoint-url", "--on-missing-key", "--sasl-mechanism", "--tls-ca-file", "BLOOMGATE_CHECKPOINT_URL", "default 24h0m0s"} {
+		"--checkpoint-url", "--on-missing-key", "--sasl-mechanism", "--tls-ca-file", "BLOOMGATE_CHECKPOINT_URL", "default 24h,"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("run --help lacks %q", s)
 		}

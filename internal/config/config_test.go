@@ -69,7 +69,7 @@ sasl:
 	checks := []struct{ name, got, want string }{
 		{"input (file only)", cfg.Input, "file-in"},
 		{"group (file < env)", cfg.Group, "env-group"},
-		{"window (file < env < flag)", cfg.Window.String(), "3h0m0s"},
+		{"window (file < env < flag)", FormatDuration(cfg.Window), "3h"},
 		{"sasl password (file < env)", cfg.SASL.Password, "env-pw"},
 		{"sasl username (nested yaml)", cfg.SASL.Username, "file-user"},
 		{"brokers (flag replaces env and file)", strings.Join(cfg.Brokers, ","), "flag:1"},
@@ -248,7 +248,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if count != n {
 		t.Errorf("%d flags, %d in help sections: add new flags to a section", count, n)
 	}
-	for _, want := range []string{"default 24h0m0s", "default bloomgate", "default 0.01", "BLOOMGATE_CHECKPOINT_URL"} {
+	for _, want := range []string{"default 24h,", "default bloomgate", "default 0.01", "default 10M,", "default 4KiB,", "BLOOMGATE_CHECKPOINT_URL",
+		"--window duration", "--capacity count", "--fpr rate", "--max-key-bytes size"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -272,20 +273,6 @@ func TestPasswordNotLogged(t *testing.T) {
 	m, err := cfg.SASLMechanism()
 	if err != nil || m == nil || m.Name() != "PLAIN" {
 		t.Fatalf("SASL mechanism %v, %v", m, err)
-	}
-}
-
-func TestParseCount(t *testing.T) {
-	for in, want := range map[string]uint64{"10000000": 1e7, "10_000_000": 1e7, "10M": 1e7, "1e7": 1e7, "2.5k": 2500, "1G": 1e9} {
-		got, err := ParseCount(in)
-		if err != nil || got != want {
-			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "-1", "1.5", "10Q"} {
-		if _, err := ParseCount(in); err == nil {
-			t.Errorf("ParseCount(%q) accepted", in)
-		}
 	}
 }
 
@@ -378,5 +365,40 @@ func TestCheckpointURLWithCredentialsRejectedWithoutEcho(t *testing.T) {
 		if !strings.Contains(err.Error(), "checkpoint-url") {
 			t.Fatalf("error does not name the setting: %s", err)
 		}
+	}
+}
+
+func load(t *testing.T, args ...string) (*Run, error) {
+	t.Helper()
+	return Load(append(append([]string{}, minimal...), args...), &bytes.Buffer{})
+}
+
+func TestIsolationLevel(t *testing.T) {
+	if cfg, err := load(t); err != nil || cfg.IsolationLevel != ReadCommitted {
+		t.Fatalf("default: %v, %v", cfg, err)
+	}
+	if cfg, err := load(t, "--isolation-level", "read_uncommitted"); err != nil || cfg.IsolationLevel != ReadUncommitted {
+		t.Fatalf("flag: %v, %v", cfg, err)
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("BLOOMGATE_ISOLATION_LEVEL", "read_uncommitted")
+		if cfg, err := load(t); err != nil || cfg.IsolationLevel != ReadUncommitted {
+			t.Fatalf("env: %v, %v", cfg, err)
+		}
+		if cfg, err := load(t, "--isolation-level", "read_committed"); err != nil || cfg.IsolationLevel != ReadCommitted {
+			t.Fatalf("flag over env: %v, %v", cfg, err)
+		}
+	})
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("isolation-level: read_uncommitted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := load(t, "--config", file); err != nil || cfg.IsolationLevel != ReadUncommitted {
+		t.Fatalf("file: %v, %v", cfg, err)
+	}
+	_, err := load(t, "--isolation-level", "serializable")
+	want := `--isolation-level (env BLOOMGATE_ISOLATION_LEVEL): "serializable" is not one of read_committed, read_uncommitted`
+	if err == nil || err.Error() != want {
+		t.Fatalf("bad value: %v\nwant %s", err, want)
 	}
 }

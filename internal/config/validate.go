@@ -102,7 +102,7 @@ func (c *Run) Validate() error {
 		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
 	}
 	if c.BatchTimeout <= 0 {
-		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", c.BatchTimeout)
+		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
 	}
 	c.validateTLS(bad)
 	c.validateSASL(bad)
@@ -131,18 +131,18 @@ func (c *Run) Validate() error {
 
 	// Filter.
 	if c.Window <= 0 {
-		bad("window", "%v: must be positive (e.g. 24h)", c.Window)
+		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
 	}
 	if c.Generations < 2 || c.Generations > 64 {
 		bad("generations", "%d: must be between 2 and 64 (e.g. 4)", c.Generations)
 	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < time.Second {
-		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", c.Window, c.Generations)
+		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", fd(c.Window), c.Generations)
 	}
 	if c.Capacity == 0 {
 		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
 	}
 	if !(c.FPR > 0 && c.FPR < 1) {
-		bad("fpr", "%v: must be strictly between 0 and 1 (e.g. 0.01)", c.FPR)
+		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
 	}
 
 	// Checkpoints.
@@ -150,15 +150,15 @@ func (c *Run) Validate() error {
 		bad("checkpoint-url", "%v", err)
 	}
 	if c.CheckpointInterval <= 0 {
-		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", c.CheckpointInterval)
+		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", fd(c.CheckpointInterval))
 	}
 	if c.CheckpointRetain < 1 {
 		bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
 	}
 	if c.MaxCheckpointStaleness < 0 {
-		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", c.MaxCheckpointStaleness)
+		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
 	} else if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
-		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", c.MaxCheckpointStaleness, c.CheckpointInterval)
+		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
 	}
 	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
 
@@ -171,27 +171,30 @@ func (c *Run) Validate() error {
 		}
 	}
 	if c.MaxTimeJump < 0 {
-		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", c.MaxTimeJump)
+		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", fd(c.MaxTimeJump))
 	}
 	if c.SessionTimeout <= 0 {
-		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", c.SessionTimeout)
+		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", fd(c.SessionTimeout))
 	}
 	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
-		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", c.HeartbeatInterval, c.SessionTimeout)
+		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", fd(c.HeartbeatInterval), fd(c.SessionTimeout))
 	}
 	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.SessionTimeout) {
-		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", c.RebalanceTimeout, c.SessionTimeout)
+		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", fd(c.RebalanceTimeout), fd(c.SessionTimeout))
 	}
 	if c.JoinGroupBackoff <= 0 {
-		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", c.JoinGroupBackoff)
+		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", fd(c.JoinGroupBackoff))
 	}
 	if c.ShutdownTimeout <= 0 {
-		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", c.ShutdownTimeout)
+		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", fd(c.ShutdownTimeout))
 	}
 	oneOf("log-format", c.LogFormat, "text", "json")
 	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 	return errors.Join(errs...)
 }
+
+// fd formats a duration for a message.
+func fd(d time.Duration) string { return FormatDuration(d) }
 
 func (c *Run) validateTLS(bad func(setting, format string, args ...any)) {
 	t := c.TLS
