@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,27 +18,21 @@ import (
 )
 
 // parseFlags parses args into fs. It returns done=true with the exit code
-// when the command must not go on (--help, or a usage error).
+// when the command must not go on: --help (usage on stdout), or a usage
+// error (one line naming the flag, and where to find every flag).
 func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr io.Writer) (done bool, code int) {
-	// The flag package prints the usage itself on -h and on errors: catch
-	// that, so --help goes to stdout once and errors to stderr.
-	var printed bytes.Buffer
-	fs.SetOutput(&printed)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), header)
-		fs.PrintDefaults()
-	}
-	err := fs.Parse(args)
+	err := config.ParseFlags(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
-		fs.Usage()
+		fmt.Fprint(stdout, header)
+		fs.PrintDefaults()
 		return true, exitOK
 	case err != nil:
-		_, _ = stderr.Write(printed.Bytes()) // the error and the usage
+		printUsageError(stderr, fs.Name(), err, "flag")
 		return true, exitUsage
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "bloomgate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		printUsageError(stderr, fs.Name(), fmt.Errorf("unexpected argument %q", fs.Arg(0)), "flag")
 		return true, exitUsage
 	}
 	return false, exitOK

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -178,9 +179,9 @@ func Default() Run {
 var ErrHelp = flag.ErrHelp
 
 // Load parses the settings of `bloomgate run` from args, the environment and
-// the --config file, then validates them. Usage goes to out on --help or on a
-// flag error. A returned error other than ErrHelp is a usage or config error
-// (exit code 2).
+// the --config file, then validates them. Usage goes to out on --help only.
+// A returned error other than ErrHelp is a usage or config error (exit code
+// 2); each of its lines is one problem (see Parse and Validate).
 func Load(args []string, out io.Writer) (*Run, error) {
 	cfg, err := Parse(args, out)
 	if err != nil {
@@ -192,25 +193,50 @@ func Load(args []string, out io.Writer) (*Run, error) {
 	return cfg, nil
 }
 
-// Parse is Load without Validate.
+// Parse is Load without Validate. The command line is read first and stops
+// at its first mistake: a *SettingError or *UnknownFlagError. Then the
+// environment (a *SettingError naming the variable), then the config file,
+// whose problems all come at once in a *FileError.
 func Parse(args []string, out io.Writer) (*Run, error) {
 	cfg := Default()
 	fs := cfg.FlagSet("run")
-	fs.SetOutput(out)
-	fs.Usage = func() { WriteUsage(out, fs) }
-	err := ff.Parse(fs, args,
-		ff.WithEnvVarPrefix(EnvPrefix),
-		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(yamlParser(fs)),
-	)
-	if err != nil {
+	rec := recordSets(fs)
+	defer rec.restore()
+	if err := rec.parseArgs(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			rec.restore()
+			WriteUsage(out, fs)
 			return nil, ErrHelp
 		}
-		return nil, fmt.Errorf("reading settings: %w", err)
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags (see --help)", fs.Arg(0))
+		arg := fs.Arg(0)
+		if fs.Lookup(normalizeName(arg)) != nil {
+			return nil, fmt.Errorf("unexpected argument %q: flags start with --; did you mean --%s?", arg, normalizeName(arg))
+		}
+		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags", arg)
+	}
+	// Flags are parsed: ff reads only the environment and the file, for
+	// the flags not given.
+	rec.source, rec.failed = FromEnv, nil
+	err := ff.Parse(fs, nil,
+		ff.WithEnvVarPrefix(EnvPrefix),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(yamlParser(fs, &cfg.ConfigFile)),
+	)
+	if err != nil {
+		var fe *FileError
+		var pe *iofs.PathError
+		switch {
+		case errors.As(err, &fe):
+			return nil, fe
+		case rec.failed != nil:
+			return nil, rec.failed
+		case errors.As(err, &pe):
+			return nil, &SettingError{Setting: "config", Problem: fmt.Sprintf("cannot read %q: %v", cfg.ConfigFile, pe.Err)}
+		}
+		return nil, fmt.Errorf("reading settings: %w", err)
 	}
 	cfg.CheckpointURL = AbsFileURL(cfg.CheckpointURL)
 	return &cfg, nil

@@ -130,8 +130,8 @@ func TestUnknownFileKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), `unknown setting "windw"`) || !strings.Contains(err.Error(), "line 1") {
-		t.Fatalf("typo in config file: %v", err)
+	if want := file + `:1: unknown setting "windw"; did you mean window?`; err == nil || err.Error() != want {
+		t.Fatalf("typo in config file: %v, want %s", err, want)
 	}
 }
 

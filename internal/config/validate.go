@@ -14,17 +14,6 @@ import (
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
-// SettingError is one invalid setting. Its message names the flag and how
-// to fix it.
-type SettingError struct {
-	Setting string // the flag name, e.g. "fpr"
-	Problem string
-}
-
-func (e *SettingError) Error() string {
-	return fmt.Sprintf("--%s (env %s): %s", e.Setting, envName(e.Setting), e.Problem)
-}
-
 // Validate checks every setting and fills derived defaults (OnMissingKey).
 // It reports all problems at once, joined; each is a *SettingError.
 func (c *Run) Validate() error {
