@@ -96,8 +96,14 @@ type Run struct {
 	Repartition  bool
 	BatchSize    int
 	BatchTimeout time.Duration
-	TLS          TLS
-	SASL         SASL
+	// MaxBatchBytes bounds one produce batch per partition; a record larger
+	// than it stops the worker. It must not exceed the output topics'
+	// max.message.bytes.
+	MaxBatchBytes  int64
+	WriteTimeout   time.Duration // one produce request
+	CommitInterval time.Duration // between offset commits
+	TLS            TLS
+	SASL           SASL
 
 	// Keys.
 	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
@@ -124,6 +130,9 @@ type Run struct {
 	CheckpointRetain       int
 	MaxCheckpointStaleness time.Duration // 0: no bound
 	OnRestoreFailure       string        // fail | empty
+	// MaxReplay bounds the records a partition replays into its filter
+	// when no checkpoint covers its committed offset (0: no bound).
+	MaxReplay int64
 	// CheckpointSkipCreateOnlyCheck starts even when the store ignores
 	// create-only writes: fencing of a stale partition owner is then off.
 	CheckpointSkipCreateOnlyCheck bool
@@ -141,7 +150,10 @@ type Run struct {
 	LogLevel          string // debug | info | warn | error
 }
 
-// Default returns the defaults of every setting.
+// Default returns the defaults of every setting. Those the worker also
+// defaults (max-batch-bytes, write-timeout, commit-interval, max-replay)
+// have the worker's values, so that giving a setting its default changes
+// nothing.
 func Default() Run {
 	return Run{
 		Group:                  "bloomgate",
@@ -150,6 +162,9 @@ func Default() Run {
 		StartFrom:              "earliest",
 		BatchSize:              2000,
 		BatchTimeout:           5 * time.Millisecond,
+		MaxBatchBytes:          1 << 20,
+		WriteTimeout:           10 * time.Second,
+		CommitInterval:         time.Second,
 		Key:                    "key",
 		Normalize:              "none",
 		MaxKeyBytes:            4096,

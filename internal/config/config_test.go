@@ -248,8 +248,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if count != n {
 		t.Errorf("%d flags, %d in help sections: add new flags to a section", count, n)
 	}
-	for _, want := range []string{"default 24h,", "default bloomgate", "default 0.01", "default 10M,", "default 4KiB,", "BLOOMGATE_CHECKPOINT_URL",
-		"--window duration", "--capacity count", "--fpr rate", "--max-key-bytes size"} {
+	for _, want := range []string{"default 24h,", "default bloomgate", "default 0.01", "default 10M,", "default 1MiB,", "BLOOMGATE_CHECKPOINT_URL",
+		"--window duration", "--capacity count", "--fpr rate", "--max-batch-bytes size"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -400,5 +400,47 @@ func TestIsolationLevel(t *testing.T) {
 	want := `--isolation-level (env BLOOMGATE_ISOLATION_LEVEL): "serializable" is not one of read_committed, read_uncommitted`
 	if err == nil || err.Error() != want {
 		t.Fatalf("bad value: %v\nwant %s", err, want)
+	}
+}
+
+// TestWorkerSettings: the settings the worker has defaults for start at
+// those defaults and are read from every source.
+func TestWorkerSettings(t *testing.T) {
+	cfg, err := load(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's own defaults (internal/worker/config.go applyDefaults).
+	if cfg.CommitInterval != time.Second || cfg.MaxBatchBytes != 1<<20 || cfg.WriteTimeout != 10*time.Second || cfg.MaxReplay != 0 {
+		t.Fatalf("defaults: commit-interval %v, max-batch-bytes %d, write-timeout %v, max-replay %d",
+			cfg.CommitInterval, cfg.MaxBatchBytes, cfg.WriteTimeout, cfg.MaxReplay)
+	}
+	t.Setenv("BLOOMGATE_MAX_BATCH_BYTES", "4MiB")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("write-timeout: 30s\nmax-replay: 10M\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = load(t, "--commit-interval", "500ms", "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CommitInterval != 500*time.Millisecond || cfg.MaxBatchBytes != 4<<20 || cfg.WriteTimeout != 30*time.Second || cfg.MaxReplay != 10_000_000 {
+		t.Fatalf("commit-interval %v, max-batch-bytes %d, write-timeout %v, max-replay %d",
+			cfg.CommitInterval, cfg.MaxBatchBytes, cfg.WriteTimeout, cfg.MaxReplay)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-batch-bytes", "100"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 100: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--max-batch-bytes", "2GiB"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 2GiB: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--commit-interval", "0s"}, `--commit-interval (env BLOOMGATE_COMMIT_INTERVAL): 0s: must be positive (e.g. 1s)`},
+		{[]string{"--write-timeout", "-1s"}, `--write-timeout (env BLOOMGATE_WRITE_TIMEOUT): -1s: must be positive (e.g. 10s)`},
+		{[]string{"--max-replay", "-5"}, `--max-replay: "-5" is negative: a count is 0 or more, e.g. 10000000, 10_000_000, 10M, 2.5k or 1e7`},
+	} {
+		_, err := load(t, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v:\n got %v\nwant %s", tc.args, err, tc.want)
+		}
 	}
 }

@@ -14,11 +14,11 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
-	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "checkpoint-skip-create-only-check"}},
+	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "max-replay", "checkpoint-skip-create-only-check"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
 }
 
@@ -41,6 +41,9 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.Repartition, "repartition", c.Repartition, "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic")
 	CountVar(fs, &c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	DurationVar(fs, &c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
+	ByteSizeVar(fs, &c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); at most the output topics' max.message.bytes; a single larger record stops the worker")
+	DurationVar(fs, &c.WriteTimeout, "write-timeout", c.WriteTimeout, "bound of one produce request; a batch write that fails, or is unanswered after twice this, is followed by an exact recovery of the partition")
+	DurationVar(fs, &c.CommitInterval, "commit-interval", c.CommitInterval, "time between offset commits of the records whose output writes are acknowledged")
 	DurationVar(fs, &c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
 	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + 10s)")
 	DurationVar(fs, &c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
@@ -72,6 +75,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
 	DurationVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
 	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads: fail, or empty (start with an empty filter)")
+	CountVar(fs, &c.MaxReplay, "max-replay", c.MaxReplay, "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten (0: replay all that is retained, exact)")
 	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,
 		"start even if the checkpoint store ignores create-only writes (If-None-Match); fencing of a stale partition owner is then OFF: only for a location one worker alone writes")
 

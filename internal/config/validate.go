@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -93,6 +94,15 @@ func (c *Run) Validate() error {
 	if c.BatchTimeout <= 0 {
 		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
 	}
+	if c.MaxBatchBytes < minBatchBytes || c.MaxBatchBytes > math.MaxInt32 {
+		bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
+	}
+	if c.WriteTimeout <= 0 {
+		bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
+	}
+	if c.CommitInterval <= 0 {
+		bad("commit-interval", "%v: must be positive (e.g. 1s)", fd(c.CommitInterval))
+	}
 	c.validateTLS(bad)
 	c.validateSASL(bad)
 
@@ -150,6 +160,9 @@ func (c *Run) Validate() error {
 		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
 	}
 	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
+	if c.MaxReplay < 0 {
+		bad("max-replay", "%d: must be 0 (no bound) or more", c.MaxReplay)
+	}
 
 	// Operations.
 	if c.MetricsAddr != "" {
@@ -181,6 +194,11 @@ func (c *Run) Validate() error {
 	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 	return errors.Join(errs...)
 }
+
+// minBatchBytes is the smallest --max-batch-bytes: below it the bound is
+// surely a slip (1 for 1MiB), and every ordinary record would stop the
+// worker.
+const minBatchBytes = 1 << 10
 
 // fd formats a duration for a message.
 func fd(d time.Duration) string { return FormatDuration(d) }
