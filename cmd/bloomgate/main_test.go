@@ -125,6 +125,10 @@ func TestBadFlagOneLine(t *testing.T) {
 		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b"}, []string{"BLOOMGATE_FPR=one percent"},
 			`bloomgate run: BLOOMGATE_FPR (--fpr): "one percent" is not a rate: use a fraction or a percentage, e.g. 0.01 or 1%` + "\n" +
 				`Run "bloomgate run --help" for every setting.` + "\n"},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "1e12"}, nil,
+			`bloomgate run: --capacity (env BLOOMGATE_CAPACITY): 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, ` +
+				`more than the 1 TiB bound on any plan (README, Settings): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr` + "\n" +
+				`Run "bloomgate run --help" for every setting.` + "\n"},
 		{[]string{"dev", "--evnts", "3"}, nil,
 			`bloomgate dev: unknown flag --evnts; did you mean --events?` + "\n" +
 				`Run "bloomgate dev --help" for every flag.` + "\n"},

@@ -66,7 +66,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 
 	DurationVar(fs, &c.Window, "window", c.Window, "dedup window: a key is remembered for at least this much event time")
 	CountVar(fs, &c.Generations, "generations", c.Generations, "filter generations in the rotating ring, 2 to 64; memory = capacity x generations/(generations-1)")
-	CountVar(fs, &c.Capacity, "capacity", c.Capacity, "expected distinct keys per window for the whole input topic")
+	CountVar(fs, &c.Capacity, "capacity", c.Capacity, "expected distinct keys per window for the whole input topic; a plan needing more than 1 TiB of filter memory is refused (README, Settings)")
 	RateVar(fs, &c.FPR, "fpr", c.FPR, "target false-positive rate, a fraction or a percentage in (0,1): 0.01 or 1%")
 	DurationVar(fs, &c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)")
 

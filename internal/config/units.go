@@ -317,6 +317,24 @@ func FormatByteSize(n uint64) string {
 	return strconv.FormatUint(n, 10)
 }
 
+// formatMemory writes an amount of memory for a message: 2.04 TiB, 22.4
+// GiB, 512 MiB, 1 TiB.
+func formatMemory(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	switch {
+	case i == 0 || b >= 100 || b == math.Trunc(b):
+		return fmt.Sprintf("%.0f %s", b, units[i])
+	case b >= 10:
+		return fmt.Sprintf("%.1f %s", b, units[i])
+	}
+	return fmt.Sprintf("%.2f %s", b, units[i])
+}
+
 // scanDecimal splits s into a leading unsigned decimal number — digits
 // with an optional fraction (12, 1.5, .5, 5.), and if exponent is set an
 // exponent of at most three digits (1e7, 2.5E-3) — and the rest. num is ""

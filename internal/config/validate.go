@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
@@ -142,6 +143,8 @@ func (c *Run) Validate() error {
 	}
 	if !(c.FPR > 0 && c.FPR < 1) {
 		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
+	} else if c.Generations >= 2 && c.Generations <= 64 {
+		c.validatePlan(bad)
 	}
 
 	// Checkpoints.
@@ -199,6 +202,36 @@ func (c *Run) Validate() error {
 // surely a slip (1 for 1MiB), and every ordinary record would stop the
 // worker.
 const minBatchBytes = 1 << 10
+
+// MaxPlannedFilterBytes bounds the filter memory a plan may need for the
+// whole input topic, summed over its partitions: 1 TiB. The bound is a
+// sanity check, not a tuned limit. It lies about 500 times above the
+// largest plan README's sizing table shows (1 billion keys at 1 %: 2.1
+// GiB) and holds ~490 billion keys per window at 1 % or ~340 billion at
+// 0.1 %; at 1 TiB a restore after losing every worker fetches 1 TiB of
+// checkpoints, and one partition's filter is limited to 64 GiB
+// (bloom.MaxFilterBytes), so such a plan needs at least 16 partitions
+// already. Past the bound a capacity is almost always a slip of a unit
+// (1e12 for 1e9, 1t for 1g), which would otherwise be found only once
+// partitions are assigned and each fails to build its filter.
+const MaxPlannedFilterBytes = 1 << 40
+
+// validatePlan refuses a --capacity and --fpr whose filters would need more
+// than MaxPlannedFilterBytes for the topic, or whose rate the filter cannot
+// reach. The per-partition limit needs the partition count and is checked
+// by the worker at start.
+func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
+	bits, err := bloom.BitsPerKey(c.FPR, c.Generations)
+	if err != nil {
+		bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
+		return
+	}
+	if need := float64(c.Capacity) * bits / 8; need > MaxPlannedFilterBytes {
+		bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (README, Settings): "+
+			"use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr",
+			FormatCount(c.Capacity), FormatRate(c.FPR), c.Generations, formatMemory(need), formatMemory(MaxPlannedFilterBytes))
+	}
+}
 
 // fd formats a duration for a message.
 func fd(d time.Duration) string { return FormatDuration(d) }
