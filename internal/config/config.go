@@ -294,31 +294,42 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
 }
 
-// LogValue lets the settings be logged without secrets.
+// secretSettings are never logged.
+var secretSettings = map[string]bool{"sasl-password": true}
+
+// LogValue logs every setting under its flag name (the YAML key), in the
+// order of --help, with its value as a flag would take it (24h, 10M,
+// 1MiB); secrets show as [redacted] when set.
 func (c *Run) LogValue() slog.Value {
-	pw := ""
-	if c.SASL.Password != "" {
-		pw = "[redacted]"
+	cp := *c // FlagSet binds the values it reads: bind a copy
+	fs := cp.FlagSet("log")
+	var attrs []slog.Attr
+	add := func(f *flag.Flag) {
+		v := f.Value.String()
+		switch {
+		case secretSettings[f.Name] && v != "":
+			attrs = append(attrs, slog.String(f.Name, "[redacted]"))
+		case isBoolValue(f.Value):
+			attrs = append(attrs, slog.Bool(f.Name, v == "true"))
+		default:
+			attrs = append(attrs, slog.String(f.Name, v))
+		}
 	}
-	return slog.GroupValue(
-		slog.Any("brokers", c.Brokers), slog.String("group", c.Group),
-		slog.String("input", c.Input), slog.String("output", c.Output),
-		slog.String("duplicates", c.Duplicates), slog.String("dead_letter", c.DeadLetter),
-		slog.String("key", c.Key), slog.String("normalize", c.Normalize),
-		slog.String("on_missing_key", c.OnMissingKey),
-		slog.Duration("window", c.Window), slog.Int("generations", c.Generations),
-		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
-		slog.String("partitioning", c.Partitioning),
-		slog.String("isolation_level", c.IsolationLevel),
-		slog.String("start_from", c.StartFrom),
-		slog.String("seed_from", c.SeedFrom),
-		slog.Bool("repartition", c.Repartition),
-		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
-		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
-		slog.String("metrics_addr", c.MetricsAddr),
-		slog.Bool("tls", c.TLS.Enabled), slog.String("sasl_mechanism", c.SASL.Mechanism),
-		slog.String("sasl_username", c.SASL.Username), slog.String("sasl_password", pw),
-	)
+	listed := map[string]bool{}
+	for _, s := range sections {
+		for _, name := range s.flags {
+			if f := fs.Lookup(name); f != nil {
+				listed[name] = true
+				add(f)
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !listed[f.Name] {
+			add(f)
+		}
+	})
+	return slog.GroupValue(attrs...)
 }
 
 // envName is the environment variable of a flag.

@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -442,5 +444,39 @@ func TestWorkerSettings(t *testing.T) {
 		if err == nil || err.Error() != tc.want {
 			t.Errorf("%v:\n got %v\nwant %s", tc.args, err, tc.want)
 		}
+	}
+}
+
+// TestLogValue: the start-up log names every setting as its flag and YAML
+// key, with values as a flag takes them, and no secret.
+func TestLogValue(t *testing.T) {
+	cfg, err := load(t, "--sasl-mechanism", "plain", "--sasl-username", "u", "--sasl-password", "s3cret", "--dead-letter", "dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "config", cfg)
+	var line struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	cfg.FlagSet("names").VisitAll(func(f *flag.Flag) {
+		if _, ok := line.Config[f.Name]; !ok {
+			t.Errorf("setting %s not logged", f.Name)
+		}
+	})
+	for k, want := range map[string]any{
+		"window": "24h", "checkpoint-url": cfg.CheckpointURL, "dead-letter": "dlq", "on-missing-key": "dead-letter",
+		"capacity": "10M", "max-batch-bytes": "1MiB", "commit-interval": "1s", "sasl-password": "[redacted]",
+		"tls-enabled": false, "brokers": "127.0.0.1:9092", "fpr": "0.01",
+	} {
+		if got := line.Config[k]; got != want {
+			t.Errorf("%s logged as %v, want %v", k, got, want)
+		}
+	}
+	if strings.Contains(buf.String(), "s3cret") || strings.Contains(buf.String(), "_") && strings.Contains(buf.String(), "checkpoint_url") {
+		t.Fatalf("log line leaks the password or uses another spelling: %s", buf.String())
 	}
 }
