@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -89,6 +90,23 @@ Quick start:
   bloomgate loadgen --topic orders --count 1000000 --duplicates 0.2
   bloomgate run --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
 `)
+}
+
+// printUsageError reports a usage or configuration error without the
+// usage text, which would bury it: a single problem on one line, several
+// as a list, then where to find every flag (what names it: "setting" or
+// "flag").
+func printUsageError(w io.Writer, cmd string, err error, what string) {
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) == 1 {
+		fmt.Fprintf(w, "bloomgate %s: %s\n", cmd, lines[0])
+	} else {
+		fmt.Fprintf(w, "bloomgate %s: %d problems:\n", cmd, len(lines))
+		for _, l := range lines {
+			fmt.Fprintf(w, "  %s\n", l)
+		}
+	}
+	fmt.Fprintf(w, "Run \"bloomgate %s --help\" for every %s.\n", cmd, what)
 }
 
 // usageError marks errors that should exit with code 2.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestRunHelpListsSettings(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, s := range []string{"--brokers", "--key", "--normalize", "--window", "--capacity", "--fpr",
-		"--checkpoint-url", "--on-missing-key", "--sasl-mechanism", "--tls-ca-file", "BLOOMGATE_CHECKPOINT_URL", "default 24h0m0s"} {
+		"--checkpoint-url", "--on-missing-key", "--sasl-mechanism", "--tls-ca-file", "BLOOMGATE_CHECKPOINT_URL", "default 24h,"} {
 		if !strings.Contains(stdout, s) {
 			t.Errorf("run --help lacks %q", s)
 		}
@@ -103,6 +104,70 @@ func TestRunBadConfig(t *testing.T) {
 				t.Errorf("%v %v: stderr lacks %q:\n%s", tt.env, tt.args, w, stderr.String())
 			}
 		}
+	}
+}
+
+// TestBadFlagOneLine runs the built binary: a bad flag value or an
+// unknown flag is one line naming the flag with an accepted example or the
+// closest flag, then the hint; no usage text, exit code 2.
+func TestBadFlagOneLine(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  []string
+		want string // the whole of stderr
+	}{
+		{[]string{"run", "--window", "7x"}, nil,
+			`bloomgate run: --window: "7x": unknown unit "x"; use ns, us, ms, s, m, h, d or w, e.g. 90s, 15m, 36h, 7d or 1d12h` + "\n" +
+				`Run "bloomgate run --help" for every setting.` + "\n"},
+		{[]string{"run", "--windw", "7d"}, nil,
+			`bloomgate run: unknown flag --windw; did you mean --window?` + "\n" +
+				`Run "bloomgate run --help" for every setting.` + "\n"},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b"}, []string{"BLOOMGATE_FPR=one percent"},
+			`bloomgate run: BLOOMGATE_FPR (--fpr): "one percent" is not a rate: use a fraction or a percentage, e.g. 0.01 or 1%` + "\n" +
+				`Run "bloomgate run --help" for every setting.` + "\n"},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "1e12"}, nil,
+			`bloomgate run: --capacity (env BLOOMGATE_CAPACITY): 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, ` +
+				`more than the 1 TiB bound on any plan (README, Settings): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr` + "\n" +
+				`Run "bloomgate run --help" for every setting.` + "\n"},
+		{[]string{"dev", "--evnts", "3"}, nil,
+			`bloomgate dev: unknown flag --evnts; did you mean --events?` + "\n" +
+				`Run "bloomgate dev --help" for every flag.` + "\n"},
+		{[]string{"dev", "--drain-timeout", "2x"}, nil,
+			`bloomgate dev: --drain-timeout: "2x": unknown unit "x"; use ns, us, ms, s, m, h, d or w, e.g. 90s, 15m, 36h, 7d or 1d12h` + "\n" +
+				`Run "bloomgate dev --help" for every flag.` + "\n"},
+		{[]string{"loadgen", "--count", "1.5"}, nil,
+			`bloomgate loadgen: --count: "1.5" is not a whole count: use a whole number, e.g. 2, 1500 or 1.5k` + "\n" +
+				`Run "bloomgate loadgen --help" for every flag.` + "\n"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command(binary, tt.args...)
+		cmd.Env = append(os.Environ(), tt.env...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		_ = cmd.Run()
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+			t.Errorf("%v %v: exit code %d, want %d", tt.env, tt.args, code, exitUsage)
+		}
+		if stderr.String() != tt.want || stdout.Len() != 0 {
+			t.Errorf("%v %v: stderr\n%s\nwant\n%s(stdout %q)", tt.env, tt.args, stderr.String(), tt.want, stdout.String())
+		}
+	}
+}
+
+// TestYAMLProblemsListed: every problem of a config file is listed, one a
+// line, before the hint.
+func TestYAMLProblemsListed(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("brokers: [127.0.0.1:9092]\nwindw: 7d\ncapacity: 10 millions\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runInProcess("run", "--config", file)
+	want := "bloomgate run: 2 problems:\n" +
+		"  " + file + `:2: unknown setting "windw"; did you mean window?` + "\n" +
+		"  " + file + `:3: capacity: "10 millions": unknown suffix "millions"; use k, m, g or b, t (thousand, million, billion, trillion), e.g. 10000000, 10_000_000, 10M, 2.5k or 1e7` + "\n" +
+		`Run "bloomgate run --help" for every setting.` + "\n"
+	if code != exitUsage || stderr != want {
+		t.Fatalf("exit %d, stderr\n%s\nwant\n%s", code, stderr, want)
 	}
 }
 

@@ -3,9 +3,7 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"strings"
 
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/config"
@@ -19,8 +17,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "bloomgate run: invalid configuration:\n  %s\nRun \"bloomgate run --help\" for every setting.\n",
-			strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		printUsageError(stderr, "run", err, "setting")
 		return exitUsage
 	}
 	logger, err := cfg.NewLogger(stderr)

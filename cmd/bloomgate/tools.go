@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -19,27 +18,21 @@ import (
 )
 
 // parseFlags parses args into fs. It returns done=true with the exit code
-// when the command must not go on (--help, or a usage error).
+// when the command must not go on: --help (usage on stdout), or a usage
+// error (one line naming the flag, and where to find every flag).
 func parseFlags(fs *flag.FlagSet, args []string, header string, stdout, stderr io.Writer) (done bool, code int) {
-	// The flag package prints the usage itself on -h and on errors: catch
-	// that, so --help goes to stdout once and errors to stderr.
-	var printed bytes.Buffer
-	fs.SetOutput(&printed)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), header)
-		fs.PrintDefaults()
-	}
-	err := fs.Parse(args)
+	err := config.ParseFlags(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
-		fs.Usage()
+		fmt.Fprint(stdout, header)
+		fs.PrintDefaults()
 		return true, exitOK
 	case err != nil:
-		_, _ = stderr.Write(printed.Bytes()) // the error and the usage
+		printUsageError(stderr, fs.Name(), err, "flag")
 		return true, exitUsage
 	case fs.NArg() > 0:
-		fmt.Fprintf(stderr, "bloomgate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		printUsageError(stderr, fs.Name(), fmt.Errorf("unexpected argument %q", fs.Arg(0)), "flag")
 		return true, exitUsage
 	}
 	return false, exitOK
@@ -95,8 +88,8 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "`directory` that keeps topics, records and committed offsets across restarts (default: memory only)")
 	fs.BoolVar(&cfg.SyncWrites, "sync-writes", false, "fsync every produced batch (with --data-dir): survive power loss, not only a crash")
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", false, "let clients create unknown topics")
-	fs.IntVar(&cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics")
-	fs.DurationVar(&sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted")
+	config.CountVar(fs, &cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics, a `count`")
+	config.DurationVar(fs, &sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted, a `duration`")
 	fs.Var(&users, "user", "SASL user, `MECHANISM:USER:PASSWORD` with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable; enables SASL)")
 	fs.StringVar(&tlsCert, "tls-cert-file", "", "PEM server certificate `file`: serve TLS (with --tls-key-file)")
 	fs.StringVar(&tlsKey, "tls-key-file", "", "PEM server key `file`")
@@ -156,17 +149,17 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated `host:port` list")
 	fs.StringVar(&cfg.Topic, "topic", "", "topic to write to (required)")
 	fs.StringVar(&cfg.Kind, "kind", loadgen.KindOrder, "event kind: order (JSON with order_id) or url (crawler URL in varying spellings)")
-	fs.IntVar(&cfg.Count, "count", 100000, "events to write")
-	fs.IntVar(&cfg.Rate, "rate", 0, "events per second (0: as fast as possible)")
-	fs.Float64Var(&cfg.Duplicates, "duplicates", 0.2, "fraction of events that repeat an earlier key, in [0,1)")
-	fs.Float64Var(&cfg.AdjacentFraction, "adjacent", 0.5, "fraction of duplicates that repeat one of the last 8 keys (the rest reach back anywhere)")
+	config.CountVar(fs, &cfg.Count, "count", 100000, "events to write, a `count` (e.g. 100k, 1M)")
+	config.CountVar(fs, &cfg.Rate, "rate", 0, "events per second, a `count` (0: as fast as possible)")
+	config.RateVar(fs, &cfg.Duplicates, "duplicates", 0.2, "share of events that repeat an earlier key, a `rate` in [0,1) (0.2 or 20%)")
+	config.RateVar(fs, &cfg.AdjacentFraction, "adjacent", 0.5, "share of duplicates that repeat one of the last 8 keys (the rest reach back anywhere), a `rate` (0.5 or 50%)")
 	fs.StringVar(&keyspace, "keyspace", "0", "key IDs are drawn from [0, keyspace) without repetition, e.g. 1e6 (0: 1e12)")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed: the same seed writes the same events")
 	fs.StringVar(&cfg.KeyMode, "key-mode", loadgen.KeyModeDedup, "Kafka message key: dedup (the dedup key, duplicates share a partition) or none")
 	fs.StringVar(&startTime, "start-time", "", "RFC 3339 timestamp of the first event (default: wall clock at write time)")
-	fs.DurationVar(&cfg.TimeStep, "time-step", time.Millisecond, "event-time distance between events when --start-time is set")
-	fs.IntVar(&cfg.BatchSize, "batch-size", 10000, "events per produce call and batch")
-	fs.DurationVar(&cfg.BatchTimeout, "batch-timeout", time.Millisecond, "max wait to fill a produce batch")
+	config.DurationVar(fs, &cfg.TimeStep, "time-step", time.Millisecond, "event-time distance between events when --start-time is set, a `duration`")
+	config.CountVar(fs, &cfg.BatchSize, "batch-size", 10000, "events per produce call and batch, a `count`")
+	config.DurationVar(fs, &cfg.BatchTimeout, "batch-timeout", time.Millisecond, "max wait to fill a produce batch, a `duration`")
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&sec.TLS.Enabled, "tls-enabled", false, "connect over TLS")
 	fs.StringVar(&sec.TLS.CAFile, "tls-ca-file", "", "PEM CA `file` to trust")

@@ -17,6 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -95,8 +96,14 @@ type Run struct {
 	Repartition  bool
 	BatchSize    int
 	BatchTimeout time.Duration
-	TLS          TLS
-	SASL         SASL
+	// MaxBatchBytes bounds one produce batch per partition; a record larger
+	// than it stops the worker. It must not exceed the output topics'
+	// max.message.bytes.
+	MaxBatchBytes  int64
+	WriteTimeout   time.Duration // one produce request
+	CommitInterval time.Duration // between offset commits
+	TLS            TLS
+	SASL           SASL
 
 	// Keys.
 	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
@@ -123,6 +130,9 @@ type Run struct {
 	CheckpointRetain       int
 	MaxCheckpointStaleness time.Duration // 0: no bound
 	OnRestoreFailure       string        // fail | empty
+	// MaxReplay bounds the records a partition replays into its filter
+	// when no checkpoint covers its committed offset (0: no bound).
+	MaxReplay int64
 	// CheckpointSkipCreateOnlyCheck starts even when the store ignores
 	// create-only writes: fencing of a stale partition owner is then off.
 	CheckpointSkipCreateOnlyCheck bool
@@ -140,7 +150,10 @@ type Run struct {
 	LogLevel          string // debug | info | warn | error
 }
 
-// Default returns the defaults of every setting.
+// Default returns the defaults of every setting. Those the worker also
+// defaults (max-batch-bytes, write-timeout, commit-interval, max-replay)
+// have the worker's values, so that giving a setting its default changes
+// nothing.
 func Default() Run {
 	return Run{
 		Group:                  "bloomgate",
@@ -149,6 +162,9 @@ func Default() Run {
 		StartFrom:              "earliest",
 		BatchSize:              2000,
 		BatchTimeout:           5 * time.Millisecond,
+		MaxBatchBytes:          1 << 20,
+		WriteTimeout:           10 * time.Second,
+		CommitInterval:         time.Second,
 		Key:                    "key",
 		Normalize:              "none",
 		MaxKeyBytes:            4096,
@@ -178,9 +194,9 @@ func Default() Run {
 var ErrHelp = flag.ErrHelp
 
 // Load parses the settings of `bloomgate run` from args, the environment and
-// the --config file, then validates them. Usage goes to out on --help or on a
-// flag error. A returned error other than ErrHelp is a usage or config error
-// (exit code 2).
+// the --config file, then validates them. Usage goes to out on --help only.
+// A returned error other than ErrHelp is a usage or config error (exit code
+// 2); each of its lines is one problem (see Parse and Validate).
 func Load(args []string, out io.Writer) (*Run, error) {
 	cfg, err := Parse(args, out)
 	if err != nil {
@@ -192,25 +208,50 @@ func Load(args []string, out io.Writer) (*Run, error) {
 	return cfg, nil
 }
 
-// Parse is Load without Validate.
+// Parse is Load without Validate. The command line is read first and stops
+// at its first mistake: a *SettingError or *UnknownFlagError. Then the
+// environment (a *SettingError naming the variable), then the config file,
+// whose problems all come at once in a *FileError.
 func Parse(args []string, out io.Writer) (*Run, error) {
 	cfg := Default()
 	fs := cfg.FlagSet("run")
-	fs.SetOutput(out)
-	fs.Usage = func() { WriteUsage(out, fs) }
-	err := ff.Parse(fs, args,
-		ff.WithEnvVarPrefix(EnvPrefix),
-		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(yamlParser(fs)),
-	)
-	if err != nil {
+	rec := recordSets(fs)
+	defer rec.restore()
+	if err := rec.parseArgs(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			rec.restore()
+			WriteUsage(out, fs)
 			return nil, ErrHelp
 		}
-		return nil, fmt.Errorf("reading settings: %w", err)
+		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags (see --help)", fs.Arg(0))
+		arg := fs.Arg(0)
+		if fs.Lookup(normalizeName(arg)) != nil {
+			return nil, fmt.Errorf("unexpected argument %q: flags start with --; did you mean --%s?", arg, normalizeName(arg))
+		}
+		return nil, fmt.Errorf("unexpected argument %q: bloomgate run takes only flags", arg)
+	}
+	// Flags are parsed: ff reads only the environment and the file, for
+	// the flags not given.
+	rec.source, rec.failed = FromEnv, nil
+	err := ff.Parse(fs, nil,
+		ff.WithEnvVarPrefix(EnvPrefix),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(yamlParser(fs, &cfg.ConfigFile)),
+	)
+	if err != nil {
+		var fe *FileError
+		var pe *iofs.PathError
+		switch {
+		case errors.As(err, &fe):
+			return nil, fe
+		case rec.failed != nil:
+			return nil, rec.failed
+		case errors.As(err, &pe):
+			return nil, &SettingError{Setting: "config", Problem: fmt.Sprintf("cannot read %q: %v", cfg.ConfigFile, pe.Err)}
+		}
+		return nil, fmt.Errorf("reading settings: %w", err)
 	}
 	cfg.CheckpointURL = AbsFileURL(cfg.CheckpointURL)
 	return &cfg, nil
@@ -253,31 +294,42 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
 }
 
-// LogValue lets the settings be logged without secrets.
+// secretSettings are never logged.
+var secretSettings = map[string]bool{"sasl-password": true}
+
+// LogValue logs every setting under its flag name (the YAML key), in the
+// order of --help, with its value as a flag would take it (24h, 10M,
+// 1MiB); secrets show as [redacted] when set.
 func (c *Run) LogValue() slog.Value {
-	pw := ""
-	if c.SASL.Password != "" {
-		pw = "[redacted]"
+	cp := *c // FlagSet binds the values it reads: bind a copy
+	fs := cp.FlagSet("log")
+	var attrs []slog.Attr
+	add := func(f *flag.Flag) {
+		v := f.Value.String()
+		switch {
+		case secretSettings[f.Name] && v != "":
+			attrs = append(attrs, slog.String(f.Name, "[redacted]"))
+		case isBoolValue(f.Value):
+			attrs = append(attrs, slog.Bool(f.Name, v == "true"))
+		default:
+			attrs = append(attrs, slog.String(f.Name, v))
+		}
 	}
-	return slog.GroupValue(
-		slog.Any("brokers", c.Brokers), slog.String("group", c.Group),
-		slog.String("input", c.Input), slog.String("output", c.Output),
-		slog.String("duplicates", c.Duplicates), slog.String("dead_letter", c.DeadLetter),
-		slog.String("key", c.Key), slog.String("normalize", c.Normalize),
-		slog.String("on_missing_key", c.OnMissingKey),
-		slog.Duration("window", c.Window), slog.Int("generations", c.Generations),
-		slog.Uint64("capacity", c.Capacity), slog.Float64("fpr", c.FPR),
-		slog.String("partitioning", c.Partitioning),
-		slog.String("isolation_level", c.IsolationLevel),
-		slog.String("start_from", c.StartFrom),
-		slog.String("seed_from", c.SeedFrom),
-		slog.Bool("repartition", c.Repartition),
-		slog.String("checkpoint_url", c.CheckpointURL), slog.Duration("checkpoint_interval", c.CheckpointInterval),
-		slog.Bool("checkpoint_skip_create_only_check", c.CheckpointSkipCreateOnlyCheck),
-		slog.String("metrics_addr", c.MetricsAddr),
-		slog.Bool("tls", c.TLS.Enabled), slog.String("sasl_mechanism", c.SASL.Mechanism),
-		slog.String("sasl_username", c.SASL.Username), slog.String("sasl_password", pw),
-	)
+	listed := map[string]bool{}
+	for _, s := range sections {
+		for _, name := range s.flags {
+			if f := fs.Lookup(name); f != nil {
+				listed[name] = true
+				add(f)
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !listed[f.Name] {
+			add(f)
+		}
+	})
+	return slog.GroupValue(attrs...)
 }
 
 // envName is the environment variable of a flag.

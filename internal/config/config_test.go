@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,7 +71,7 @@ sasl:
 	checks := []struct{ name, got, want string }{
 		{"input (file only)", cfg.Input, "file-in"},
 		{"group (file < env)", cfg.Group, "env-group"},
-		{"window (file < env < flag)", cfg.Window.String(), "3h0m0s"},
+		{"window (file < env < flag)", FormatDuration(cfg.Window), "3h"},
 		{"sasl password (file < env)", cfg.SASL.Password, "env-pw"},
 		{"sasl username (nested yaml)", cfg.SASL.Username, "file-user"},
 		{"brokers (flag replaces env and file)", strings.Join(cfg.Brokers, ","), "flag:1"},
@@ -130,8 +132,8 @@ func TestUnknownFileKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(append([]string{"--config", file}, minimal...), &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), `unknown setting "windw"`) || !strings.Contains(err.Error(), "line 1") {
-		t.Fatalf("typo in config file: %v", err)
+	if want := file + `:1: unknown setting "windw"; did you mean window?`; err == nil || err.Error() != want {
+		t.Fatalf("typo in config file: %v, want %s", err, want)
 	}
 }
 
@@ -248,7 +250,8 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if count != n {
 		t.Errorf("%d flags, %d in help sections: add new flags to a section", count, n)
 	}
-	for _, want := range []string{"default 24h0m0s", "default bloomgate", "default 0.01", "BLOOMGATE_CHECKPOINT_URL"} {
+	for _, want := range []string{"default 24h,", "default bloomgate", "default 0.01", "default 10M,", "default 1MiB,", "BLOOMGATE_CHECKPOINT_URL",
+		"--window duration", "--capacity count", "--fpr rate", "--max-batch-bytes size"} {
 		if !strings.Contains(help, want) {
 			t.Errorf("help lacks %q", want)
 		}
@@ -272,20 +275,6 @@ func TestPasswordNotLogged(t *testing.T) {
 	m, err := cfg.SASLMechanism()
 	if err != nil || m == nil || m.Name() != "PLAIN" {
 		t.Fatalf("SASL mechanism %v, %v", m, err)
-	}
-}
-
-func TestParseCount(t *testing.T) {
-	for in, want := range map[string]uint64{"10000000": 1e7, "10_000_000": 1e7, "10M": 1e7, "1e7": 1e7, "2.5k": 2500, "1G": 1e9} {
-		got, err := ParseCount(in)
-		if err != nil || got != want {
-			t.Errorf("ParseCount(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "x", "-1", "1.5", "10Q"} {
-		if _, err := ParseCount(in); err == nil {
-			t.Errorf("ParseCount(%q) accepted", in)
-		}
 	}
 }
 
@@ -378,5 +367,116 @@ func TestCheckpointURLWithCredentialsRejectedWithoutEcho(t *testing.T) {
 		if !strings.Contains(err.Error(), "checkpoint-url") {
 			t.Fatalf("error does not name the setting: %s", err)
 		}
+	}
+}
+
+func load(t *testing.T, args ...string) (*Run, error) {
+	t.Helper()
+	return Load(append(append([]string{}, minimal...), args...), &bytes.Buffer{})
+}
+
+func TestIsolationLevel(t *testing.T) {
+	if cfg, err := load(t); err != nil || cfg.IsolationLevel != ReadCommitted {
+		t.Fatalf("default: %v, %v", cfg, err)
+	}
+	if cfg, err := load(t, "--isolation-level", "read_uncommitted"); err != nil || cfg.IsolationLevel != ReadUncommitted {
+		t.Fatalf("flag: %v, %v", cfg, err)
+	}
+	t.Run("env", func(t *testing.T) {
+		t.Setenv("BLOOMGATE_ISOLATION_LEVEL", "read_uncommitted")
+		if cfg, err := load(t); err != nil || cfg.IsolationLevel != ReadUncommitted {
+			t.Fatalf("env: %v, %v", cfg, err)
+		}
+		if cfg, err := load(t, "--isolation-level", "read_committed"); err != nil || cfg.IsolationLevel != ReadCommitted {
+			t.Fatalf("flag over env: %v, %v", cfg, err)
+		}
+	})
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("isolation-level: read_uncommitted\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := load(t, "--config", file); err != nil || cfg.IsolationLevel != ReadUncommitted {
+		t.Fatalf("file: %v, %v", cfg, err)
+	}
+	_, err := load(t, "--isolation-level", "serializable")
+	want := `--isolation-level (env BLOOMGATE_ISOLATION_LEVEL): "serializable" is not one of read_committed, read_uncommitted`
+	if err == nil || err.Error() != want {
+		t.Fatalf("bad value: %v\nwant %s", err, want)
+	}
+}
+
+// TestWorkerSettings: the settings the worker has defaults for start at
+// those defaults and are read from every source.
+func TestWorkerSettings(t *testing.T) {
+	cfg, err := load(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The worker's own defaults (internal/worker/config.go applyDefaults).
+	if cfg.CommitInterval != time.Second || cfg.MaxBatchBytes != 1<<20 || cfg.WriteTimeout != 10*time.Second || cfg.MaxReplay != 0 {
+		t.Fatalf("defaults: commit-interval %v, max-batch-bytes %d, write-timeout %v, max-replay %d",
+			cfg.CommitInterval, cfg.MaxBatchBytes, cfg.WriteTimeout, cfg.MaxReplay)
+	}
+	t.Setenv("BLOOMGATE_MAX_BATCH_BYTES", "4MiB")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("write-timeout: 30s\nmax-replay: 10M\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = load(t, "--commit-interval", "500ms", "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.CommitInterval != 500*time.Millisecond || cfg.MaxBatchBytes != 4<<20 || cfg.WriteTimeout != 30*time.Second || cfg.MaxReplay != 10_000_000 {
+		t.Fatalf("commit-interval %v, max-batch-bytes %d, write-timeout %v, max-replay %d",
+			cfg.CommitInterval, cfg.MaxBatchBytes, cfg.WriteTimeout, cfg.MaxReplay)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-batch-bytes", "100"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 100: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--max-batch-bytes", "2GiB"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 2GiB: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--commit-interval", "0s"}, `--commit-interval (env BLOOMGATE_COMMIT_INTERVAL): 0s: must be positive (e.g. 1s)`},
+		{[]string{"--write-timeout", "-1s"}, `--write-timeout (env BLOOMGATE_WRITE_TIMEOUT): -1s: must be positive (e.g. 10s)`},
+		{[]string{"--max-replay", "-5"}, `--max-replay: "-5" is negative: a count is 0 or more, e.g. 10000000, 10_000_000, 10M, 2.5k or 1e7`},
+	} {
+		_, err := load(t, tc.args...)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v:\n got %v\nwant %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestLogValue: the start-up log names every setting as its flag and YAML
+// key, with values as a flag takes them, and no secret.
+func TestLogValue(t *testing.T) {
+	cfg, err := load(t, "--sasl-mechanism", "plain", "--sasl-username", "u", "--sasl-password", "s3cret", "--dead-letter", "dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("starting", "config", cfg)
+	var line struct {
+		Config map[string]any `json:"config"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	cfg.FlagSet("names").VisitAll(func(f *flag.Flag) {
+		if _, ok := line.Config[f.Name]; !ok {
+			t.Errorf("setting %s not logged", f.Name)
+		}
+	})
+	for k, want := range map[string]any{
+		"window": "24h", "checkpoint-url": cfg.CheckpointURL, "dead-letter": "dlq", "on-missing-key": "dead-letter",
+		"capacity": "10M", "max-batch-bytes": "1MiB", "commit-interval": "1s", "sasl-password": "[redacted]",
+		"tls-enabled": false, "brokers": "127.0.0.1:9092", "fpr": "0.01",
+	} {
+		if got := line.Config[k]; got != want {
+			t.Errorf("%s logged as %v, want %v", k, got, want)
+		}
+	}
+	if strings.Contains(buf.String(), "s3cret") || strings.Contains(buf.String(), "_") && strings.Contains(buf.String(), "checkpoint_url") {
+		t.Fatalf("log line leaks the password or uses another spelling: %s", buf.String())
 	}
 }

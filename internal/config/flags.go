@@ -4,9 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
-	"strconv"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -17,11 +14,11 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
-	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "checkpoint-skip-create-only-check"}},
+	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "max-replay", "checkpoint-skip-create-only-check"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
 }
 
@@ -29,57 +26,61 @@ var sections = []section{
 // write into c.
 func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "YAML file with settings; keys are the flag names")
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "YAML `file` with settings; keys are the flag names")
 
 	fs.Var(&listValue{p: &c.Brokers}, "brokers", "Kafka bootstrap brokers, `host:port`, comma-separated or repeated (required)")
-	fs.StringVar(&c.Group, "group", c.Group, "consumer group id; also names the checkpoint prefix")
-	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
-	fs.StringVar(&c.Output, "output", c.Output, "output topic for first occurrences (required)")
-	fs.StringVar(&c.Duplicates, "duplicates", c.Duplicates, "optional topic for events judged duplicate (else they are dropped and counted)")
-	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "optional topic for events whose key cannot be extracted")
+	fs.StringVar(&c.Group, "group", c.Group, "consumer group `id`; also names the checkpoint prefix")
+	fs.StringVar(&c.Input, "input", c.Input, "input `topic` (required)")
+	fs.StringVar(&c.Output, "output", c.Output, "output `topic` for first occurrences (required)")
+	fs.StringVar(&c.Duplicates, "duplicates", c.Duplicates, "optional `topic` for events judged duplicate (else they are dropped and counted)")
+	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "optional `topic` for events whose key cannot be extracted")
 	fs.StringVar(&c.Partitioning, "partitioning", c.Partitioning, "output partition: same (= input partition, counts must match) or hash (of the Kafka key)")
 	fs.StringVar(&c.IsolationLevel, "isolation-level", c.IsolationLevel, "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events")
 	fs.StringVar(&c.StartFrom, "start-from", c.StartFrom, "where a new group (no committed offset, no checkpoint) starts forwarding: earliest, latest, an RFC 3339 time, or a duration before now (72h, 3d)")
 	fs.StringVar(&c.SeedFrom, "seed-from", c.SeedFrom, "with --start-from: remember (without forwarding) the input from this position up to the start: a time or a duration before now (e.g. 72h); empty: no seeding")
 	fs.BoolVar(&c.Repartition, "repartition", c.Repartition, "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic")
-	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
-	fs.DurationVar(&c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
-	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
-	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0: session-timeout + 10s)")
-	fs.DurationVar(&c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
-	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
+	CountVar(fs, &c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
+	DurationVar(fs, &c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
+	ByteSizeVar(fs, &c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); at most the output topics' max.message.bytes; a single larger record stops the worker")
+	DurationVar(fs, &c.WriteTimeout, "write-timeout", c.WriteTimeout, "bound of one produce request; a batch write that fails, or is unanswered after twice this, is followed by an exact recovery of the partition")
+	DurationVar(fs, &c.CommitInterval, "commit-interval", c.CommitInterval, "time between offset commits of the records whose output writes are acknowledged")
+	DurationVar(fs, &c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
+	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + 10s)")
+	DurationVar(fs, &c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
+	DurationVar(fs, &c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
 
 	fs.BoolVar(&c.TLS.Enabled, "tls-enabled", c.TLS.Enabled, "connect to Kafka over TLS")
-	fs.StringVar(&c.TLS.CAFile, "tls-ca-file", c.TLS.CAFile, "PEM file of CA certificates to trust (default: system roots)")
-	fs.StringVar(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "PEM client certificate for mutual TLS (with --tls-key-file)")
-	fs.StringVar(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "PEM client key for mutual TLS (with --tls-cert-file)")
+	fs.StringVar(&c.TLS.CAFile, "tls-ca-file", c.TLS.CAFile, "PEM `file` of CA certificates to trust (default: system roots)")
+	fs.StringVar(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "PEM client certificate `file` for mutual TLS (with --tls-key-file)")
+	fs.StringVar(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "PEM client key `file` for mutual TLS (with --tls-cert-file)")
 	fs.BoolVar(&c.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", c.TLS.InsecureSkipVerify, "do not verify the broker certificate (testing only)")
 	fs.StringVar(&c.SASL.Mechanism, "sasl-mechanism", c.SASL.Mechanism, "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (empty: no SASL)")
-	fs.StringVar(&c.SASL.Username, "sasl-username", c.SASL.Username, "SASL user name")
-	fs.StringVar(&c.SASL.Password, "sasl-password", c.SASL.Password, "SASL password (prefer the environment variable; never logged)")
+	fs.StringVar(&c.SASL.Username, "sasl-username", c.SASL.Username, "SASL user `name`")
+	fs.StringVar(&c.SASL.Password, "sasl-password", c.SASL.Password, "SASL `password` (prefer the environment variable; never logged)")
 
 	fs.StringVar(&c.Key, "key", c.Key, "dedup key: key (Kafka message key), header:NAME, json:PATH (e.g. json:order.id); comma-separated parts form a compound key")
 	fs.StringVar(&c.Normalize, "normalize", c.Normalize, "key normalization: none, trim, lower or url (canonical crawler URL)")
-	fs.IntVar(&c.MaxKeyBytes, "max-key-bytes", c.MaxKeyBytes, "longest accepted key after normalization; longer ones are bad input (too_large)")
+	ByteSizeVar(fs, &c.MaxKeyBytes, "max-key-bytes", c.MaxKeyBytes, "longest accepted key after normalization; longer ones are bad input (too_large)")
 	fs.StringVar(&c.JSONValidation, "json-validation", c.JSONValidation, "strict (validate every JSON value) or lazy (only when the key field is unusable; faster)")
 	fs.StringVar(&c.OnMissingKey, "on-missing-key", c.OnMissingKey, "event without a usable key: dead-letter, forward, drop or fail (default: dead-letter if --dead-letter is set, else forward)")
 
-	fs.DurationVar(&c.Window, "window", c.Window, "dedup window: a key is remembered for at least this much event time")
-	fs.IntVar(&c.Generations, "generations", c.Generations, "filter generations in the rotating ring (>= 2); memory = capacity x generations/(generations-1)")
-	fs.Var(&countValue{p: &c.Capacity}, "capacity", "expected distinct keys per window for the whole input topic, a `count` (e.g. 10000000, 10M, 1e7)")
-	fs.Float64Var(&c.FPR, "fpr", c.FPR, "target false-positive rate, in (0,1)")
-	fs.DurationVar(&c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0: unbounded)")
+	DurationVar(fs, &c.Window, "window", c.Window, "dedup window: a key is remembered for at least this much event time")
+	CountVar(fs, &c.Generations, "generations", c.Generations, "filter generations in the rotating ring, 2 to 64; memory = capacity x generations/(generations-1)")
+	CountVar(fs, &c.Capacity, "capacity", c.Capacity, "expected distinct keys per window for the whole input topic; a plan needing more than 1 TiB of filter memory is refused (README, Settings)")
+	RateVar(fs, &c.FPR, "fpr", c.FPR, "target false-positive rate, a fraction or a percentage in (0,1): 0.01 or 1%")
+	DurationVar(fs, &c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)")
 
 	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir, mem://name")
-	fs.DurationVar(&c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
-	fs.IntVar(&c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
-	fs.DurationVar(&c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0: no bound)")
+	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
+	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
+	DurationVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
 	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads: fail, or empty (start with an empty filter)")
+	CountVar(fs, &c.MaxReplay, "max-replay", c.MaxReplay, "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten (0: replay all that is retained, exact)")
 	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,
 		"start even if the checkpoint store ignores create-only writes (If-None-Match); fencing of a stale partition owner is then OFF: only for a location one worker alone writes")
 
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address for /metrics, /healthz, /readyz (empty: disabled)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "max time for the ordered shutdown on SIGTERM/SIGINT")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "listen address for /metrics, /healthz, /readyz, `host:port` (empty: disabled)")
+	DurationVar(fs, &c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "max time for the ordered shutdown on SIGTERM/SIGINT")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 	return fs
@@ -95,7 +96,17 @@ within the window, forwards the rest to the output topic.
 
 Settings come from a YAML file (--config), environment variables and flags,
 in rising precedence. Each flag --name has the environment variable
-%s_NAME (upper case, '-' becomes '_').
+%s_NAME (upper case, '-' becomes '_'); YAML keys are the flag names.
+
+Values:
+  duration   a number and a unit, combined and with fractions: 90s, 15m, 36h,
+             7d, 2w, 1.5d, 1d12h. Units ns, us, ms, s, m, h, d (24h), w (7d),
+             in any case, except M: write m for minutes, days for months.
+  count      10000000, 10_000_000, 1e7, or a suffix in any case: k (thousand),
+             m (million), g or b (billion), t (trillion): 10M, 2.5k.
+  rate       a fraction or a percentage: 0.01, 1%%, 0.1 %%.
+  size       bytes: 1048576, or with B, kB, MB, GB (powers of 1000) or KiB,
+             MiB, GiB (powers of 1024): 1MiB = 1048576, 1MB = 1000000.
 
 `, EnvPrefix)
 	listed := map[string]bool{}
@@ -131,6 +142,9 @@ in rising precedence. Each flag --name has the environment variable
 
 func writeFlag(tw io.Writer, f *flag.Flag) {
 	kind, usage := flag.UnquoteUsage(f)
+	if k, ok := f.Value.(interface{ Kind() string }); ok && kind == "value" {
+		kind = k.Kind()
+	}
 	def := f.DefValue
 	if def == "" {
 		def = `""`
@@ -141,84 +155,4 @@ func writeFlag(tw io.Writer, f *flag.Flag) {
 		fmt.Fprintf(tw, "  --%s %s\t%s\n", f.Name, kind, usage)
 	}
 	fmt.Fprintf(tw, "  \tdefault %s, env %s\n", def, envName(f.Name))
-}
-
-// listValue is a string list flag: comma-separated and/or repeated. The
-// first Set replaces the default.
-type listValue struct {
-	p   *[]string
-	set bool
-}
-
-func (l *listValue) String() string {
-	if l == nil || l.p == nil {
-		return ""
-	}
-	return strings.Join(*l.p, ",")
-}
-
-func (l *listValue) Set(s string) error {
-	if !l.set {
-		*l.p = nil
-		l.set = true
-	}
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			*l.p = append(*l.p, v)
-		}
-	}
-	return nil
-}
-
-// countValue is a uint64 flag that accepts 10000000, 10_000_000, 10M, 1e7.
-type countValue struct{ p *uint64 }
-
-func (c *countValue) String() string {
-	if c == nil || c.p == nil {
-		return "0"
-	}
-	return strconv.FormatUint(*c.p, 10)
-}
-
-func (c *countValue) Set(s string) error {
-	n, err := ParseCount(s)
-	if err != nil {
-		return err
-	}
-	*c.p = n
-	return nil
-}
-
-// ParseCount parses a count such as 10000000, 10_000_000, 10M, 2.5k, 1e7.
-// Suffixes k, M, G, T are powers of 1000.
-func ParseCount(s string) (uint64, error) {
-	t := strings.ReplaceAll(strings.TrimSpace(s), "_", "")
-	mult := 1.0
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k', 'K':
-			mult = 1e3
-		case 'M':
-			mult = 1e6
-		case 'G':
-			mult = 1e9
-		case 'T':
-			mult = 1e12
-		}
-		if mult != 1 {
-			t = t[:n-1]
-		}
-	}
-	if u, err := strconv.ParseUint(t, 10, 64); err == nil && mult == 1 {
-		return u, nil
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("%q is not a count (use e.g. 10000000, 10M or 1e7)", s)
-	}
-	v := f * mult
-	if v != math.Trunc(v) || v >= math.MaxUint64 {
-		return 0, fmt.Errorf("%q is not a whole count", s)
-	}
-	return uint64(v), nil
 }

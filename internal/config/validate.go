@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -11,19 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
-
-// SettingError is one invalid setting. Its message names the flag and how
-// to fix it.
-type SettingError struct {
-	Setting string // the flag name, e.g. "fpr"
-	Problem string
-}
-
-func (e *SettingError) Error() string {
-	return fmt.Sprintf("--%s (env %s): %s", e.Setting, envName(e.Setting), e.Problem)
-}
 
 // Validate checks every setting and fills derived defaults (OnMissingKey).
 // It reports all problems at once, joined; each is a *SettingError.
@@ -102,7 +93,16 @@ func (c *Run) Validate() error {
 		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
 	}
 	if c.BatchTimeout <= 0 {
-		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", c.BatchTimeout)
+		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
+	}
+	if c.MaxBatchBytes < minBatchBytes || c.MaxBatchBytes > math.MaxInt32 {
+		bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
+	}
+	if c.WriteTimeout <= 0 {
+		bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
+	}
+	if c.CommitInterval <= 0 {
+		bad("commit-interval", "%v: must be positive (e.g. 1s)", fd(c.CommitInterval))
 	}
 	c.validateTLS(bad)
 	c.validateSASL(bad)
@@ -131,18 +131,20 @@ func (c *Run) Validate() error {
 
 	// Filter.
 	if c.Window <= 0 {
-		bad("window", "%v: must be positive (e.g. 24h)", c.Window)
+		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
 	}
 	if c.Generations < 2 || c.Generations > 64 {
 		bad("generations", "%d: must be between 2 and 64 (e.g. 4)", c.Generations)
 	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < time.Second {
-		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", c.Window, c.Generations)
+		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", fd(c.Window), c.Generations)
 	}
 	if c.Capacity == 0 {
 		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
 	}
 	if !(c.FPR > 0 && c.FPR < 1) {
-		bad("fpr", "%v: must be strictly between 0 and 1 (e.g. 0.01)", c.FPR)
+		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
+	} else if c.Generations >= 2 && c.Generations <= 64 {
+		c.validatePlan(bad)
 	}
 
 	// Checkpoints.
@@ -150,17 +152,20 @@ func (c *Run) Validate() error {
 		bad("checkpoint-url", "%v", err)
 	}
 	if c.CheckpointInterval <= 0 {
-		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", c.CheckpointInterval)
+		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", fd(c.CheckpointInterval))
 	}
 	if c.CheckpointRetain < 1 {
 		bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
 	}
 	if c.MaxCheckpointStaleness < 0 {
-		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", c.MaxCheckpointStaleness)
+		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
 	} else if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
-		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", c.MaxCheckpointStaleness, c.CheckpointInterval)
+		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
 	}
 	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
+	if c.MaxReplay < 0 {
+		bad("max-replay", "%d: must be 0 (no bound) or more", c.MaxReplay)
+	}
 
 	// Operations.
 	if c.MetricsAddr != "" {
@@ -171,27 +176,65 @@ func (c *Run) Validate() error {
 		}
 	}
 	if c.MaxTimeJump < 0 {
-		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", c.MaxTimeJump)
+		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", fd(c.MaxTimeJump))
 	}
 	if c.SessionTimeout <= 0 {
-		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", c.SessionTimeout)
+		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", fd(c.SessionTimeout))
 	}
 	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
-		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", c.HeartbeatInterval, c.SessionTimeout)
+		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", fd(c.HeartbeatInterval), fd(c.SessionTimeout))
 	}
 	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.SessionTimeout) {
-		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", c.RebalanceTimeout, c.SessionTimeout)
+		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", fd(c.RebalanceTimeout), fd(c.SessionTimeout))
 	}
 	if c.JoinGroupBackoff <= 0 {
-		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", c.JoinGroupBackoff)
+		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", fd(c.JoinGroupBackoff))
 	}
 	if c.ShutdownTimeout <= 0 {
-		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", c.ShutdownTimeout)
+		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", fd(c.ShutdownTimeout))
 	}
 	oneOf("log-format", c.LogFormat, "text", "json")
 	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 	return errors.Join(errs...)
 }
+
+// minBatchBytes is the smallest --max-batch-bytes: below it the bound is
+// surely a slip (1 for 1MiB), and every ordinary record would stop the
+// worker.
+const minBatchBytes = 1 << 10
+
+// MaxPlannedFilterBytes bounds the filter memory a plan may need for the
+// whole input topic, summed over its partitions: 1 TiB. The bound is a
+// sanity check, not a tuned limit. It lies about 500 times above the
+// largest plan README's sizing table shows (1 billion keys at 1 %: 2.1
+// GiB) and holds ~490 billion keys per window at 1 % or ~340 billion at
+// 0.1 %; at 1 TiB a restore after losing every worker fetches 1 TiB of
+// checkpoints, and one partition's filter is limited to 64 GiB
+// (bloom.MaxFilterBytes), so such a plan needs at least 16 partitions
+// already. Past the bound a capacity is almost always a slip of a unit
+// (1e12 for 1e9, 1t for 1g), which would otherwise be found only once
+// partitions are assigned and each fails to build its filter.
+const MaxPlannedFilterBytes = 1 << 40
+
+// validatePlan refuses a --capacity and --fpr whose filters would need more
+// than MaxPlannedFilterBytes for the topic, or whose rate the filter cannot
+// reach. The per-partition limit needs the partition count and is checked
+// by the worker at start.
+func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
+	bits, err := bloom.BitsPerKey(c.FPR, c.Generations)
+	if err != nil {
+		bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
+		return
+	}
+	if need := float64(c.Capacity) * bits / 8; need > MaxPlannedFilterBytes {
+		bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (README, Settings): "+
+			"use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr",
+			FormatCount(c.Capacity), FormatRate(c.FPR), c.Generations, formatMemory(need), formatMemory(MaxPlannedFilterBytes))
+	}
+}
+
+// fd formats a duration for a message.
+func fd(d time.Duration) string { return FormatDuration(d) }
 
 func (c *Run) validateTLS(bad func(setting, format string, args ...any)) {
 	t := c.TLS

@@ -5,39 +5,91 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 
 	"gopkg.in/yaml.v3"
 )
 
+// FileError is every problem found in the config file, each naming its
+// line: a file is fixed in one go, not one rerun per mistake.
+type FileError struct {
+	File string
+	Errs []error // *SettingError (FromFile), *UnknownSettingError or a syntax error
+}
+
+func (e *FileError) Error() string {
+	lines := make([]string, len(e.Errs))
+	for i, err := range e.Errs {
+		lines[i] = err.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (e *FileError) Unwrap() []error { return e.Errs }
+
+// UnknownSettingError is a key of the config file that names no setting.
+type UnknownSettingError struct {
+	File        string
+	Line        int
+	Name        string
+	Suggestions []string
+}
+
+func (e *UnknownSettingError) Error() string {
+	return fmt.Sprintf("%s:%d: unknown setting %q%s", e.File, e.Line, e.Name, didYouMean("", e.Suggestions))
+}
+
 // yamlParser reads the config file for ff.Parse. It hands every scalar to
 // the flag as written in the file: YAML's type guessing never applies, so
 // `output: no`, `group: on` or `capacity: 1e7` mean the text they show (the
 // YAML 1.1 parser of ffyaml turns y/n/on/off into booleans). Nested maps
-// join their keys with "-" (tls: {ca-file: x} sets tls-ca-file); a list sets
-// a flag once per element; an empty value sets the empty string. Unknown keys
-// are errors naming the line.
-func yamlParser(fs *flag.FlagSet) func(r io.Reader, set func(name, value string) error) error {
-	return func(r io.Reader, set func(name, value string) error) error {
+// join their keys with "-" (tls: {ca-file: x} sets tls-ca-file); a list
+// sets a list flag once per element; an empty value sets the empty string.
+// Settings already given by a flag or an environment variable are left as
+// they are. Every problem is collected into one *FileError: unknown keys
+// (with the closest setting names), bad values, keys given twice.
+func yamlParser(fs *flag.FlagSet, file *string) func(r io.Reader, set func(name, value string) error) error {
+	return func(r io.Reader, _ func(name, value string) error) error {
 		var doc yaml.Node
 		if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil // empty file
 			}
-			return fmt.Errorf("parsing YAML config: %w", err)
+			return &FileError{File: *file, Errs: []error{syntaxError(*file, err)}}
 		}
 		if len(doc.Content) == 0 {
 			return nil
 		}
 		root := doc.Content[0]
 		if root.Kind != yaml.MappingNode {
-			return fmt.Errorf("YAML config line %d: want a map of settings (name: value)", root.Line)
+			return &FileError{File: *file, Errs: []error{fmt.Errorf("%s:%d: want a map of settings (name: value)", *file, root.Line)}}
 		}
-		return walkYAML(fs, "", root, set)
+		w := &yamlWalk{fs: fs, file: *file, seen: map[string]int{}, provided: map[string]bool{}}
+		fs.Visit(func(f *flag.Flag) { w.provided[f.Name] = true })
+		fs.VisitAll(func(f *flag.Flag) { w.names = append(w.names, f.Name) })
+		w.walk("", root)
+		if len(w.errs) > 0 {
+			return &FileError{File: *file, Errs: w.errs}
+		}
+		return nil
 	}
 }
 
-func walkYAML(fs *flag.FlagSet, prefix string, m *yaml.Node, set func(name, value string) error) error {
+type yamlWalk struct {
+	fs       *flag.FlagSet
+	file     string
+	names    []string
+	seen     map[string]int // setting → line it was set on
+	provided map[string]bool
+	errs     []error
+}
+
+func (w *yamlWalk) fail(line int, format string, args ...any) {
+	w.errs = append(w.errs, fmt.Errorf("%s:%d: "+format, append([]any{w.file, line}, args...)...))
+}
+
+func (w *yamlWalk) walk(prefix string, m *yaml.Node) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		name := k.Value
@@ -47,47 +99,69 @@ func walkYAML(fs *flag.FlagSet, prefix string, m *yaml.Node, set func(name, valu
 		if v.Kind == yaml.AliasNode {
 			v = v.Alias
 		}
-		switch v.Kind {
-		case yaml.MappingNode:
-			if err := walkYAML(fs, name, v, set); err != nil {
-				return err
-			}
+		if v.Kind == yaml.MappingNode {
+			w.walk(name, v)
 			continue
 		}
-		if fs.Lookup(name) == nil {
-			return fmt.Errorf("YAML config line %d: unknown setting %q (see bloomgate run --help)", k.Line, name)
+		f := w.fs.Lookup(name)
+		if f == nil {
+			w.errs = append(w.errs, &UnknownSettingError{File: w.file, Line: k.Line, Name: name, Suggestions: suggest(name, w.names)})
+			continue
 		}
+		if prev, dup := w.seen[name]; dup {
+			w.fail(k.Line, "%s is already set on line %d", name, prev)
+			continue
+		}
+		w.seen[name] = k.Line
 		switch v.Kind {
 		case yaml.ScalarNode:
 			val := v.Value
 			if v.Tag == "!!null" {
 				val = ""
 			}
-			if isBoolFlag(fs.Lookup(name)) {
-				val = yamlBool(val)
-			}
-			if err := set(name, val); err != nil {
-				return fmt.Errorf("YAML config line %d: %w", v.Line, err)
-			}
+			w.set(f, v.Line, val)
 		case yaml.SequenceNode:
+			if _, ok := underlying(f.Value).(interface{ isList() }); !ok {
+				w.fail(v.Line, "%s takes one value, not a list", name)
+				continue
+			}
 			for _, e := range v.Content {
 				if e.Kind != yaml.ScalarNode {
-					return fmt.Errorf("YAML config line %d: %s: want a list of plain values", e.Line, name)
+					w.fail(e.Line, "%s: want a list of plain values", name)
+					continue
 				}
-				if err := set(name, e.Value); err != nil {
-					return fmt.Errorf("YAML config line %d: %w", e.Line, err)
-				}
+				w.set(f, e.Line, e.Value)
 			}
 		default:
-			return fmt.Errorf("YAML config line %d: %s: unsupported value", v.Line, name)
+			w.fail(v.Line, "%s: unsupported value", name)
 		}
 	}
-	return nil
 }
 
-func isBoolFlag(f *flag.Flag) bool {
-	b, ok := f.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
+func (w *yamlWalk) set(f *flag.Flag, line int, val string) {
+	if w.provided[f.Name] {
+		return // a flag or environment variable overrides the file
+	}
+	if isBoolValue(f.Value) {
+		val = yamlBool(val)
+	}
+	if err := w.fs.Set(f.Name, val); err != nil {
+		w.errs = append(w.errs, &SettingError{Setting: f.Name, Problem: problemOf(f.Value, val, err), Source: FromFile, File: w.file, Line: line})
+	}
+}
+
+// syntaxError places a YAML syntax error on its line when the parser names
+// one ("yaml: line 3: …").
+func syntaxError(file string, err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(n); err == nil {
+				return fmt.Errorf("%s:%d: not valid YAML: %s", file, line, tail)
+			}
+		}
+	}
+	return fmt.Errorf("%s: not valid YAML: %s", file, msg)
 }
 
 // yamlBool accepts the YAML 1.1 spellings for the switches (on/off, yes/no).

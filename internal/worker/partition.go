@@ -526,7 +526,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		var tooLarge kafka.MessageTooLargeError
 		if errors.As(err, &tooLarge) {
 			// Nothing was written; retrying cannot help.
-			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds max-batch-bytes %d; raise it (and the topic's max.message.bytes)",
+			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds --max-batch-bytes %d; raise it (e.g. --max-batch-bytes 4MiB) and the output topics' max.message.bytes with it",
 				errFatal, w.cfg.Input, pp.p, headerValue(tooLarge.Message.Headers, HeaderSrcOffset),
 				len(tooLarge.Message.Key)+len(tooLarge.Message.Value), w.cfg.MaxBatchBytes)
 		}

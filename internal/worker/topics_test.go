@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -27,34 +28,54 @@ func newClusterWith(t *testing.T, opts ...kfake.Opt) []string {
 	return c.ListenAddrs()
 }
 
-// TestTopicChecks: missing topics and unequal partition counts in same mode
-// fail Run at start with errors naming the topics.
+// TestTopicChecks: missing topics, unequal partition counts in same mode
+// and a filter plan too large for one partition fail Run at start with
+// errors naming the flag, the topic and the fix.
 func TestTopicChecks(t *testing.T) {
 	t.Parallel()
 	brokers := newClusterWith(t, kfake.SeedTopics(4, tIn), kfake.SeedTopics(3, tOut))
+	noSide := func(c *Config) { c.Duplicates, c.DeadLetter = "", "" }
 	cases := []struct {
 		name string
-		cfg  func(Config) Config
-		want string
+		cfg  func(*Config)
+		want []string
 	}{
-		{"unequal partitions", func(c Config) Config { c.Duplicates, c.DeadLetter = "", ""; return c },
-			`input "in" has 4, output "out" has 3`},
-		{"missing duplicates topic", func(c Config) Config {
-			c.Partitioning, c.DeadLetter, c.Duplicates = PartitioningHash, "", "nope"
-			return c
-		}, `"nope"`},
+		{"unequal partitions", noSide, []string{
+			`--partitioning same needs equal partition counts: --input "in" has 4, --output "out" has 3; give the output 4 partitions or set --partitioning hash`}},
+		{"missing output", func(c *Config) { noSide(c); c.Output = "outx" }, []string{
+			`--output topic "outx" does not exist: create it with 4 partitions (as many as --input "in" has, which --partitioning same needs), ` +
+				`e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic outx --partitions 4, or fix --output`}},
+		{"missing duplicates and dead-letter topics", func(c *Config) {
+			c.Partitioning, c.Duplicates, c.DeadLetter = PartitioningHash, "nope", "dlqx"
+		}, []string{
+			`--duplicates topic "nope" does not exist: create it with 4 partitions (as many as --input "in" has), e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic nope --partitions 4, or fix --duplicates`,
+			`; --dead-letter topic "dlqx" does not exist`}},
+		{"missing input and output", func(c *Config) { noSide(c); c.Input, c.Output = "inx", "outx" }, []string{
+			`--input topic "inx" does not exist: check the name (topics are case-sensitive) or create it; ` +
+				`--output topic "outx" does not exist: create it with as many partitions as the input, or fix --output`,
+		}},
+		{"filter too large for a partition", func(c *Config) {
+			noSide(c)
+			c.Partitioning, c.Filter.Capacity = PartitioningHash, 200e9
+		}, []string{
+			`--capacity 200000000000 over the 4 partitions of "in" is 50000000000 keys per window and partition, a filter of 104.2 GiB; ` +
+				`one partition's filter is limited to 64 GiB: lower --capacity, raise --fpr or give the input more partitions`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := New(tc.cfg(testConfig(brokers)), Deps{State: newMemStore(), Extractor: keyExtractor{}})
+			cfg := testConfig(brokers)
+			tc.cfg(&cfg)
+			w, err := New(cfg, Deps{State: newMemStore(), Extractor: keyExtractor{}})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
 			err = w.Run(ctx)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("Run = %v, want an error containing %s", err, tc.want)
+			for _, want := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("Run = %v\nwant an error containing %s", err, want)
+				}
 			}
 			if !errors.Is(err, ErrTopicConfig) {
 				t.Fatalf("Run = %v, want it marked ErrTopicConfig (a configuration error, exit code 2)", err)
@@ -168,5 +189,27 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	if _, body := get("/status.json"); !strings.Contains(body, `"ready": true`) || !strings.Contains(body, `"state": "running"`) {
 		t.Errorf("/status.json = %s", body)
+	}
+}
+
+// TestBrokersUnreachableError: the error after the start-up retries names
+// --brokers, what was tried and what to check.
+func TestBrokersUnreachableError(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
+	dns := &net.DNSError{Err: "no such host", Name: "kafka.invalid", IsNotFound: true}
+	for _, tc := range []struct {
+		last error
+		want string
+	}{
+		{refused, "--brokers a:1,b:2: no broker answered in 14 attempts over 1m0s (the start-up bound is 1m0s); last error: dial tcp: connect: connection refused; check the addresses and that this host can reach the brokers"},
+		{dns, `--brokers a:1,b:2: no broker answered in 14 attempts over 1m0s (the start-up bound is 1m0s); last error: lookup kafka.invalid: no such host; check the host name "kafka.invalid", which does not resolve`},
+	} {
+		err := brokersUnreachable([]string{"a:1", "b:2"}, 14, time.Minute+300*time.Millisecond, tc.last)
+		if err.Error() != tc.want || !errors.Is(err, tc.last) {
+			t.Errorf("got  %v\nwant %s", err, tc.want)
+		}
+		if errors.Is(err, ErrTopicConfig) {
+			t.Errorf("unreachable brokers marked as a topic configuration error (exit code 2): %v", err)
+		}
 	}
 }

@@ -5,13 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/bloom"
 )
 
 // Deps are the collaborators of a Worker.
@@ -248,59 +252,135 @@ const startupRetry = time.Minute
 
 // checkTopics reads the partition counts and refuses what cannot work.
 // ErrTopicConfig marks start-up errors caused by the topics themselves
-// (missing, or partition counts that do not fit the partitioning): a
-// configuration problem, not a runtime failure.
+// (missing, or partition counts that do not fit the partitioning or the
+// filter plan): a configuration problem, not a runtime failure.
 var ErrTopicConfig = errors.New("topic configuration")
 
 func (w *Worker) checkTopics(ctx context.Context) error {
-	names := []string{w.cfg.Input, w.cfg.Output}
-	for _, t := range []string{w.cfg.Duplicates, w.cfg.DeadLetter} {
-		if t != "" {
-			names = append(names, t)
+	type topic struct{ flag, name string }
+	topics := []topic{{"input", w.cfg.Input}, {"output", w.cfg.Output}}
+	for _, t := range []topic{{"duplicates", w.cfg.Duplicates}, {"dead-letter", w.cfg.DeadLetter}} {
+		if t.name != "" {
+			topics = append(topics, t)
 		}
 	}
-	// A broker that is restarting is not a configuration error: retry
-	// connection failures for a while before giving up.
-	var md *kafka.MetadataResponse
-	deadline := time.Now().Add(startupRetry)
-	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		var err error
-		md, err = w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
-		}
-		w.log.Warn("brokers unreachable; retrying", "brokers", w.cfg.Brokers, "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.name
+	}
+	md, err := w.readMetadata(ctx, names)
+	if err != nil {
+		return err
 	}
 	w.partitions = map[string]int{}
+	topicErr := map[string]error{}
 	for _, t := range md.Topics {
 		if t.Error != nil {
-			return fmt.Errorf("%w: topic %q: %w", ErrTopicConfig, t.Name, t.Error)
+			topicErr[t.Name] = t.Error
+			continue
 		}
 		w.partitions[t.Name] = len(t.Partitions)
 	}
-	var errs []error
-	for _, n := range names {
-		if w.partitions[n] == 0 {
-			errs = append(errs, fmt.Errorf("topic %q does not exist (or has no partitions); create it first", n))
+	in := w.partitions[w.cfg.Input]
+	var problems []string // one log line: joined with "; "
+	for _, t := range topics {
+		terr := topicErr[t.name]
+		switch {
+		case terr == nil && w.partitions[t.name] > 0:
+		case terr == nil, errors.Is(terr, kafka.UnknownTopicOrPartition):
+			problems = append(problems, w.missingTopic(t.flag, t.name, in))
+		default:
+			problems = append(problems, fmt.Sprintf("--%s topic %q: %v", t.flag, t.name, terr))
 		}
 	}
-	if len(errs) > 0 {
-		return fmt.Errorf("%w: %w", ErrTopicConfig, errors.Join(errs...))
+	if len(problems) > 0 {
+		return fmt.Errorf("%w: %s", ErrTopicConfig, strings.Join(problems, "; "))
 	}
-	in, out := w.partitions[w.cfg.Input], w.partitions[w.cfg.Output]
+	out := w.partitions[w.cfg.Output]
 	if w.cfg.Partitioning == PartitioningSame && in != out {
-		return fmt.Errorf("%w: partitioning same needs equal partition counts: input %q has %d, output %q has %d; "+
-			"repartition the output or set partitioning to hash", ErrTopicConfig, w.cfg.Input, in, w.cfg.Output, out)
+		return fmt.Errorf("%w: --partitioning same needs equal partition counts: --input %q has %d, --output %q has %d; "+
+			"give the output %d partitions or set --partitioning hash", ErrTopicConfig, w.cfg.Input, in, w.cfg.Output, out, in)
 	}
 	w.params = w.cfg.partitionParams(in)
+	if err := bloomConfig(w.params).Validate(); err != nil {
+		need := ""
+		if bits, berr := bloom.BitsPerKey(w.params.FPR, w.params.Generations); berr == nil {
+			need = fmt.Sprintf(" of %.1f GiB", float64(w.params.Capacity)*bits/8/(1<<30))
+		}
+		return fmt.Errorf("%w: --capacity %d over the %d partitions of %q is %d keys per window and partition, a filter%s; "+
+			"one partition's filter is limited to %d GiB: lower --capacity, raise --fpr or give the input more partitions (%w)",
+			ErrTopicConfig, w.cfg.Filter.Capacity, in, w.cfg.Input, w.params.Capacity, need, bloom.MaxFilterBytes>>30, err)
+	}
 	return nil
+}
+
+// missingTopic says which flag names a topic that does not exist, and how
+// to create it: with the input's partition count, which --partitioning
+// same needs for the output and which suits the other written topics.
+func (w *Worker) missingTopic(flag, name string, inputPartitions int) string {
+	if flag == "input" {
+		return fmt.Sprintf("--input topic %q does not exist: check the name (topics are case-sensitive) or create it", name)
+	}
+	count, why := "as many partitions as the input", ""
+	if inputPartitions > 0 {
+		count = fmt.Sprintf("%d partitions", inputPartitions)
+		why = fmt.Sprintf(" (as many as --input %q has", w.cfg.Input)
+		if flag == "output" && w.cfg.Partitioning == PartitioningSame {
+			why += ", which --partitioning same needs"
+		}
+		why += ")"
+	}
+	hint := ""
+	if inputPartitions > 0 && len(w.cfg.Brokers) > 0 {
+		hint = fmt.Sprintf(", e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions %d",
+			w.cfg.Brokers[0], name, inputPartitions)
+	}
+	return fmt.Sprintf("--%s topic %q does not exist: create it with %s%s%s, or fix --%s", flag, name, count, why, hint, flag)
+}
+
+// readMetadata asks the brokers about the topics. A broker that is
+// restarting is not a configuration error: connection failures are
+// retried for startupRetry before giving up with an error that names
+// --brokers and what was tried.
+func (w *Worker) readMetadata(ctx context.Context, names []string) (*kafka.MetadataResponse, error) {
+	start := time.Now()
+	deadline := start.Add(startupRetry)
+	attempts := 0
+	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		attempts++
+		md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+		if err == nil {
+			return md, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
+		}
+		if cause := errors.Unwrap(err); cause != nil && strings.HasPrefix(err.Error(), "kafka.(*Client).Metadata: ") {
+			err = cause // kafka-go's prefix says nothing to a user
+		}
+		if now := time.Now(); now.After(deadline) {
+			return nil, brokersUnreachable(w.cfg.Brokers, attempts, now.Sub(start), err)
+		}
+		w.log.Warn("brokers unreachable; retrying until the start-up bound, then stopping",
+			"brokers", w.cfg.Brokers, "err", err, "retry_in", backoff,
+			"start_up_bound", startupRetry, "gives_up_in", time.Until(deadline).Round(time.Second))
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(backoff, max(time.Until(deadline), 0)+time.Millisecond)):
+		}
+	}
+}
+
+// brokersUnreachable is the error after the start-up retries: what was
+// tried, for how long, the last failure, and what to check.
+func brokersUnreachable(brokers []string, attempts int, tried time.Duration, last error) error {
+	check := "check the addresses and that this host can reach the brokers"
+	var dnsErr *net.DNSError
+	if errors.As(last, &dnsErr) && dnsErr.IsNotFound {
+		check = fmt.Sprintf("check the host name %q, which does not resolve", dnsErr.Name)
+	}
+	return fmt.Errorf("--brokers %s: no broker answered in %d attempts over %s (the start-up bound is %s); last error: %w; %s",
+		strings.Join(brokers, ","), attempts, tried.Round(time.Second), startupRetry, last, check)
 }
 
 // startGeneration runs one generation: a supervisor that owns the committer

@@ -50,7 +50,7 @@ func TestSecretsNotLogged(t *testing.T) {
 			}
 			_ = p.Stop(15 * time.Second)
 			log := p.Output()
-			if !strings.Contains(log, `"sasl_password":"[redacted]"`) {
+			if !strings.Contains(log, `"sasl-password":"[redacted]"`) {
 				t.Errorf("settings not logged with a redacted password:\n%s", log)
 			}
 			for _, secret := range []string{saslSecret, awsSecret, awsKeyID} {
