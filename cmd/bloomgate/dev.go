@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,7 +24,6 @@ import (
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
-	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -221,10 +218,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		if note != "" {
 			fmt.Fprintln(stderr, note)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/", w.Handler(reg))                      // /metrics, /healthz, /readyz, /status.json
-		mux.Handle("GET /{$}", statuspage.Handler(w.Status)) // the HTML status page
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: statusHandler(w, reg), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		defer shutdownHTTP(srv)
 	}
@@ -585,27 +579,6 @@ func bytesText(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
-}
-
-// listenWithFallback listens on addr; if the port is taken, on a free port
-// of the same host, and says so.
-func listenWithFallback(addr string) (net.Listener, string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err == nil {
-		return ln, "", nil
-	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return nil, "", err
-	}
-	host, _, serr := net.SplitHostPort(addr)
-	if serr != nil {
-		return nil, "", err
-	}
-	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err2 != nil {
-		return nil, "", err
-	}
-	return ln, fmt.Sprintf("note: metrics address %s is in use (another bloomgate?); serving metrics on %s instead", addr, ln.Addr()), nil
 }
 
 // workerStatus is what the demo reads of the worker.
