@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -199,5 +201,44 @@ func TestRunClosedOutputKeepsFinalCheckpoint(t *testing.T) {
 	}
 	if parts, offsets := checkpointedOffsets(t, cpURL); parts != 2 || offsets != events {
 		t.Fatalf("final checkpoints: %d partitions up to %d input offsets, want 2 partitions and %d", parts, offsets, events)
+	}
+}
+
+// TestDevClosedStdoutKeepsFinalCheckpoint: `bloomgate dev --keep-running |
+// head` whose reader went away before the summary: printing the summary
+// must not end the demo, and SIGINT still stops it in order, with final
+// checkpoints and exit code 0.
+func TestDevClosedStdoutKeepsFinalCheckpoint(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo binary")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command(binary, "dev", "--events", "3000", "--keep-running", "--metrics-addr", "", "--checkpoint-url", "file://"+dir)
+	out, w := pipeOutput(t)
+	errOut, errW := pipeOutput(t)
+	cmd.Stdout, cmd.Stderr = w, errW
+	out.close() // before anything was printed
+	proc := start(t, cmd)
+	w.Close()
+	errW.Close()
+	proc.waitUntil(t, "the keep-running note after the summary", 60*time.Second,
+		func() bool { return strings.Contains(errOut.String(), "broker and worker keep running until Ctrl-C") }, errOut)
+	runs, err := filepath.Glob(filepath.Join(dir, "run-*"))
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("run directories %v (%v), want one", runs, err)
+	}
+	cpURL := "file://" + runs[0]
+	// Claims only so far: the periodic checkpoint is 10 s away.
+	if _, offsets := checkpointedOffsets(t, cpURL); offsets != 0 {
+		t.Fatalf("checkpoints up to %d input offsets before the shutdown; the test needs the final checkpoint to be the first", offsets)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := proc.waitExit(t, 60*time.Second); code != exitOK {
+		t.Fatalf("exit code %d after SIGINT with stdout's reader gone (-1: killed by a signal); stderr:\n%s", code, errOut)
+	}
+	if parts, offsets := checkpointedOffsets(t, cpURL); parts != 8 || offsets != 3000 {
+		t.Fatalf("final checkpoints: %d partitions up to %d input offsets, want 8 partitions and 3000", parts, offsets)
 	}
 }
