@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -168,7 +169,13 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	defer b.Close()
 
 	gen := loadgen.GenConfig{Count: o.events, Duplicates: o.duplicates, Seed: uint64(time.Now().UnixNano())}
+	unique, err := uniqueKeys(gen)
+	if err != nil {
+		return usageError{err}
+	}
 	cfg := devConfig(sc, o, b.Addr(), cpURL)
+	plan := planCapacity(unique, o.partitions, cfg.Generations)
+	cfg.Capacity = plan.capacity
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
@@ -181,7 +188,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	defer store.Close()
 
 	d := &demo{
-		ctx: ctx, sc: sc, opts: o, cfg: &cfg, w: w, store: store, brokerAddr: b.Addr(),
+		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),
 		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: cpURL, prog: "bloomgate",
 	}
 	var (
@@ -220,7 +227,8 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return d.finish(g.Run())
 }
 
-// devConfig is the worker's configuration for the demo.
+// devConfig is the worker's configuration for the demo; the capacity is
+// set from the plan.
 func devConfig(sc devScenario, o devOptions, brokerAddr, cpURL string) config.Run {
 	cfg := config.Default()
 	cfg.Brokers = []string{brokerAddr}
@@ -228,7 +236,6 @@ func devConfig(sc devScenario, o devOptions, brokerAddr, cpURL string) config.Ru
 	cfg.Input, cfg.Output, cfg.Duplicates, cfg.DeadLetter = sc.input, sc.output, sc.duplicates, sc.deadLetter
 	cfg.Key = sc.key
 	cfg.OnMissingKey = config.OnMissingDeadLetter
-	cfg.Capacity = uint64(max(1000, o.events))
 	cfg.CheckpointURL = cpURL
 	cfg.CheckpointInterval = devCheckpointInterval
 	cfg.MaxCheckpointStaleness = 10 * cfg.CheckpointInterval
@@ -237,6 +244,40 @@ func devConfig(sc devScenario, o devOptions, brokerAddr, cpURL string) config.Ru
 	cfg.MetricsAddr = "" // the demo serves it, with a fallback port
 	cfg.LogLevel = o.logLevel
 	return cfg
+}
+
+// capacityPlan sizes the demo's filter for its own keys. Capacity counts
+// distinct keys per window, and a generation plans for Capacity/(G−1) of
+// them (a window spans G−1 generations). The demo writes all its keys
+// within seconds, into one generation, so that generation must hold them
+// all: G−1 times the unique keys, with headroom for the uneven spread over
+// partitions (four standard deviations of a partition's share). Planned for
+// the window instead, the generation would stack overflow sub-filters.
+type capacityPlan struct {
+	unique      int
+	generations int
+	perGen      uint64 // planned keys per partition and generation
+	capacity    uint64 // --capacity: keys per window, whole topic
+}
+
+func planCapacity(unique, partitions, generations int) capacityPlan {
+	m := float64(unique) / float64(partitions)
+	perGen := uint64(math.Ceil(m + 4*math.Sqrt(m) + 16))
+	return capacityPlan{
+		unique:      unique,
+		generations: generations,
+		perGen:      perGen,
+		capacity:    perGen * uint64(generations-1) * uint64(partitions),
+	}
+}
+
+// uniqueKeys is the number of distinct keys the producer will write.
+func uniqueKeys(gen loadgen.GenConfig) (int, error) {
+	g, err := loadgen.NewGenerator(gen)
+	if err != nil {
+		return 0, err
+	}
+	return g.Unique(), nil
 }
 
 // stage is a component run by the group until its interrupt.

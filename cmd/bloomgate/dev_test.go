@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -89,6 +90,11 @@ func TestDevDemoTwice(t *testing.T) {
 		runDirs = append(runDirs, cp[1])
 		if !strings.Contains(stdout, "8 partitions, ") {
 			t.Errorf("checkpoint sizes do not cover 8 partitions:\n%s", stdout)
+		}
+		// The demo plans its filter for its own keys: no generation
+		// overflows into stacked sub-filters.
+		if !regexp.MustCompile(`fullest generation: \d+ keys, no overflow`).MatchString(stdout) {
+			t.Errorf("the filter overflowed its plan, or the summary does not say:\n%s", stdout)
 		}
 		code, rep, stderr := runInProcess("inspect", cp[1])
 		if code != exitOK || strings.Count(rep, "bloomgate-dev / orders / ") != 8 {
@@ -212,6 +218,23 @@ func TestDevCheckpointURL(t *testing.T) {
 	}
 	if _, err := devCheckpointURL("ftp://x", "run-z"); err == nil {
 		t.Error("ftp accepted")
+	}
+}
+
+// TestPlanCapacity: the planned generation holds all of a partition's
+// share of the demo's keys, and the worker's sizing (capacity per
+// partition, then per generation) gives back the planned figure.
+func TestPlanCapacity(t *testing.T) {
+	for _, tt := range []struct{ unique, partitions int }{{1, 1}, {1, 8}, {1600, 8}, {160000, 8}, {800000, 8}, {4800, 3}} {
+		p := planCapacity(tt.unique, tt.partitions, 4)
+		share := float64(tt.unique) / float64(tt.partitions)
+		if float64(p.perGen) < share+4*math.Sqrt(share) {
+			t.Errorf("%+v: %d keys per generation, below the share %.0f + 4 sigma", tt, p.perGen, share)
+		}
+		perPartition := (p.capacity + uint64(tt.partitions) - 1) / uint64(tt.partitions)
+		if got := (perPartition + 2) / 3; got != p.perGen {
+			t.Errorf("%+v: capacity %d gives %d keys per partition and generation, planned %d", tt, p.capacity, got, p.perGen)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ type demo struct {
 	sc         devScenario
 	opts       devOptions
 	cfg        *config.Run
+	plan       capacityPlan
 	w          *worker.Worker
 	worker     *stage
 	store      *checkpoint.Store

@@ -115,6 +115,7 @@ type devSummary struct {
 	complete    bool // the worker consumed everything written
 	cause       error
 	keepRunning bool // printed while broker and worker go on
+	plan        capacityPlan
 	fpr         float64
 	elapsed     time.Duration
 	cpURL       string
@@ -138,6 +139,7 @@ func (d *demo) summary(keepRunning bool) devSummary {
 		complete:    d.end == endDrained || (d.end == endInterrupted && d.last.complete),
 		cause:       d.cause,
 		keepRunning: keepRunning,
+		plan:        d.plan,
 		fpr:         d.cfg.FPR,
 		elapsed:     d.elapsed,
 		cpURL:       d.cpURL,
@@ -210,6 +212,7 @@ func writeDevSummary(w io.Writer, s devSummary) {
 		rate = float64(c.consumed) / s.elapsed.Seconds()
 	}
 	row("throughput", "%.0f events/s (%d consumed in %s, producer and worker sharing this machine)", rate, c.consumed, s.elapsed.Round(100*time.Millisecond))
+	writePlan(row, s)
 	if s.sizes.err != nil {
 		row("checkpoints", "%s (could not inspect: %v)", s.cpURL, s.sizes.err)
 	} else {
@@ -254,6 +257,21 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 	}
 }
 
+// writePlan reports the filter's plan against what the checkpoints hold.
+func writePlan(row func(k, format string, a ...any), s devSummary) {
+	p := s.plan
+	row("filter plan", "capacity %d = %d (generations per window) x %d unique keys + headroom: the demo's",
+		p.capacity, p.generations-1, p.unique)
+	row("", "keys all arrive within one generation, which plans for %d keys per partition", p.perGen)
+	switch z := s.sizes; {
+	case z.err != nil || z.maxInserts == 0:
+	case z.stacks == 0:
+		row("", "fullest generation: %d keys, no overflow", z.maxInserts)
+	default:
+		row("", "fullest generation: %d keys; %d overflow sub-filters stacked (more keys than planned)", z.maxInserts, z.stacks)
+	}
+}
+
 func writeHints(w io.Writer, s devSummary) {
 	fmt.Fprintln(w, "\nNext:")
 	fmt.Fprintf(w, "  %s inspect %s\n", s.prog, s.cpURL)
@@ -270,6 +288,8 @@ type cpSizes struct {
 	storedBytes int64 // everything stored
 	objects     int
 	estKeys     uint64
+	maxInserts  uint64 // of the fullest generation
+	stacks      int    // overflow sub-filters over all generations
 	err         error
 }
 
@@ -287,6 +307,10 @@ func checkpointSizes(store *checkpoint.Store) cpSizes {
 		s.storedBytes += p.StoredBytes
 		s.objects += p.Objects
 		s.estKeys += p.EstKeys
+		for _, g := range p.Generations {
+			s.maxInserts = max(s.maxInserts, g.Inserts)
+			s.stacks += g.Stacks
+		}
 	}
 	return s
 }

@@ -11,7 +11,7 @@ import (
 // known in each way a demo can end.
 func TestDevSummaryStates(t *testing.T) {
 	base := devSummary{
-		sc: devOrders, prog: "bloomgate", fpr: 0.01, elapsed: time.Second,
+		sc: devOrders, prog: "bloomgate", plan: planCapacity(800, 8, 4), fpr: 0.01, elapsed: time.Second,
 		truth:  devTruth{events: 1000, unique: 800, duplicates: 200, planned: 5000},
 		counts: devCounts{consumed: 1000, forwarded: 799, duplicates: 201},
 		exact:  true, inputEnd: 1000, cpURL: "file:///cp/run-1",
