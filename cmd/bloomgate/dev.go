@@ -189,7 +189,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 
 	d := &demo{
 		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),
-		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: cpURL, prog: "bloomgate",
+		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: cpURL, prog: commandName(),
 	}
 	var (
 		srv *http.Server

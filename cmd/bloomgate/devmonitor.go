@@ -35,7 +35,7 @@ type demo struct {
 	lw             *lineWriter
 	cpURL          string
 	metricsAddr    string
-	prog           string // the command, in hints
+	prog           string // the command as the user runs it
 
 	counts   countTracker
 	produced atomic.Int64 // events acknowledged so far

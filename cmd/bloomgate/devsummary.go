@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -280,6 +282,22 @@ func writeHints(w io.Writer, s devSummary) {
 	fmt.Fprintf(w, "  %s run --brokers kafka-1:9092 --input orders --output orders-unique \\\n", s.prog)
 	fmt.Fprintln(w, "      --key json:order_id --capacity 50M --checkpoint-url s3://my-bucket/bloomgate   # a real cluster")
 	fmt.Fprintf(w, "  %s# every setting\n", pad(s.prog+" run --help"))
+}
+
+// commandName is the program as the user ran it, for the hints: `make run`
+// runs ./bin/bloomgate, and a hint naming a bare "bloomgate" would not run
+// from there. A binary in a temporary directory (go run, go test) is named
+// "bloomgate".
+func commandName() string {
+	arg0 := os.Args[0]
+	if !strings.ContainsRune(arg0, filepath.Separator) {
+		return arg0 // found on the PATH
+	}
+	tmp := filepath.Clean(os.TempDir()) + string(filepath.Separator)
+	if strings.HasPrefix(filepath.Clean(arg0), tmp) || strings.HasSuffix(arg0, ".test") {
+		return "bloomgate"
+	}
+	return arg0
 }
 
 type cpSizes struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 // known in each way a demo can end.
 func TestDevSummaryStates(t *testing.T) {
 	base := devSummary{
-		sc: devOrders, prog: "bloomgate", plan: planCapacity(800, 8, 4), fpr: 0.01, elapsed: time.Second,
+		sc: devOrders, prog: "./bin/bloomgate", plan: planCapacity(800, 8, 4), fpr: 0.01, elapsed: time.Second,
 		truth:  devTruth{events: 1000, unique: 800, duplicates: 200, planned: 5000},
 		counts: devCounts{consumed: 1000, forwarded: 799, duplicates: 201},
 		exact:  true, inputEnd: 1000, cpURL: "file:///cp/run-1",
@@ -56,6 +57,27 @@ func TestDevSummaryStates(t *testing.T) {
 			if strings.Contains(out, w) {
 				t.Errorf("%s: summary has %q:\n%s", tt.name, w, out)
 			}
+		}
+		// The hints name the program as it was run (make run: ./bin/bloomgate).
+		if !strings.Contains(out, "\n  ./bin/bloomgate inspect file:///cp/run-1\n") || strings.Contains(out, "\n  bloomgate ") {
+			t.Errorf("%s: hints do not name ./bin/bloomgate:\n%s", tt.name, out)
+		}
+	}
+}
+
+func TestCommandName(t *testing.T) {
+	defer func(a string) { os.Args[0] = a }(os.Args[0])
+	for arg0, want := range map[string]string{
+		"./bin/bloomgate":                       "./bin/bloomgate", // make run
+		"bin/bloomgate":                         "bin/bloomgate",
+		"bloomgate":                             "bloomgate", // on the PATH
+		"/usr/local/bin/bloomgate":              "/usr/local/bin/bloomgate",
+		os.TempDir() + "/go-build1/b1/exe/main": "bloomgate", // go run
+		"/work/cmd/bloomgate/bloomgate.test":    "bloomgate",
+	} {
+		os.Args[0] = arg0
+		if got := commandName(); got != want {
+			t.Errorf("os.Args[0] %q: %q, want %q", arg0, got, want)
 		}
 	}
 }
