@@ -24,6 +24,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
+	"github.com/bloomgate/bloomgate/internal/repartition"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -39,23 +40,45 @@ const (
 	devReadyLimit = 60 * time.Second
 )
 
-// devScenario is what the demo produces and how the worker is set up for it.
+// devScenario is what a demo produces and how the worker is set up for it.
 type devScenario struct {
+	name                                  string
 	input, output, duplicates, deadLetter string
-	key                                   string
-	keyNoun                               string // what a unique key is, for the summary
+	key, normalize                        string
+	// repartition: the input is keyed by something else than the dedup
+	// key, and the worker runs the --repartition hop.
+	repartition bool
+	keyNoun     string // what a unique key is, for the summary
+	events      int    // default --events
 }
 
-var devOrders = devScenario{
-	input: "orders", output: "orders-unique", duplicates: "orders-duplicates", deadLetter: "orders-dead-letter",
-	key: "json:order_id", keyNoun: "order_ids",
+var devScenarios = []devScenario{
+	{
+		name: "orders", input: "orders", output: "orders-unique", duplicates: "orders-duplicates", deadLetter: "orders-dead-letter",
+		key: "json:order_id", normalize: "none", keyNoun: "order_ids", events: 1_000_000,
+	},
+	{
+		name: "crawler", input: "links", output: "frontier", duplicates: "links-duplicates", deadLetter: "links-dead-letter",
+		key: "json:url", normalize: "url", repartition: true, keyNoun: "canonical URLs", events: 200_000,
+	},
+}
+
+func scenarioNamed(name string) (devScenario, bool) {
+	for _, s := range devScenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return devScenario{}, false
 }
 
 type devOptions struct {
+	scenario      string
 	events        int
 	duplicates    float64
 	rate          int
 	partitions    int
+	fetchers      int
 	checkpointURL string
 	metricsAddr   string
 	brokerAddr    string
@@ -68,16 +91,18 @@ type devOptions struct {
 }
 
 // cmdDev runs the local demo: an in-process broker, the worker and a
-// producer of order events with a known number of duplicates, with live
-// progress and a summary once everything produced has been consumed.
+// producer of events with a known number of duplicates, with live progress
+// and a summary once everything produced has been consumed.
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	def := config.Default()
 	var o devOptions
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.IntVar(&o.events, "events", 1_000_000, "order events the demo producer writes")
+	fs.StringVar(&o.scenario, "scenario", "orders", "orders (order events keyed by order_id) or crawler (links from several fetchers keyed by source host, deduplicated by canonical URL through the --repartition hop)")
+	fs.IntVar(&o.events, "events", 1_000_000, "events the demo producer writes (crawler: 200000 unless set)")
 	fs.Float64Var(&o.duplicates, "duplicates", 0.2, "fraction of events that repeat an earlier key, in [0,1)")
 	fs.IntVar(&o.rate, "rate", 0, "events per second the producer writes (0: as fast as possible)")
 	fs.IntVar(&o.partitions, "partitions", 8, "partitions of every demo topic")
+	fs.IntVar(&o.fetchers, "fetchers", 4, "crawler: simulated fetchers writing links")
 	fs.StringVar(&o.checkpointURL, "checkpoint-url", def.CheckpointURL, "where checkpoints go; each run writes below its own run-… subdirectory/prefix")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", def.MetricsAddr, "listen address for /metrics, /healthz, /readyz, /status.json (if busy, a free port is used and printed; empty: off)")
 	fs.StringVar(&o.brokerAddr, "broker-listen", "127.0.0.1:0", "listen address of the embedded broker (port 0: any free port)")
@@ -89,20 +114,38 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	header := `Usage: bloomgate dev [flags]
 
 The embedded default: one process runs a Kafka-protocol broker on 127.0.0.1,
-the dedup worker (key json:order_id) and a producer of order events with a
-known share of duplicates. Progress is shown every second; at the end a
-summary compares what the worker forwarded with the producer's ground truth.
+the dedup worker and a producer of events with a known share of duplicates.
+Progress is shown every second; at the end a summary compares what the
+worker forwarded with the producer's ground truth.
 
-Topics: orders (input), orders-unique (output), orders-duplicates,
-orders-dead-letter, each with --partitions partitions. Each run starts from
-fresh state: its broker lives in memory and its checkpoints go to a new
-run-<time> subdirectory of --checkpoint-url (older runs are left in place;
-"make clean" removes ./.bloomgate).
+Scenarios:
+  orders   order events keyed by order_id (key json:order_id). Topics: orders
+           (input), orders-unique (output), orders-duplicates,
+           orders-dead-letter.
+  crawler  links found by several fetchers, keyed by the host of the page
+           they were found on, so copies of a URL land in different
+           partitions. The worker runs with --repartition --normalize url
+           --key json:url: a first hop re-keys every link by the hash of its
+           canonical URL into bloomgate-dev-repartition, the dedup stage
+           reads that. Topics: links (input), frontier (output),
+           links-duplicates, links-dead-letter. The summary reads the
+           frontier back and counts how often each canonical URL was
+           forwarded.
+
+Every topic has --partitions partitions. Each run starts from fresh state:
+its broker lives in memory and its checkpoints go to a new run-<time>
+subdirectory of --checkpoint-url (older runs are left in place; "make clean"
+removes ./.bloomgate).
 
 Flags:
 `
 	if done, code := parseFlags(fs, args, header, stdout, stderr); done {
 		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if sc, ok := scenarioNamed(o.scenario); ok && !set["events"] {
+		o.events = sc.events
 	}
 	o.progressEvery = time.Second
 	if err := o.validate(); err != nil {
@@ -116,6 +159,9 @@ Flags:
 
 func (o devOptions) validate() error {
 	var errs []error
+	if _, ok := scenarioNamed(o.scenario); !ok {
+		errs = append(errs, fmt.Errorf("--scenario %q: use orders or crawler", o.scenario))
+	}
 	if o.events < 1 {
 		errs = append(errs, fmt.Errorf("--events %d: want at least 1", o.events))
 	}
@@ -128,21 +174,24 @@ func (o devOptions) validate() error {
 	if o.partitions < 1 || o.partitions > 1000 {
 		errs = append(errs, fmt.Errorf("--partitions %d: want 1..1000", o.partitions))
 	}
+	if o.fetchers < 1 || o.fetchers > 100 {
+		errs = append(errs, fmt.Errorf("--fetchers %d: want 1..100", o.fetchers))
+	}
 	if o.drainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--drain-timeout %v: want > 0", o.drainTimeout))
 	}
 	return errors.Join(errs...)
 }
 
-// runDev builds broker, worker, producer, progress monitor and status
-// server, and runs them as one
+// runDev builds broker, worker (and, for the crawler, the repartition hop),
+// producer, progress monitor and status server, and runs them as one
 // run.Group. The group's interrupts run in the order the actors are added,
 // and each stage's interrupt waits until it has stopped, so shutdown is
 // ordered: the producer stops, the monitor lets the worker catch up, then
-// the worker (flush, commit, final checkpoints), the status server
+// the hop, the worker (flush, commit, final checkpoints), the status server
 // and last the broker they all talk to.
 func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
-	sc := devOrders
+	sc, _ := scenarioNamed(o.scenario)
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)}
@@ -181,6 +230,12 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), buildinfo.Collector())
+	var hop *repartition.Repartitioner
+	if cfg.Repartition {
+		if hop, err = newRepartition(ctx, &cfg, logger, reg); err != nil {
+			return err
+		}
+	}
 	w, store, err := newWorker(ctx, &cfg, logger, reg)
 	if err != nil {
 		return err
@@ -213,6 +268,9 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	g.Add(oklog.ContextHandler(ctx)) // Ctrl-C, SIGTERM
 	g.Add(d.producer(gen))
 	g.Add(d.monitor())
+	if hop != nil {
+		addStage(&g, "repartition hop", hop.Run, nil)
+	}
 	d.worker = addStage(&g, "worker", func(ctx context.Context) error { return workerErr(w.Run(ctx)) }, d.workerStopping)
 	if srv != nil {
 		g.Add(func() error {
@@ -227,14 +285,14 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	return d.finish(g.Run())
 }
 
-// devConfig is the worker's configuration for the demo; the capacity is
+// devConfig is the worker's configuration for a scenario; the capacity is
 // set from the plan.
 func devConfig(sc devScenario, o devOptions, brokerAddr, cpURL string) config.Run {
 	cfg := config.Default()
 	cfg.Brokers = []string{brokerAddr}
 	cfg.Group = devGroup
 	cfg.Input, cfg.Output, cfg.Duplicates, cfg.DeadLetter = sc.input, sc.output, sc.duplicates, sc.deadLetter
-	cfg.Key = sc.key
+	cfg.Key, cfg.Normalize, cfg.Repartition = sc.key, sc.normalize, sc.repartition
 	cfg.OnMissingKey = config.OnMissingDeadLetter
 	cfg.CheckpointURL = cpURL
 	cfg.CheckpointInterval = devCheckpointInterval

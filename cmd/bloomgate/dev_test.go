@@ -139,6 +139,8 @@ func TestDevUsage(t *testing.T) {
 		{"dev", "--duplicates", "1.5"},
 		{"dev", "--events", "0"},
 		{"dev", "--partitions", "0"},
+		{"dev", "--scenario", "shop"},
+		{"dev", "--scenario", "crawler", "--fetchers", "0"},
 		{"dev", "--checkpoint-url", "ftp://x"},
 		{"dev", "extra"},
 	} {
@@ -197,6 +199,77 @@ func TestDevInterrupted(t *testing.T) {
 		if !strings.Contains(s, "the worker stopped before it had consumed them all") || !strings.Contains(s, "not measured") {
 			t.Errorf("summary after interrupt:\n%s", s)
 		}
+	}
+}
+
+// TestDevCrawler runs the crawler scenario small: links keyed by source
+// host go through the repartition hop, and the output read back holds each
+// canonical URL once.
+func TestDevCrawler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo")
+	}
+	code, stdout, stderr := runInProcess("dev", "--scenario", "crawler", "--events", "6000", "--metrics-addr", "",
+		"--checkpoint-url", "file://"+t.TempDir())
+	if code != exitOK || !strings.Contains(stdout, "Summary (every produced event was consumed)") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	m := regexp.MustCompile(`produced\s+(\d+) link events from (\d+) fetchers: (\d+) unique canonical URLs \+ (\d+) duplicates`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("no produced line:\n%s", stdout)
+	}
+	var truth [4]int64
+	for i := range truth {
+		truth[i], _ = strconv.ParseInt(m[i+1], 10, 64)
+	}
+	produced, fetchers, unique, dups := truth[0], truth[1], truth[2], truth[3]
+	if produced != 6000 || fetchers != 4 || unique != 4800 || dups != 1200 {
+		t.Errorf("ground truth %d events from %d fetchers = %d unique + %d duplicates, want 6000 from 4 = 4800 + 1200", produced, fetchers, unique, dups)
+	}
+	// Keyed by source host, most copies of a URL land in another partition
+	// than its first occurrence (7 in 8 with 8 partitions).
+	cm := regexp.MustCompile(`keyed by source host: (\d+) of the duplicates landed in a partition their URL had not reached`).FindStringSubmatch(stdout)
+	if cm == nil {
+		t.Fatalf("no cross-partition line:\n%s", stdout)
+	}
+	if cross, _ := strconv.ParseInt(cm[1], 10, 64); cross < dups/2 || cross > dups {
+		t.Errorf("%d of %d duplicates in a partition their URL had not reached; want most of them", cross, dups)
+	}
+	repartitioned := summaryNumber(t, stdout, "repartitioned")
+	consumed := summaryNumber(t, stdout, "consumed")
+	forwarded := summaryNumber(t, stdout, "forwarded")
+	duplicates := summaryNumber(t, stdout, "duplicates")
+	dead := summaryNumber(t, stdout, "dead-lettered")
+	if repartitioned < produced || consumed != repartitioned {
+		t.Errorf("repartitioned %d, consumed %d; want both >= %d produced and equal", repartitioned, consumed, produced)
+	}
+	if forwarded+duplicates+dead != consumed || dead != 0 {
+		t.Errorf("forwarded %d + duplicates %d + dead-lettered %d != consumed %d", forwarded, duplicates, dead, consumed)
+	}
+	fm := regexp.MustCompile(`forwarded once\s+ok: read (\d+) records back from frontier: (\d+) canonical URLs, 0 forwarded more than once`).FindStringSubmatch(stdout)
+	if fm == nil {
+		t.Fatalf("output not read back as forwarded once each:\n%s", stdout)
+	}
+	records, _ := strconv.ParseInt(fm[1], 10, 64)
+	distinct, _ := strconv.ParseInt(fm[2], 10, 64)
+	if records != forwarded || distinct != forwarded {
+		t.Errorf("read back %d records, %d canonical URLs; the worker forwarded %d", records, distinct, forwarded)
+	}
+	fp := summaryNumber(t, stdout, "false positives")
+	if fp != unique-distinct || fp < 0 || float64(fp) > 0.01*float64(unique) {
+		t.Errorf("false positives %d (unique %d, forwarded once %d): want 0 <= fp = unique-forwarded <= 1%%", fp, unique, distinct)
+	}
+	hop := regexp.MustCompile(`repartition hop\s+a second write and read of every link: (\d+) records, [0-9.]+ [KMG]?i?B in bloomgate-dev-repartition`).FindStringSubmatch(stdout)
+	if hop == nil || hop[1] != strconv.FormatInt(repartitioned, 10) {
+		t.Errorf("no hop cost matching %d repartitioned records:\n%s", repartitioned, stdout)
+	}
+	for _, want := range []string{"conservation         ok", "no overflow", "bloomgate dev --scenario crawler", "--repartition"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("summary lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "repartitioned 6000  consumed 6000") {
+		t.Errorf("no final progress line:\n%s", stderr)
 	}
 }
 

@@ -47,14 +47,24 @@ type demo struct {
 	last    devPoll // the monitor's last look
 	elapsed time.Duration
 	end     devEnd
-	cause   error   // what stopped the run early
-	final   devPoll // after the worker stopped
+	cause   error         // what stopped the run early
+	check   *forwardCheck // crawler: the output read back
+	final   devPoll       // after the worker stopped
 }
 
 // devTruth is the producer's ground truth: what reached the broker.
 type devTruth struct {
 	events, unique, duplicates int64
 	planned                    int64 // --events
+	bytes                      int64 // keys, values and headers written
+
+	// Crawler only.
+	fetchers []int64 // events per fetcher
+	// crossPartition counts duplicate events that landed in a partition
+	// their URL had not reached before: what a per-partition filter without
+	// the repartition hop would forward again.
+	crossPartition int64
+	urls           map[[2]uint64]struct{} // canonical URLs written, by hash
 }
 
 // devEnd is how the run ended.
@@ -114,12 +124,23 @@ func (t *countTracker) totals() (c devCounts, final bool) {
 
 // devPoll is one look at the worker and the topics.
 type devPoll struct {
-	counts   devCounts
-	final    bool  // every partition's counts were final
-	inputEnd int64 // records in the input topic (-1: not read)
+	counts devCounts
+	final  bool // every partition's counts were final
+	// inputEnd is the number of records in the input topic, hopEnd in the
+	// repartition topic, hopDone the input offsets the hop has committed
+	// (-1: not read).
+	inputEnd, hopEnd, hopDone int64
 	// complete: the producer stopped and the worker consumed everything it
-	// wrote.
+	// wrote (through the hop, for the crawler).
 	complete bool
+}
+
+// workerEnd is the number of records in the worker's input topic.
+func (p devPoll) workerEnd(sc devScenario) int64 {
+	if sc.repartition {
+		return p.hopEnd
+	}
+	return p.inputEnd
 }
 
 // poll reads the worker's status and the topics' ends.
@@ -130,14 +151,24 @@ func (d *demo) poll() devPoll {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	cl := &kafka.Client{Addr: kafka.TCP(d.brokerAddr)}
-	p.inputEnd = -1
+	p.inputEnd, p.hopEnd, p.hopDone = -1, -1, -1
 	if n, err := topicEnd(ctx, cl, d.sc.input, d.opts.partitions); err == nil {
 		p.inputEnd = n
+	}
+	if d.sc.repartition {
+		if n, err := topicEnd(ctx, cl, d.cfg.RepartitionTopic(), d.opts.partitions); err == nil {
+			p.hopEnd = n
+		}
+		if n, err := committed(ctx, cl, d.cfg.RepartitionTopic(), d.sc.input, d.opts.partitions); err == nil {
+			p.hopDone = n
+		}
 	}
 	d.mu.Lock()
 	truth := d.truth
 	d.mu.Unlock()
-	p.complete = truth != nil && p.inputEnd >= truth.events && p.counts.consumed >= uint64(p.inputEnd)
+	end := p.workerEnd(d.sc)
+	p.complete = truth != nil && p.inputEnd >= truth.events && end >= 0 && p.counts.consumed >= uint64(end) &&
+		(!d.sc.repartition || p.hopDone >= p.inputEnd)
 	return p
 }
 
@@ -161,6 +192,29 @@ func topicEnd(ctx context.Context, cl *kafka.Client, topic string, partitions in
 	return n, nil
 }
 
+// committed sums the offsets a group committed on a topic.
+func committed(ctx context.Context, cl *kafka.Client, group, topic string, partitions int) (int64, error) {
+	ps := make([]int, partitions)
+	for p := range ps {
+		ps[p] = p
+	}
+	res, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		return 0, err
+	}
+	if res.Error != nil {
+		return 0, res.Error
+	}
+	var n int64
+	for _, po := range res.Topics[topic] {
+		if po.Error != nil {
+			return 0, po.Error
+		}
+		n += max(po.CommittedOffset, 0)
+	}
+	return n, nil
+}
+
 // producer is the actor writing the scenario's input once the worker is
 // ready (so that the throughput shown is the worker's, not a backlog
 // drained later). After writing it waits for the interrupt, which stops a
@@ -170,7 +224,7 @@ func (d *demo) producer(gen loadgen.GenConfig) (func() error, func(error)) {
 	done := make(chan struct{})
 	execute := func() error {
 		defer close(done)
-		if err := waitReady(ctx, d.w, devReadyLimit); err != nil {
+		if err := d.waitReady(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -202,9 +256,33 @@ func (d *demo) producer(gen loadgen.GenConfig) (func() error, func(error)) {
 	}
 }
 
-// monitor is the actor that prints progress and ends the demo once
-// everything produced was consumed (or nothing moved for --drain-timeout).
-// Interrupted, it first lets the worker
+// waitReady waits until the worker (and the crawler's repartition hop) have
+// joined their groups, and the worker has restored every partition.
+func (d *demo) waitReady(ctx context.Context) error {
+	if err := waitReady(ctx, d.w, devReadyLimit); err != nil || !d.sc.repartition {
+		return err
+	}
+	cl := &kafka.Client{Addr: kafka.TCP(d.brokerAddr), Timeout: 5 * time.Second}
+	deadline := time.Now().Add(devReadyLimit)
+	for {
+		res, err := cl.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.cfg.RepartitionTopic()}})
+		if err == nil && len(res.Groups) == 1 && res.Groups[0].GroupState == "Stable" && len(res.Groups[0].Members) > 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("repartition hop: group %s not stable after %s", d.cfg.RepartitionTopic(), devReadyLimit)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// monitor is the actor that prints progress, ends the demo once everything
+// produced was consumed (or nothing moved for --drain-timeout) and, for the
+// crawler, reads the output back. Interrupted, it first lets the worker
 // consume what the producer wrote before it was stopped (at most
 // devCatchUp), so that the summary can still compare with the ground truth.
 func (d *demo) monitor() (func() error, func(error)) {
@@ -212,7 +290,7 @@ func (d *demo) monitor() (func() error, func(error)) {
 	done := make(chan struct{})
 	execute := func() error {
 		defer close(done)
-		pr := &progress{w: d.stderr, tty: d.tty, lw: d.lw}
+		pr := &progress{w: d.stderr, tty: d.tty, lw: d.lw, sc: d.sc}
 		defer pr.finish()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
@@ -250,6 +328,7 @@ func (d *demo) monitor() (func() error, func(error)) {
 			switch {
 			case p.complete:
 				d.finished(endDrained, nil)
+				d.verify()
 				if !d.opts.keepRunning {
 					return nil
 				}
@@ -261,7 +340,7 @@ func (d *demo) monitor() (func() error, func(error)) {
 			case now.Sub(lastChange) > d.opts.drainTimeout:
 				d.finished(endTimeout, nil)
 				return fmt.Errorf("the worker consumed %d of the %d events written within --drain-timeout %s",
-					p.counts.consumed, max(p.inputEnd, 0), d.opts.drainTimeout)
+					p.counts.consumed, max(p.workerEnd(d.sc), 0), d.opts.drainTimeout)
 			}
 		}
 	}
@@ -318,6 +397,7 @@ func (d *demo) stopped(cause error, pr *progress) {
 		if p.complete {
 			pr.line(start, truth.events, p)
 			pr.finish()
+			d.verify()
 			return
 		}
 		select {
@@ -331,6 +411,22 @@ func (d *demo) stopped(cause error, pr *progress) {
 		pr.finish()
 		return
 	}
+}
+
+// verify reads the crawler's output back (orders compare counts only).
+func (d *demo) verify() {
+	if !d.sc.repartition {
+		return
+	}
+	d.mu.Lock()
+	truth := d.truth
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := d.checkForwarded(ctx, truth)
+	d.mu.Lock()
+	d.check = &c
+	d.mu.Unlock()
 }
 
 // workerStopping runs while the worker shuts down: it keeps reading the

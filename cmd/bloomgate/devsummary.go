@@ -22,12 +22,25 @@ func writeDevHeader(w io.Writer, d *demo) {
 	fmt.Fprintf(w, "bloomgate dev (version %s): broker, worker and demo producer in one process\n", buildinfo.String())
 	fmt.Fprintf(w, "  broker       %s (in-process, memory only), topics %s/%s/%s/%s with %d partitions\n",
 		d.brokerAddr, sc.input, sc.output, sc.duplicates, sc.deadLetter, o.partitions)
-	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %d keys, fpr %g, window %s\n", devGroup, sc.key, cfg.Capacity, cfg.FPR, cfg.Window)
+	key := sc.key
+	if sc.normalize != "none" {
+		key += ", normalize " + sc.normalize
+	}
+	if sc.repartition {
+		fmt.Fprintf(w, "  hop          --repartition: group %s re-keys %s by the hash of the canonical URL into %s\n",
+			cfg.RepartitionTopic(), sc.input, cfg.RepartitionTopic())
+	}
+	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %d keys, fpr %g, window %s\n", devGroup, key, cfg.Capacity, cfg.FPR, cfg.Window)
 	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, cfg.CheckpointInterval)
 	if d.metricsAddr != "" {
 		fmt.Fprintf(w, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", d.metricsAddr)
 	}
-	fmt.Fprintf(w, "  producer     %d order events, %.0f%% duplicates, rate %s\n\n", o.events, 100*o.duplicates, rateText(o.rate))
+	if sc.repartition {
+		fmt.Fprintf(w, "  producer     %d link events from %d fetchers, keyed by source host, %.0f%% duplicates, rate %s\n\n",
+			o.events, o.fetchers, 100*o.duplicates, rateText(o.rate))
+	} else {
+		fmt.Fprintf(w, "  producer     %d order events, %.0f%% duplicates, rate %s\n\n", o.events, 100*o.duplicates, rateText(o.rate))
+	}
 }
 
 // progress prints one line per tick: rewritten in place on a terminal,
@@ -36,6 +49,7 @@ type progress struct {
 	w      io.Writer
 	tty    bool
 	lw     *lineWriter
+	sc     devScenario
 	last   time.Time
 	lastC  uint64
 	active bool
@@ -51,8 +65,12 @@ func (p *progress) line(start time.Time, produced int64, s devPoll) {
 		rate = float64(c.consumed) / d.Seconds()
 	}
 	p.last, p.lastC = now, c.consumed
-	line := fmt.Sprintf("[%5.1fs] produced %d  consumed %d  forwarded %d  duplicates %d  dead-lettered %d  %.0f events/s",
-		now.Sub(start).Seconds(), produced, c.consumed, c.forwarded, c.duplicates, c.deadLettered, rate)
+	hop := ""
+	if p.sc.repartition {
+		hop = fmt.Sprintf("  repartitioned %d", max(s.hopEnd, 0))
+	}
+	line := fmt.Sprintf("[%5.1fs] produced %d%s  consumed %d  forwarded %d  duplicates %d  dead-lettered %d  %.0f events/s",
+		now.Sub(start).Seconds(), produced, hop, c.consumed, c.forwarded, c.duplicates, c.deadLettered, rate)
 	p.lw.mu.Lock()
 	defer p.lw.mu.Unlock()
 	if p.tty {
@@ -113,14 +131,17 @@ type devSummary struct {
 	counts      devCounts
 	exact       bool
 	inputEnd    int64 // records in the input topic
+	hopEnd      int64 // records in the repartition topic
 	end         devEnd
 	complete    bool // the worker consumed everything written
 	cause       error
 	keepRunning bool // printed while broker and worker go on
+	check       *forwardCheck
 	plan        capacityPlan
 	fpr         float64
 	elapsed     time.Duration
 	cpURL       string
+	hopTopic    string
 	sizes       cpSizes
 	metricsAddr string
 }
@@ -132,19 +153,23 @@ func (d *demo) summary(keepRunning bool) devSummary {
 	if keepRunning {
 		p = d.last
 	}
+	workerEnd := p.workerEnd(d.sc)
 	return devSummary{
 		sc: d.sc, opts: d.opts, prog: d.prog, truth: *d.truth,
 		counts:      p.counts,
-		exact:       keepRunning || p.final || (p.inputEnd >= 0 && p.counts.consumed >= uint64(p.inputEnd)),
+		exact:       keepRunning || p.final || (workerEnd >= 0 && p.counts.consumed >= uint64(workerEnd)),
 		inputEnd:    p.inputEnd,
+		hopEnd:      p.hopEnd,
 		end:         d.end,
 		complete:    d.end == endDrained || (d.end == endInterrupted && d.last.complete),
 		cause:       d.cause,
 		keepRunning: keepRunning,
+		check:       d.check,
 		plan:        d.plan,
 		fpr:         d.cfg.FPR,
 		elapsed:     d.elapsed,
 		cpURL:       d.cpURL,
+		hopTopic:    d.cfg.RepartitionTopic(),
 		sizes:       checkpointSizes(d.store),
 		metricsAddr: d.metricsAddr,
 	}
@@ -160,7 +185,11 @@ func (d *demo) writeKeepRunning() {
 	writeDevSummary(w, s)
 	fmt.Fprintf(w, "\nBroker %s and the worker keep running; Ctrl-C stops them (final checkpoints are written then).\n", d.brokerAddr)
 	fmt.Fprintf(w, "  kcat -b %s -C -t %s -e -f '%%p %%o %%k %%h %%s\\n' | head\n", d.brokerAddr, d.sc.output)
-	fmt.Fprintf(w, "  %s loadgen --brokers %s --topic %s --count 100000\n", d.prog, d.brokerAddr, d.sc.input)
+	if d.sc.repartition {
+		fmt.Fprintf(w, "  %s loadgen --brokers %s --topic %s --kind url --key-mode none --count 100000\n", d.prog, d.brokerAddr, d.sc.input)
+	} else {
+		fmt.Fprintf(w, "  %s loadgen --brokers %s --topic %s --count 100000\n", d.prog, d.brokerAddr, d.sc.input)
+	}
 	if d.metricsAddr != "" {
 		fmt.Fprintf(w, "  open http://%s/ (status page), curl -s http://%s/metrics\n", d.metricsAddr, d.metricsAddr)
 	}
@@ -186,17 +215,31 @@ func writeDevSummary(w io.Writer, s devSummary) {
 		fmt.Fprintln(w, "Summary (INCOMPLETE: the worker did not consume every produced event)")
 	}
 	row := func(k, format string, a ...any) { fmt.Fprintf(w, "  %-20s %s\n", k, fmt.Sprintf(format, a...)) }
-	row("produced", "%d events: %d unique %s + %d duplicates (ground truth)", t.events, t.unique, sc.keyNoun, t.duplicates)
+	if sc.repartition {
+		row("produced", "%d link events from %d fetchers: %d unique %s + %d duplicates (ground truth)",
+			t.events, len(t.fetchers), t.unique, sc.keyNoun, t.duplicates)
+		row("", "keyed by source host: %d of the duplicates landed in a partition their URL had not reached", t.crossPartition)
+		row("", "(a per-partition filter without the hop would have forwarded those again)")
+		row("repartitioned", "%d records -> %s, keyed by the hash of the canonical URL", max(s.hopEnd, 0), s.hopTopic)
+	} else {
+		row("produced", "%d events: %d unique %s + %d duplicates (ground truth)", t.events, t.unique, sc.keyNoun, t.duplicates)
+	}
 	if extra := s.inputEnd - t.events; extra > 0 {
 		row("", "+ %d events of the producer's last write, cut by the interrupt, reached %s uncounted", extra, sc.input)
 	}
 	switch {
 	case !s.complete:
+		end := s.inputEnd
+		if sc.repartition {
+			end = s.hopEnd
+		}
 		note := "the rest was not processed"
 		if !s.exact {
 			note = "or more: the worker's last batches before the stop were not observed"
 		}
-		row("consumed", "%d of the %d events written (%s)", c.consumed, max(s.inputEnd, 0), note)
+		row("consumed", "%d of the %d events written (%s)", c.consumed, max(end, 0), note)
+	case sc.repartition:
+		row("consumed", "%d  (the dedup stage, from %s)", c.consumed, s.hopTopic)
 	default:
 		row("consumed", "%d", c.consumed)
 	}
@@ -235,8 +278,9 @@ func writeDevSummary(w io.Writer, s devSummary) {
 	writeHints(w, s)
 }
 
-// writeMeasured reports the false positives measured against the ground
-// truth, if they could be.
+// writeMeasured reports what was measured against the ground truth: false
+// positives, and for the crawler whether each canonical URL was forwarded
+// once and what the hop cost.
 func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 	c, t, sc := s.counts, s.truth, s.sc
 	target := 100 * s.fpr
@@ -249,14 +293,35 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 		return
 	case t.unique == 0:
 		return
+	case !sc.repartition:
+		fp := t.unique - int64(c.forwarded)
+		if fp >= 0 {
+			row("false positives", "%d = unique %s - forwarded, %.4f%% of unique keys (filter target %g%%)",
+				fp, sc.keyNoun, 100*float64(fp)/float64(t.unique), target)
+		} else {
+			row("false positives", "%d: %d more events forwarded than unique keys were written (a replay after a restart?)", fp, -fp)
+		}
+		return
 	}
-	fp := t.unique - int64(c.forwarded)
-	if fp >= 0 {
-		row("false positives", "%d = unique %s - forwarded, %.4f%% of unique keys (filter target %g%%)",
-			fp, sc.keyNoun, 100*float64(fp)/float64(t.unique), target)
-	} else {
-		row("false positives", "%d: %d more events forwarded than unique keys were written (a replay after a restart?)", fp, -fp)
+	k := s.check
+	if k == nil || k.err != nil {
+		var err error
+		if k != nil {
+			err = k.err
+		}
+		row("forwarded once", "not measured: reading %s back failed: %v", sc.output, err)
+		return
 	}
+	row("forwarded once", "%s: read %d records back from %s: %d canonical URLs, %d forwarded more than once",
+		okText(k.repeated == 0 && k.unknown == 0 && k.badKeys == 0), k.records, sc.output, k.distinct, k.repeated)
+	if k.unknown > 0 || k.badKeys > 0 {
+		row("", "%d forwarded URLs are not among those produced, %d had no extractable URL", k.unknown, k.badKeys)
+	}
+	row("false positives", "%d = unique %s never forwarded, %.4f%% of unique keys (filter target %g%%)",
+		k.missing, sc.keyNoun, 100*float64(k.missing)/float64(t.unique), target)
+	row("repartition hop", "a second write and read of every link: %d records, %s in %s (the input: %s),",
+		k.hopRecords, bytesText(k.hopBytes), s.hopTopic, bytesText(t.bytes))
+	row("", "%d copies from retries; its throughput cost is measured in docs/benchmarks.md", max(k.hopRecords-t.events, 0))
 }
 
 // writePlan reports the filter's plan against what the checkpoints hold.
@@ -278,9 +343,15 @@ func writeHints(w io.Writer, s devSummary) {
 	fmt.Fprintln(w, "\nNext:")
 	fmt.Fprintf(w, "  %s inspect %s\n", s.prog, s.cpURL)
 	pad := func(cmd string) string { return fmt.Sprintf("%-62s  ", cmd) }
-	fmt.Fprintf(w, "  %s# a longer run; watch /metrics meanwhile\n", pad(s.prog+" dev --events 5000000 --rate 200000 --keep-running"))
-	fmt.Fprintf(w, "  %s run --brokers kafka-1:9092 --input orders --output orders-unique \\\n", s.prog)
-	fmt.Fprintln(w, "      --key json:order_id --capacity 50M --checkpoint-url s3://my-bucket/bloomgate   # a real cluster")
+	if s.sc.repartition {
+		fmt.Fprintf(w, "  %s# a longer run; watch /metrics meanwhile\n", pad(s.prog+" dev --scenario crawler --events 2000000 --keep-running"))
+		fmt.Fprintf(w, "  %s run --brokers kafka-1:9092 --input links --output frontier \\\n", s.prog)
+		fmt.Fprintln(w, "      --key json:url --normalize url --repartition --capacity 1G --checkpoint-url s3://my-bucket/bloomgate   # a real cluster")
+	} else {
+		fmt.Fprintf(w, "  %s# a longer run; watch /metrics meanwhile\n", pad(s.prog+" dev --events 5000000 --rate 200000 --keep-running"))
+		fmt.Fprintf(w, "  %s run --brokers kafka-1:9092 --input orders --output orders-unique \\\n", s.prog)
+		fmt.Fprintln(w, "      --key json:order_id --capacity 50M --checkpoint-url s3://my-bucket/bloomgate   # a real cluster")
+	}
 	fmt.Fprintf(w, "  %s# every setting\n", pad(s.prog+" run --help"))
 }
 

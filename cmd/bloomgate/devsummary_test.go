@@ -11,8 +11,9 @@ import (
 // TestDevSummaryStates: the summary's title and measurements say what is
 // known in each way a demo can end.
 func TestDevSummaryStates(t *testing.T) {
+	orders, _ := scenarioNamed("orders")
 	base := devSummary{
-		sc: devOrders, prog: "./bin/bloomgate", plan: planCapacity(800, 8, 4), fpr: 0.01, elapsed: time.Second,
+		sc: orders, prog: "./bin/bloomgate", plan: planCapacity(800, 8, 4), fpr: 0.01, elapsed: time.Second,
 		truth:  devTruth{events: 1000, unique: 800, duplicates: 200, planned: 5000},
 		counts: devCounts{consumed: 1000, forwarded: 799, duplicates: 201},
 		exact:  true, inputEnd: 1000, cpURL: "file:///cp/run-1",
