@@ -357,15 +357,14 @@ func writeHints(w io.Writer, s devSummary) {
 
 // commandName is the program as the user ran it, for the hints: `make run`
 // runs ./bin/bloomgate, and a hint naming a bare "bloomgate" would not run
-// from there. A binary in a temporary directory (go run, go test) is named
-// "bloomgate".
+// from there. A binary the go command built into its temporary directory
+// (go run, go test), gone once it exits, is named "bloomgate".
 func commandName() string {
 	arg0 := os.Args[0]
 	if !strings.ContainsRune(arg0, filepath.Separator) {
 		return arg0 // found on the PATH
 	}
-	tmp := filepath.Clean(os.TempDir()) + string(filepath.Separator)
-	if strings.HasPrefix(filepath.Clean(arg0), tmp) || strings.HasSuffix(arg0, ".test") {
+	if strings.Contains(arg0, string(filepath.Separator)+"go-build") || strings.HasSuffix(arg0, ".test") {
 		return "bloomgate"
 	}
 	return arg0

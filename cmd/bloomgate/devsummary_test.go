@@ -73,6 +73,7 @@ func TestCommandName(t *testing.T) {
 		"bin/bloomgate":                         "bin/bloomgate",
 		"bloomgate":                             "bloomgate", // on the PATH
 		"/usr/local/bin/bloomgate":              "/usr/local/bin/bloomgate",
+		os.TempDir() + "/src/bin/bloomgate":     os.TempDir() + "/src/bin/bloomgate",
 		os.TempDir() + "/go-build1/b1/exe/main": "bloomgate", // go run
 		"/work/cmd/bloomgate/bloomgate.test":    "bloomgate",
 	} {
