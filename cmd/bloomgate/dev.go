@@ -7,45 +7,78 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
+	oklog "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/bloomgate/bloomgate/internal/broker"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
-	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
-	"github.com/bloomgate/bloomgate/internal/statuspage"
+	"github.com/bloomgate/bloomgate/internal/repartition"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// Topics of the demo.
 const (
-	devInput      = "orders"
-	devOutput     = "orders-unique"
-	devDuplicates = "orders-duplicates"
-	devDeadLetter = "orders-dead-letter"
-	devGroup      = "bloomgate-dev"
+	devGroup = "bloomgate-dev"
 
 	devCheckpointInterval = 10 * time.Second
+	// devCatchUp bounds the wait, after an interrupt, for the worker to
+	// consume what the producer wrote before it stopped.
+	devCatchUp = 5 * time.Second
+	// devReadyLimit bounds the wait for the worker to join and restore
+	// before the producer starts.
+	devReadyLimit = 60 * time.Second
 )
 
+// devScenario is what a demo produces and how the worker is set up for it.
+type devScenario struct {
+	name                                  string
+	input, output, duplicates, deadLetter string
+	key, normalize                        string
+	// repartition: the input is keyed by something else than the dedup
+	// key, and the worker runs the --repartition hop.
+	repartition bool
+	keyNoun     string // what a unique key is, for the summary
+	events      int    // default --events
+}
+
+var devScenarios = []devScenario{
+	{
+		name: "orders", input: "orders", output: "orders-unique", duplicates: "orders-duplicates", deadLetter: "orders-dead-letter",
+		key: "json:order_id", normalize: "none", keyNoun: "order_ids", events: 1_000_000,
+	},
+	{
+		name: "crawler", input: "links", output: "frontier", duplicates: "links-duplicates", deadLetter: "links-dead-letter",
+		key: "json:url", normalize: "url", repartition: true, keyNoun: "canonical URLs", events: 200_000,
+	},
+}
+
+func scenarioNamed(name string) (devScenario, bool) {
+	for _, s := range devScenarios {
+		if s.name == name {
+			return s, true
+		}
+	}
+	return devScenario{}, false
+}
+
 type devOptions struct {
+	scenario      string
 	events        int
 	duplicates    float64
 	rate          int
 	partitions    int
+	fetchers      int
 	checkpointURL string
 	metricsAddr   string
 	brokerAddr    string
@@ -58,16 +91,18 @@ type devOptions struct {
 }
 
 // cmdDev runs the local demo: an in-process broker, the worker and a
-// producer of order events with a known number of duplicates, with live
-// progress and a summary once everything produced has been consumed.
+// producer of events with a known number of duplicates, with live progress
+// and a summary once everything produced has been consumed.
 func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	def := config.Default()
 	var o devOptions
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	config.CountVar(fs, &o.events, "events", 1_000_000, "order events the demo producer writes, a `count` (e.g. 1M)")
-	config.RateVar(fs, &o.duplicates, "duplicates", 0.2, "share of events that repeat an earlier order_id, a `rate` in [0,1) (0.2 or 20%)")
+	fs.StringVar(&o.scenario, "scenario", "orders", "orders (order events keyed by order_id) or crawler (links from several fetchers keyed by source host, deduplicated by canonical URL through the --repartition hop)")
+	config.CountVar(fs, &o.events, "events", 1_000_000, "events the demo producer writes, a `count` (e.g. 1M; crawler: 200k unless set)")
+	config.RateVar(fs, &o.duplicates, "duplicates", 0.2, "share of events that repeat an earlier key, a `rate` in [0,1) (0.2 or 20%)")
 	config.CountVar(fs, &o.rate, "rate", 0, "events per second the producer writes, a `count` (0: as fast as possible)")
 	config.CountVar(fs, &o.partitions, "partitions", 8, "partitions of every demo topic, a `count`")
+	config.CountVar(fs, &o.fetchers, "fetchers", 4, "crawler: simulated fetchers writing links, a `count`")
 	fs.StringVar(&o.checkpointURL, "checkpoint-url", def.CheckpointURL, "where checkpoints go; each run writes below its own run-… subdirectory/prefix")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", def.MetricsAddr, "listen address for /metrics, /healthz, /readyz, /status.json (if busy, a free port is used and printed; empty: off)")
 	fs.StringVar(&o.brokerAddr, "broker-listen", "127.0.0.1:0", "listen address of the embedded broker (port 0: any free port)")
@@ -79,20 +114,38 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	header := `Usage: bloomgate dev [flags]
 
 The embedded default: one process runs a Kafka-protocol broker on 127.0.0.1,
-the dedup worker (key json:order_id) and a producer of order events with a
-known share of duplicates. Progress is shown every second; at the end a
-summary compares what the worker forwarded with the producer's ground truth.
+the dedup worker and a producer of events with a known share of duplicates.
+Progress is shown every second; at the end a summary compares what the
+worker forwarded with the producer's ground truth.
 
-Topics: orders (input), orders-unique (output), orders-duplicates,
-orders-dead-letter, each with --partitions partitions. Each run starts from
-fresh state: its broker lives in memory and its checkpoints go to a new
-run-<time> subdirectory of --checkpoint-url (older runs are left in place;
-"make clean" removes ./.bloomgate).
+Scenarios:
+  orders   order events keyed by order_id (key json:order_id). Topics: orders
+           (input), orders-unique (output), orders-duplicates,
+           orders-dead-letter.
+  crawler  links found by several fetchers, keyed by the host of the page
+           they were found on, so copies of a URL land in different
+           partitions. The worker runs with --repartition --normalize url
+           --key json:url: a first hop re-keys every link by the hash of its
+           canonical URL into bloomgate-dev-repartition, the dedup stage
+           reads that. Topics: links (input), frontier (output),
+           links-duplicates, links-dead-letter. The summary reads the
+           frontier back and counts how often each canonical URL was
+           forwarded.
+
+Every topic has --partitions partitions. Each run starts from fresh state:
+its broker lives in memory and its checkpoints go to a new run-<time>
+subdirectory of --checkpoint-url (older runs are left in place; "make clean"
+removes ./.bloomgate).
 
 Flags:
 `
 	if done, code := parseFlags(fs, args, header, stdout, stderr); done {
 		return code
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if sc, ok := scenarioNamed(o.scenario); ok && !set["events"] {
+		o.events = sc.events
 	}
 	o.progressEvery = time.Second
 	if err := o.validate(); err != nil {
@@ -106,6 +159,9 @@ Flags:
 
 func (o devOptions) validate() error {
 	var errs []error
+	if _, ok := scenarioNamed(o.scenario); !ok {
+		errs = append(errs, fmt.Errorf("--scenario %q: use orders or crawler", o.scenario))
+	}
 	if o.events < 1 {
 		errs = append(errs, fmt.Errorf("--events %d: want at least 1", o.events))
 	}
@@ -118,47 +174,24 @@ func (o devOptions) validate() error {
 	if o.partitions < 1 || o.partitions > 1000 {
 		errs = append(errs, fmt.Errorf("--partitions %d: want 1..1000", o.partitions))
 	}
+	if o.fetchers < 1 || o.fetchers > 100 {
+		errs = append(errs, fmt.Errorf("--fetchers %d: want 1..100", o.fetchers))
+	}
 	if o.drainTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("--drain-timeout %v: want > 0", o.drainTimeout))
 	}
 	return errors.Join(errs...)
 }
 
-// devCounts are the worker's counters, summed over partitions.
-type devCounts struct {
-	consumed, forwarded, duplicates, deadLettered, dropped float64
-}
-
-func gatherCounts(g prometheus.Gatherer) devCounts {
-	var c devCounts
-	mfs, err := g.Gather()
-	if err != nil {
-		return c
-	}
-	for _, mf := range mfs {
-		var dst *float64
-		switch mf.GetName() {
-		case "bloomgate_records_consumed_total":
-			dst = &c.consumed
-		case "bloomgate_records_forwarded_total":
-			dst = &c.forwarded
-		case "bloomgate_records_duplicates_total":
-			dst = &c.duplicates
-		case "bloomgate_records_dead_lettered_total":
-			dst = &c.deadLettered
-		case "bloomgate_records_dropped_total":
-			dst = &c.dropped
-		default:
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			*dst += m.GetCounter().GetValue()
-		}
-	}
-	return c
-}
-
+// runDev builds broker, worker (and, for the crawler, the repartition hop),
+// producer, progress monitor and status server, and runs them as one
+// run.Group. The group's interrupts run in the order the actors are added,
+// and each stage's interrupt waits until it has stopped, so shutdown is
+// ordered: the producer stops, the monitor lets the worker catch up, then
+// the hop, the worker (flush, commit, final checkpoints), the status server
+// and last the broker they all talk to.
 func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
+	sc, _ := scenarioNamed(o.scenario)
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", o.logLevel)}
@@ -174,9 +207,8 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("--checkpoint-url: %w", err)}
 	}
 
-	// 1. Broker.
 	var topics []broker.TopicSpec
-	for _, t := range []string{devInput, devOutput, devDuplicates, devDeadLetter} {
+	for _, t := range []string{sc.input, sc.output, sc.duplicates, sc.deadLetter} {
 		topics = append(topics, broker.TopicSpec{Name: t, Partitions: o.partitions})
 	}
 	b, err := broker.New(broker.Config{Listen: o.brokerAddr, Topics: topics, Logger: logger.With("component", "broker")})
@@ -185,233 +217,183 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	}
 	defer b.Close()
 
-	// 2. Worker.
-	cfg := config.Default()
-	cfg.Brokers = []string{b.Addr()}
-	cfg.Group = devGroup
-	cfg.Input, cfg.Output, cfg.Duplicates, cfg.DeadLetter = devInput, devOutput, devDuplicates, devDeadLetter
-	cfg.Key = "json:order_id"
-	cfg.OnMissingKey = config.OnMissingDeadLetter
-	cfg.Capacity = uint64(max(1000, o.events))
-	cfg.CheckpointURL = cpURL
-	cfg.CheckpointInterval = devCheckpointInterval
-	cfg.MaxCheckpointStaleness = 10 * cfg.CheckpointInterval
-	cfg.BatchSize = o.batchSize
-	cfg.BatchTimeout = o.batchTimeout
-	cfg.MetricsAddr = "" // served below, with a fallback port
-	cfg.LogLevel = o.logLevel
+	gen := loadgen.GenConfig{Count: o.events, Duplicates: o.duplicates, Seed: uint64(time.Now().UnixNano())}
+	unique, err := uniqueKeys(gen)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg := devConfig(sc, o, b.Addr(), cpURL)
+	plan := planCapacity(unique, o.partitions, cfg.Generations)
+	cfg.Capacity = plan.capacity
 	if err := cfg.Validate(); err != nil {
 		return usageError{err}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), buildinfo.Collector())
+	var hop *repartition.Repartitioner
+	if cfg.Repartition {
+		if hop, err = newRepartition(ctx, &cfg, logger, reg); err != nil {
+			return err
+		}
+	}
 	w, store, err := newWorker(ctx, &cfg, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 
-	metricsAddr := ""
+	d := &demo{
+		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),
+		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: cpURL, prog: commandName(),
+	}
+	var (
+		srv *http.Server
+		ln  net.Listener
+	)
 	if o.metricsAddr != "" {
-		ln, note, err := listenWithFallback(o.metricsAddr)
-		if err != nil {
+		var note string
+		if ln, note, err = listenWithFallback(o.metricsAddr); err != nil {
 			return usageError{fmt.Errorf("--metrics-addr %s: %w", o.metricsAddr, err)}
 		}
-		metricsAddr = ln.Addr().String()
+		defer ln.Close() // Serve closes it too; this covers returns before the group runs
+		d.metricsAddr = ln.Addr().String()
 		if note != "" {
 			fmt.Fprintln(stderr, note)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/", w.Handler(reg))                      // /metrics, /healthz, /readyz, /status.json
-		mux.Handle("GET /{$}", statuspage.Handler(w.Status)) // the HTML status page
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer shutdownHTTP(srv)
+		srv = &http.Server{Handler: statusHandler(w, reg), ReadHeaderTimeout: 5 * time.Second}
 	}
+	writeDevHeader(stderr, d)
 
-	fmt.Fprintf(stderr, "bloomgate dev (version %s): broker, worker and demo producer in one process\n", buildinfo.String())
-	fmt.Fprintf(stderr, "  broker       %s (in-process, memory only), topics %s/%s/%s/%s with %d partitions\n",
-		b.Addr(), devInput, devOutput, devDuplicates, devDeadLetter, o.partitions)
-	fmt.Fprintf(stderr, "  worker       group %s, key json:order_id, capacity %d keys, fpr %g, window %s\n", devGroup, cfg.Capacity, cfg.FPR, cfg.Window)
-	fmt.Fprintf(stderr, "  checkpoints  %s (every %s and at shutdown)\n", cpURL, cfg.CheckpointInterval)
-	if metricsAddr != "" {
-		fmt.Fprintf(stderr, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", metricsAddr)
+	var g oklog.Group
+	g.Add(oklog.ContextHandler(ctx)) // Ctrl-C, SIGTERM
+	g.Add(d.producer(gen))
+	g.Add(d.monitor())
+	if hop != nil {
+		addStage(&g, "repartition hop", hop.Run, nil)
 	}
-	fmt.Fprintf(stderr, "  producer     %d order events, %.0f%% duplicates, rate %s\n\n", o.events, 100*o.duplicates, rateText(o.rate))
-
-	wctx, stopWorker := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopWorker()
-	werr := make(chan error, 1)
-	go func() { werr <- w.Run(wctx) }()
-
-	// 3. Producer, once the worker has joined (so the throughput shown is
-	// the worker's, not a backlog drained later).
-	if exited, err := waitReady(ctx, w, werr, 60*time.Second); err != nil {
-		stopWorker()
-		if ctx.Err() != nil {
-			if !exited {
-				<-werr
+	d.worker = addStage(&g, "worker", func(ctx context.Context) error { return workerErr(w.Run(ctx)) }, d.workerStopping)
+	if srv != nil {
+		g.Add(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("status server: %w", err)
 			}
-			fmt.Fprintln(stderr, "interrupted before the worker was ready; stopped")
 			return nil
-		}
-		return err
+		}, func(error) { shutdownHTTP(srv) })
 	}
-	var produced atomic.Int64
-	lgCfg := loadgen.Config{
-		GenConfig: loadgen.GenConfig{Kind: loadgen.KindOrder, Count: o.events, Duplicates: o.duplicates, Seed: uint64(time.Now().UnixNano())},
-		Brokers:   []string{b.Addr()},
-		Topic:     devInput,
-		Rate:      o.rate,
-		Progress:  func(s loadgen.Stats) { produced.Store(s.Events) },
-	}
-	lgCfg.ProgressInterval = 200 * time.Millisecond
-	start := time.Now()
-	type lgResult struct {
-		st  loadgen.Stats
-		err error
-	}
-	lgDone := make(chan lgResult, 1)
-	lgCtx, stopProducer := context.WithCancel(ctx)
-	defer stopProducer()
-	go func() {
-		st, err := loadgen.Run(lgCtx, lgCfg)
-		produced.Store(st.Events)
-		lgDone <- lgResult{st, err}
-	}()
+	bctx, stopBroker := context.WithCancel(context.Background())
+	g.Add(func() error { return b.Run(bctx) }, func(error) { stopBroker() })
+	return d.finish(g.Run())
+}
 
-	// 4. Progress until the producer is done and everything was consumed.
-	pr := &progress{w: stderr, tty: tty, lw: lw, start: start}
-	tick := time.NewTicker(o.progressEvery)
-	defer tick.Stop()
-	var (
-		lg          *lgResult
-		lastChange  = time.Now()
-		lastTotal   float64
-		drained     bool
-		interrupted bool
-		workerErr   error
-		workerDone  bool
-	)
-loop:
-	for {
-		select {
-		case <-ctx.Done():
-			interrupted = true
-			break loop
-		case err := <-werr:
-			workerErr, workerDone = err, true
-			break loop
-		case r := <-lgDone:
-			lg = &r
-			if r.err != nil && ctx.Err() == nil {
-				stopWorker()
-				pr.finish()
-				return fmt.Errorf("demo producer: %w", r.err)
-			}
-		case <-tick.C:
-		}
-		c := gatherCounts(reg)
-		pr.line(produced.Load(), c)
-		if c.consumed != lastTotal {
-			lastTotal, lastChange = c.consumed, time.Now()
-		}
-		if lg != nil && c.consumed >= float64(lg.st.Events) {
-			drained = true
-			break loop
-		}
-		if lg != nil && time.Since(lastChange) > o.drainTimeout {
-			break loop
-		}
-	}
-	elapsed := time.Since(start)
-	pr.finish()
+// devConfig is the worker's configuration for a scenario; the capacity is
+// set from the plan.
+func devConfig(sc devScenario, o devOptions, brokerAddr, cpURL string) config.Run {
+	cfg := config.Default()
+	cfg.Brokers = []string{brokerAddr}
+	cfg.Group = devGroup
+	cfg.Input, cfg.Output, cfg.Duplicates, cfg.DeadLetter = sc.input, sc.output, sc.duplicates, sc.deadLetter
+	cfg.Key, cfg.Normalize, cfg.Repartition = sc.key, sc.normalize, sc.repartition
+	cfg.OnMissingKey = config.OnMissingDeadLetter
+	cfg.CheckpointURL = cpURL
+	cfg.CheckpointInterval = devCheckpointInterval
+	cfg.MaxCheckpointStaleness = 10 * cfg.CheckpointInterval
+	cfg.BatchSize = o.batchSize
+	cfg.BatchTimeout = o.batchTimeout
+	cfg.MetricsAddr = "" // the demo serves it, with a fallback port
+	cfg.LogLevel = o.logLevel
+	return cfg
+}
 
-	if o.keepRunning && drained && !workerDone && !interrupted {
-		writeDevSummary(stdout, devSummary{
-			opts: o, lg: lg.st, counts: gatherCounts(reg), elapsed: elapsed, drained: true, keepRunning: true,
-			cpURL: cpURL, baseURL: o.checkpointURL, sizes: checkpointSizes(store), metricsAddr: metricsAddr,
-		})
-		fmt.Fprintf(stdout, "\nBroker %s and the worker keep running; Ctrl-C stops them (final checkpoints are written then).\n", b.Addr())
-		fmt.Fprintf(stdout, "  kcat -b %s -C -t %s -e -f '%%p %%o %%k %%h %%s\\n' | head\n", b.Addr(), devOutput)
-		fmt.Fprintf(stdout, "  bloomgate loadgen --brokers %s --topic %s --count 100000\n", b.Addr(), devInput)
-		if metricsAddr != "" {
-			fmt.Fprintf(stdout, "  open http://%s/ (status page), curl -s http://%s/metrics\n", metricsAddr, metricsAddr)
-		}
-		select {
-		case <-ctx.Done():
-		case workerErr = <-werr:
-			workerDone = true
-		}
-		fmt.Fprintln(stderr, "stopping: worker flushes, commits and writes final checkpoints ...")
-		stopWorker()
-		if !workerDone {
-			workerErr = <-werr
-		}
-		b.Close()
-		if workerErr != nil {
-			return fmt.Errorf("worker: %w", workerErr)
-		}
-		c := gatherCounts(reg)
-		fmt.Fprintf(stdout, "stopped after %.0f consumed, %.0f forwarded, %.0f duplicates; checkpoints in %s\n",
-			c.consumed, c.forwarded, c.duplicates, cpURL)
-		return nil
-	}
+// capacityPlan sizes the demo's filter for its own keys. Capacity counts
+// distinct keys per window, and a generation plans for Capacity/(G−1) of
+// them (a window spans G−1 generations). The demo writes all its keys
+// within seconds, into one generation, so that generation must hold them
+// all: G−1 times the unique keys, with headroom for the uneven spread over
+// partitions (four standard deviations of a partition's share). Planned for
+// the window instead, the generation would stack overflow sub-filters.
+type capacityPlan struct {
+	unique      int
+	generations int
+	perGen      uint64 // planned keys per partition and generation
+	capacity    uint64 // --capacity: keys per window, whole topic
+}
 
-	// 5. Ordered shutdown: the worker flushes, commits and writes its final
-	// checkpoints before the broker goes away.
-	fmt.Fprintln(stderr, "stopping: worker flushes, commits and writes final checkpoints ...")
-	stopWorker()
-	if !workerDone {
-		workerErr = <-werr
+func planCapacity(unique, partitions, generations int) capacityPlan {
+	m := float64(unique) / float64(partitions)
+	perGen := uint64(math.Ceil(m + 4*math.Sqrt(m) + 16))
+	return capacityPlan{
+		unique:      unique,
+		generations: generations,
+		perGen:      perGen,
+		capacity:    perGen * uint64(generations-1) * uint64(partitions),
 	}
-	if lg == nil {
-		stopProducer()
-		r := <-lgDone // returns soon once cancelled
-		lg = &r
-	}
-	final := gatherCounts(reg)
-	sizes := checkpointSizes(store)
-	b.Close()
+}
 
-	writeDevSummary(stdout, devSummary{
-		opts: o, lg: lg.st, counts: final, elapsed: elapsed, drained: drained, interrupted: interrupted,
-		cpURL: cpURL, baseURL: o.checkpointURL, sizes: sizes, metricsAddr: metricsAddr, workerErr: workerErr,
+// uniqueKeys is the number of distinct keys the producer will write.
+func uniqueKeys(gen loadgen.GenConfig) (int, error) {
+	g, err := loadgen.NewGenerator(gen)
+	if err != nil {
+		return 0, err
+	}
+	return g.Unique(), nil
+}
+
+// stage is a component run by the group until its interrupt.
+type stage struct {
+	done chan struct{}
+	err  error // valid once done is closed
+}
+
+// addStage adds a component with a blocking fn(ctx) to g. Its interrupt
+// cancels ctx and waits until fn has returned (calling whileStopping
+// meanwhile, if set): run.Group calls interrupts in the order the actors
+// were added, so stages stop one after the other in that order.
+func addStage(g *oklog.Group, name string, fn func(context.Context) error, whileStopping func(done <-chan struct{})) *stage {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &stage{done: make(chan struct{})}
+	g.Add(func() error {
+		defer close(s.done)
+		err := fn(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("stopped by itself")
+		}
+		if err != nil {
+			s.err = fmt.Errorf("%s: %w", name, err)
+		}
+		return s.err
+	}, func(error) {
+		cancel()
+		if whileStopping != nil {
+			whileStopping(s.done)
+		}
+		<-s.done
 	})
-	if workerErr != nil {
-		return fmt.Errorf("worker: %w", workerErr)
-	}
-	if !drained && !interrupted {
-		return fmt.Errorf("the worker consumed %.0f of %d events within --drain-timeout %s", final.consumed, lg.st.Events, o.drainTimeout)
-	}
-	return nil
+	return s
 }
 
 // waitReady waits until the worker has joined the group and restored every
 // assigned partition.
-func waitReady(ctx context.Context, w workerStatus, werr <-chan error, limit time.Duration) (exited bool, err error) {
+func waitReady(ctx context.Context, w workerStatus, limit time.Duration) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if s := w.Status(); s.Ready && len(s.Assigned) > 0 {
-			return false, nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return false, ctx.Err()
-		case err := <-werr:
-			if err == nil {
-				err = errors.New("stopped before it was ready")
-			}
-			return true, fmt.Errorf("worker: %w", err)
+			return ctx.Err()
 		case <-deadline.C:
-			return false, fmt.Errorf("worker not ready after %s (joining the group, restoring partitions)", limit)
+			return fmt.Errorf("worker not ready after %s (joining the group, restoring partitions)", limit)
 		case <-t.C:
 		}
 	}
 }
+
+// workerStatus is what the demo reads of the worker.
+type workerStatus interface{ Status() worker.Status }
 
 // devCheckpointURL puts the run's checkpoints below runID, so that every
 // run starts with empty filters: the demo broker is in memory, a new run's
@@ -449,236 +431,4 @@ func devCheckpointURL(raw, runID string) (string, error) {
 		return "", fmt.Errorf("%q: missing bucket or name", raw)
 	}
 	return u.String(), nil
-}
-
-type cpSizes struct {
-	partitions  int
-	bytes       int64 // referenced by the newest manifests
-	storedBytes int64 // everything stored
-	objects     int
-	estKeys     uint64
-	err         error
-}
-
-func checkpointSizes(store *checkpoint.Store) cpSizes {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rep, err := checkpoint.Inspect(ctx, store)
-	if err != nil {
-		return cpSizes{err: err}
-	}
-	var s cpSizes
-	for _, p := range rep.Partitions {
-		s.partitions++
-		s.bytes += p.Bytes
-		s.storedBytes += p.StoredBytes
-		s.objects += p.Objects
-		s.estKeys += p.EstKeys
-	}
-	return s
-}
-
-type devSummary struct {
-	opts        devOptions
-	lg          loadgen.Stats
-	counts      devCounts
-	elapsed     time.Duration
-	drained     bool
-	interrupted bool
-	keepRunning bool // summary printed while broker and worker go on
-	cpURL       string
-	baseURL     string
-	sizes       cpSizes
-	metricsAddr string
-	workerErr   error
-}
-
-func writeDevSummary(w io.Writer, s devSummary) {
-	c := s.counts
-	fp := float64(s.lg.Unique) - c.forwarded
-	fmt.Fprintln(w)
-	switch {
-	case s.drained && !s.interrupted && s.keepRunning:
-		fmt.Fprintln(w, "Summary of the demo data (every produced event was consumed)")
-	case s.drained && !s.interrupted:
-		fmt.Fprintln(w, "Summary (every produced event was consumed)")
-	case s.interrupted:
-		fmt.Fprintln(w, "Summary (interrupted: counts so far)")
-	default:
-		fmt.Fprintln(w, "Summary (INCOMPLETE: the worker did not consume every produced event)")
-	}
-	rate := 0.0
-	if s.elapsed > 0 {
-		rate = c.consumed / s.elapsed.Seconds()
-	}
-	row := func(k, format string, a ...any) { fmt.Fprintf(w, "  %-20s %s\n", k, fmt.Sprintf(format, a...)) }
-	row("produced", "%d events: %d unique order_ids + %d duplicates (ground truth)", s.lg.Events, s.lg.Unique, s.lg.Duplicates)
-	row("consumed", "%.0f", c.consumed)
-	row("forwarded", "%.0f  -> %s", c.forwarded, devOutput)
-	row("duplicates", "%.0f  -> %s", c.duplicates, devDuplicates)
-	row("dead-lettered", "%.0f  -> %s", c.deadLettered, devDeadLetter)
-	if c.dropped > 0 {
-		row("dropped", "%.0f", c.dropped)
-	}
-	row("conservation", "%s (consumed = forwarded + duplicates + dead-lettered + dropped)",
-		okText(c.consumed == c.forwarded+c.duplicates+c.deadLettered+c.dropped))
-	if !s.drained || float64(s.lg.Events) != c.consumed {
-		row("false positives", "not measured: not every produced event was consumed")
-	} else if s.lg.Unique > 0 {
-		if fp >= 0 {
-			row("false positives", "%.0f = unique order_ids - forwarded, %.4f%% of unique keys (filter target %g%%)",
-				fp, 100*fp/float64(s.lg.Unique), 100*config.Default().FPR)
-		} else {
-			row("false positives", "%.0f: %.0f more events forwarded than unique keys were written (a replay after a restart?)", fp, -fp)
-		}
-	}
-	row("throughput", "%.0f events/s (%.0f consumed in %s, producer and worker sharing this machine)", rate, c.consumed, s.elapsed.Round(100*time.Millisecond))
-	if s.sizes.err != nil {
-		row("checkpoints", "%s (could not inspect: %v)", s.cpURL, s.sizes.err)
-	} else {
-		if s.keepRunning {
-			row("checkpoints", "%s (periodic ones so far)", s.cpURL)
-		} else {
-			row("checkpoints", "%s", s.cpURL)
-		}
-		if s.sizes.bytes == 0 {
-			row("", "%d partitions claimed, no filter state written yet (every %s, and at shutdown)", s.sizes.partitions, devCheckpointInterval)
-		} else {
-			row("", "%d partitions, %s in the newest checkpoints (%s stored, %d objects), ~%d keys estimated",
-				s.sizes.partitions, bytesText(s.sizes.bytes), bytesText(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
-		}
-	}
-	row("fresh state", "every run writes to a new run-… directory: the demo broker is in memory and")
-	row("", "its offsets restart at 0, so old filter state must not be restored (make clean)")
-	if s.workerErr != nil {
-		row("worker error", "%v", s.workerErr)
-	}
-	fmt.Fprintln(w, "\nNext:")
-	fmt.Fprintf(w, "  bloomgate inspect %s\n", s.cpURL)
-	fmt.Fprintln(w, "  bloomgate dev --events 5000000 --rate 200000 --keep-running   # a longer run; watch /metrics meanwhile")
-	fmt.Fprintln(w, "  bloomgate run --brokers kafka-1:9092 --input orders --output orders-unique \\")
-	fmt.Fprintln(w, "      --key json:order_id --capacity 50M --checkpoint-url s3://my-bucket/bloomgate   # a real cluster")
-	fmt.Fprintln(w, "  bloomgate run --help                                          # every setting")
-}
-
-func okText(ok bool) string {
-	if ok {
-		return "ok"
-	}
-	return "MISMATCH"
-}
-
-func rateText(r int) string {
-	if r == 0 {
-		return "unlimited"
-	}
-	return fmt.Sprintf("%d/s", r)
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// listenWithFallback listens on addr; if the port is taken, on a free port
-// of the same host, and says so.
-func listenWithFallback(addr string) (net.Listener, string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err == nil {
-		return ln, "", nil
-	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return nil, "", err
-	}
-	host, _, serr := net.SplitHostPort(addr)
-	if serr != nil {
-		return nil, "", err
-	}
-	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err2 != nil {
-		return nil, "", err
-	}
-	return ln, fmt.Sprintf("note: metrics address %s is in use (another bloomgate?); serving metrics on %s instead", addr, ln.Addr()), nil
-}
-
-// workerStatus is what the demo reads of the worker.
-type workerStatus interface{ Status() worker.Status }
-
-// progress prints one line per tick: rewritten in place on a terminal,
-// one line each otherwise.
-type progress struct {
-	w      io.Writer
-	tty    bool
-	lw     *lineWriter
-	start  time.Time
-	last   time.Time
-	lastC  float64
-	active bool
-}
-
-func (p *progress) line(produced int64, c devCounts) {
-	now := time.Now()
-	rate := 0.0
-	if !p.last.IsZero() && now.Sub(p.last) > 0 {
-		rate = (c.consumed - p.lastC) / now.Sub(p.last).Seconds()
-	} else if d := now.Sub(p.start); d > 0 {
-		rate = c.consumed / d.Seconds()
-	}
-	p.last, p.lastC = now, c.consumed
-	s := fmt.Sprintf("[%5.1fs] produced %d  consumed %.0f  forwarded %.0f  duplicates %.0f  dead-lettered %.0f  %.0f events/s",
-		now.Sub(p.start).Seconds(), produced, c.consumed, c.forwarded, c.duplicates, c.deadLettered, rate)
-	p.lw.mu.Lock()
-	defer p.lw.mu.Unlock()
-	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s", s)
-		p.active = true
-		p.lw.open = true
-	} else {
-		fmt.Fprintln(p.w, s)
-	}
-}
-
-func (p *progress) finish() {
-	p.lw.mu.Lock()
-	defer p.lw.mu.Unlock()
-	if p.active {
-		fmt.Fprintln(p.w)
-		p.active = false
-		p.lw.open = false
-	}
-}
-
-// lineWriter serialises log output with the progress line: on a terminal a
-// log line first ends the progress line in place.
-type lineWriter struct {
-	mu   sync.Mutex
-	w    io.Writer
-	tty  bool
-	open bool
-}
-
-func (l *lineWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.open {
-		fmt.Fprint(l.w, "\r\033[K")
-		l.open = false
-	}
-	return l.w.Write(b)
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -40,6 +40,12 @@ func commands() []command {
 }
 
 func main() {
+	// A reader of stdout or stderr that goes away (`bloomgate run 2>&1 |
+	// head`) must not end the process in the middle of its ordered shutdown:
+	// with SIGPIPE ignored, writes to the closed pipe fail with EPIPE, which
+	// the loggers and printers drop, and the final commits and checkpoints
+	// are still written.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

@@ -20,7 +20,6 @@ import (
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/repartition"
-	"github.com/bloomgate/bloomgate/internal/statuspage"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -48,10 +47,7 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	defer store.Close()
 
 	if cfg.MetricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/", w.Handler(reg))                      // /metrics, /healthz, /readyz, /status.json
-		mux.Handle("GET /{$}", statuspage.Handler(w.Status)) // the HTML status page
-		srv, err := serveHTTP(cfg.MetricsAddr, mux, logger)
+		srv, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)
 		if err != nil {
 			return err
 		}
