@@ -170,6 +170,15 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	state.MaxTimeJump = cfg.MaxTimeJump
 	state.Key = keyID
 	state.Isolation = worker.IsolationLevel(cfg.IsolationLevel)
+	var seedEx worker.Extractor
+	if cfg.SeedTopic != "" {
+		sx, err := cfg.SeedExtractor()
+		if err != nil {
+			store.Close()
+			return nil, nil, usageError{fmt.Errorf("seed-key: %w", err)}
+		}
+		seedEx = sx
+	}
 	host, _ := os.Hostname()
 	startFrom, seedFrom, err := positions(*cfg)
 	if err != nil {
@@ -194,6 +203,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		IsolationLevel:         worker.IsolationLevel(cfg.IsolationLevel),
 		StartFrom:              startFrom,
 		SeedFrom:               seedFrom,
+		SeedTopic:              cfg.SeedTopic,
 		CheckpointInterval:     cfg.CheckpointInterval,
 		MaxCheckpointStaleness: staleness,
 		OnRestoreFailure:       worker.RestorePolicy(cfg.OnRestoreFailure),
@@ -212,10 +222,11 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		Transport:              transport,
 		Owner:                  fmt.Sprintf("%s/%d", host, os.Getpid()),
 	}, worker.Deps{
-		Logger:     logger,
-		Registerer: reg,
-		State:      state,
-		Extractor:  ex,
+		Logger:        logger,
+		Registerer:    reg,
+		State:         state,
+		Extractor:     ex,
+		SeedExtractor: seedEx,
 	})
 	if err != nil {
 		store.Close()

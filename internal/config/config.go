@@ -90,6 +90,12 @@ type Run struct {
 	// StartFrom; the input from SeedFrom up to there is only remembered.
 	StartFrom string
 	SeedFrom  string // "": no seeding
+	// SeedTopic, if set, is read first into such a partition's filter
+	// (partition p of it for input partition p, from SeedFrom or its
+	// start), without forwarding: e.g. the deduplicated topic an earlier
+	// system wrote. SeedKey is its key spec ("": Key).
+	SeedTopic string
+	SeedKey   string
 	// Repartition runs a first hop in the same process that re-keys the
 	// input by the hash of the canonical key into RepartitionTopic(); the
 	// dedup stage reads that topic.

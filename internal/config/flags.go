@@ -14,7 +14,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
@@ -37,7 +37,9 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.Partitioning, "partitioning", c.Partitioning, "output partition: same (= input partition, counts must match) or hash (of the Kafka key)")
 	fs.StringVar(&c.IsolationLevel, "isolation-level", c.IsolationLevel, "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events")
 	fs.StringVar(&c.StartFrom, "start-from", c.StartFrom, "where a new group (no committed offset, no checkpoint) starts forwarding: earliest, latest, an RFC 3339 time, or a duration before now (72h, 3d)")
-	fs.StringVar(&c.SeedFrom, "seed-from", c.SeedFrom, "with --start-from: remember (without forwarding) the input from this position up to the start: a time or a duration before now (e.g. 72h); empty: no seeding")
+	fs.StringVar(&c.SeedFrom, "seed-from", c.SeedFrom, "with --start-from: remember (without forwarding) the input from this position up to the start: a time or a duration before now (e.g. 72h); empty: no seeding. With --seed-topic also where that topic is read from")
+	fs.StringVar(&c.SeedTopic, "seed-topic", c.SeedTopic, "for a new group: first remember (without forwarding) the keys of this topic, e.g. the deduplicated topic an earlier system wrote; partition p of it seeds input partition p, so it must be partitioned like the input")
+	fs.StringVar(&c.SeedKey, "seed-key", c.SeedKey, "the dedup key in --seed-topic's records, as --key (default: --key); normalized as --normalize")
 	fs.BoolVar(&c.Repartition, "repartition", c.Repartition, "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic")
 	CountVar(fs, &c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	DurationVar(fs, &c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")

@@ -25,6 +25,21 @@ func (c *Run) Extractor() (*keys.Extractor, error) {
 	return keys.NewExtractor(c.Key, c.Normalize, c.MaxKeyBytes, opts...)
 }
 
+// SeedExtractor is the extractor of --seed-topic's records: --seed-key (or
+// --key) with the input's normalization and limits, so that a key found
+// there equals the same key found in the input.
+func (c *Run) SeedExtractor() (*keys.Extractor, error) {
+	spec := c.SeedKey
+	if spec == "" {
+		spec = c.Key
+	}
+	var opts []keys.Option
+	if c.JSONValidation == JSONValidationLazy {
+		opts = append(opts, keys.LazyJSONValidation())
+	}
+	return keys.NewExtractor(spec, c.Normalize, c.MaxKeyBytes, opts...)
+}
+
 // TLSConfig builds the client TLS configuration, or nil when TLS is off.
 func (c *Run) TLSConfig() (*tls.Config, error) {
 	t := c.TLS

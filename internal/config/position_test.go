@@ -67,3 +67,38 @@ func TestStartAndSeedValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestSeedTopicValidation(t *testing.T) {
+	cases := []struct {
+		name              string
+		topic, key, start string
+		seed              string
+		repartition       bool
+		wantErr           string // setting named in the error; "" for valid
+	}{
+		{name: "topic alone", topic: "old-unique", start: "earliest"},
+		{name: "topic, own key", topic: "old-unique", key: "header:order-id", start: "earliest"},
+		{name: "topic bounded by seed-from, forward all", topic: "old-unique", start: "earliest", seed: "72h"},
+		{name: "the output itself", topic: "out", start: "latest"},
+		{name: "the input", topic: "in", wantErr: "--seed-topic"},
+		{name: "bad name", topic: "a b", wantErr: "--seed-topic"},
+		{name: "with repartition", topic: "old-unique", repartition: true, wantErr: "--seed-topic"},
+		{name: "key without topic", key: "key", wantErr: "--seed-key"},
+		{name: "bad key", topic: "old-unique", key: "xml:id", wantErr: "--seed-key"},
+	}
+	for _, tc := range cases {
+		c := Default()
+		c.Brokers, c.Input, c.Output = []string{"127.0.0.1:9092"}, "in", "out"
+		c.SeedTopic, c.SeedKey, c.SeedFrom, c.Repartition = tc.topic, tc.key, tc.seed, tc.repartition
+		if tc.start != "" {
+			c.StartFrom = tc.start
+		}
+		err := c.Validate()
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: error %v, want one naming %s", tc.name, err, tc.wantErr)
+		}
+	}
+}

@@ -82,11 +82,30 @@ func (c *Run) Validate() error {
 			bad("seed-from", "%v", err)
 		case seed.Latest:
 			bad("seed-from", "latest would seed nothing; use a time or a duration before now (e.g. 72h)")
-		case start.IsEarliest():
+		case start.IsEarliest() && c.SeedTopic == "":
 			bad("seed-from", "needs --start-from latest, a time or a duration: from earliest every record is forwarded, none is left to seed")
 		case !seed.At.IsZero() && !start.At.IsZero() && seed.At.After(start.At),
 			seed.Ago > 0 && start.Ago > 0 && seed.Ago < start.Ago:
 			bad("seed-from", "%s lies after --start-from %s; seeding covers the input before the start", c.SeedFrom, c.StartFrom)
+		}
+	}
+	if c.SeedTopic != "" {
+		if err := checkTopic(c.SeedTopic); err != nil {
+			bad("seed-topic", "topic %q: %v", c.SeedTopic, err)
+		}
+		if c.SeedTopic == c.Input {
+			bad("seed-topic", "%q is the input: to remember the input before the start use --seed-from instead", c.SeedTopic)
+		}
+		if c.Repartition {
+			bad("seed-topic", "not with --repartition: the dedup stage reads the repartition topic, partitioned by the hash of the canonical key, "+
+				"and a seed topic would have to be partitioned the same way; seed from the input instead (--start-from and --seed-from)")
+		}
+	} else if c.SeedKey != "" {
+		bad("seed-key", "%q without --seed-topic: name the topic whose records it reads", c.SeedKey)
+	}
+	if c.SeedKey != "" {
+		if _, err := keys.NewExtractor(c.SeedKey, "none", 0); err != nil {
+			bad("seed-key", "%v (e.g. key, header:order-id or json:order.id)", err)
 		}
 	}
 	if c.BatchSize < 1 {
