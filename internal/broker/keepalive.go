@@ -43,9 +43,10 @@ import (
 // the rebalance timer drops it (20 s with the worker's defaults), or, when
 // no other rebalance comes, keeps its partitions unconsumed for good. So on
 // the first request of a new generation (a SyncGroup, Heartbeat or
-// OffsetCommit naming it), keepalive lists the group's members and sends
-// each one Heartbeat of that generation: a dead member then expires after
-// its session timeout, a live one has its session refreshed once.
+// OffsetCommit naming it), keepalive lists the group's members and, if the
+// group has not begun another rebalance meanwhile, sends each one Heartbeat
+// of that generation: a dead member then expires after its session timeout,
+// a live one has its session refreshed once.
 type keepalive struct {
 	cl      *kgo.Client
 	ctx     context.Context
@@ -234,6 +235,13 @@ func (k *keepalive) prime(group string, gen int32) {
 	req.Groups = []string{group}
 	resp, err := req.RequestWith(ctx, k.cl)
 	if err != nil || len(resp.Groups) != 1 {
+		return
+	}
+	// Only while the generation stands: once the group prepares the next
+	// rebalance, a member waiting in its first JoinGroup is listed too, and
+	// a heartbeat would start its session timer while nobody keeps it
+	// alive (kfake would drop it unanswered); the next generation primes.
+	if st := resp.Groups[0].State; st != "CompletingRebalance" && st != "Stable" {
 		return
 	}
 	for _, m := range resp.Groups[0].Members {
