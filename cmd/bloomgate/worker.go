@@ -19,6 +19,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/repartition"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -166,7 +167,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if staleness == 0 {
 		staleness = -1 // config: 0 means no bound; worker: negative means no bound
 	}
-	state := worker.NewBloomState(store, cfg.Group)
+	state := memory.New(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
 	state.Key = keyID
 	state.Isolation = worker.IsolationLevel(cfg.IsolationLevel)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -40,7 +41,7 @@ func ExampleNew() {
 		Group:   "bloomgate",
 		Input:   "orders", Output: "orders-unique", Duplicates: "orders-duplicates",
 		Filter: worker.FilterConfig{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
-	}, worker.Deps{Logger: log, Registerer: reg, State: worker.NewBloomState(store, "bloomgate"), Extractor: ex})
+	}, worker.Deps{Logger: log, Registerer: reg, State: memory.New(store, "bloomgate"), Extractor: ex})
 	if err != nil {
 		log.Error("worker config", "err", err)
 		return

@@ -168,3 +168,19 @@ func (keyExtractor) Extract(dst []byte, key, value []byte, _ []kafka.Header) ([]
 	}
 	return append(dst, key...), nil
 }
+
+// planningStore is a memStore that refuses filters of more than limit keys
+// per partition (a Planner, as the production store is).
+type planningStore struct {
+	*memStore
+	limit uint64
+}
+
+func (s planningStore) PlannedBytes(p FilterParams) uint64 { return p.Capacity }
+
+func (s planningStore) CheckParams(p FilterParams) error {
+	if p.Capacity > s.limit {
+		return fmt.Errorf("a filter of %d keys; this store's limit is %d", p.Capacity, s.limit)
+	}
+	return nil
+}

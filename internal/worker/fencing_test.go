@@ -20,7 +20,7 @@ func TestLostAckRecovers(t *testing.T) {
 	cfg.BatchSize = 50
 	var n atomic.Int64
 	rw := startWorker(t, cfg, newMemStore(), func(w *Worker) {
-		w.loseAck = func(int) bool {
+		w.hooks.LoseAck = func(int) bool {
 			k := n.Add(1)
 			return k == 5 || k == 6 || k == 20
 		}

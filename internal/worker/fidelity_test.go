@@ -801,10 +801,10 @@ func TestFidelityTransactionalCrash(t *testing.T) {
 		var batches atomic.Int64
 		crash := make(chan struct{})
 		first := startWorker(t, cfg, store, func(w *Worker) {
-			w.afterWrite = func(int, int64) {
+			w.hooks.AfterWrite = func(int, int64) {
 				time.Sleep(10 * time.Millisecond) // several checkpoints before the crash
 				if batches.Add(1) == 12 {
-					w.halted.Store(true) // kill -9 right after an acknowledged write
+					w.hooks.Halted.Store(true) // kill -9 right after an acknowledged write
 					close(crash)
 				}
 			}
@@ -859,7 +859,7 @@ func TestFidelityTransactionalCrash(t *testing.T) {
 			_, ok := store.latest(tIn, 0)
 			return ok && fidGroupOffsets(t, brokers, tIn)[0] > 0
 		})
-		wk.halted.Store(true)
+		wk.hooks.Halted.Store(true)
 		first.cancel()
 		select {
 		case <-first.done:

@@ -3,18 +3,37 @@ package worker
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/kafkatest"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
+
+// The helpers shared with other packages' tests (internal/kafkatest).
+type (
+	event             = kafkatest.Event
+	partitionBalancer = kafkatest.PartitionBalancer
+)
+
+var (
+	readTopic   = kafkatest.ReadTopic
+	expectation = kafkatest.Expectation
+	checkKeys   = kafkatest.CheckKeys
+	genEvents   = kafkatest.GenEvents
+	waitFor     = kafkatest.WaitFor
+	values      = kafkatest.Values
+)
+
+// newCluster starts an in-process broker on 127.0.0.1 with the test topics.
+func newCluster(t *testing.T, partitions int32) []string {
+	return kafkatest.NewCluster(t, partitions, tIn, tOut, tDup, tDLQ)
+}
+
+// produce writes evs to the input topic.
+func produce(t *testing.T, brokers []string, evs []event) { kafkatest.Produce(t, brokers, tIn, evs) }
 
 const (
 	tIn  = "in"
@@ -22,21 +41,6 @@ const (
 	tDup = "dups"
 	tDLQ = "dlq"
 )
-
-// newCluster starts an in-process broker on 127.0.0.1 with the test topics.
-func newCluster(t *testing.T, partitions int32) []string {
-	t.Helper()
-	c, err := kfake.NewCluster(
-		kfake.Ports(0),
-		kfake.SeedTopics(partitions, tIn, tOut, tDup, tDLQ),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatalf("starting kfake: %v", err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
-}
 
 func testLogger(t *testing.T) *slog.Logger {
 	if os.Getenv("BLOOMGATE_TEST_LOG") != "" {
@@ -137,171 +141,6 @@ func (rw *runningWorker) consumed() uint64 {
 		n += p.Consumed
 	}
 	return n
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// event is one input record.
-type event struct {
-	partition int
-	key       []byte
-	value     string
-	ts        time.Time
-}
-
-// partitionBalancer sends each message to the partition named in its
-// "p" header.
-type partitionBalancer struct{}
-
-func (partitionBalancer) Balance(m kafka.Message, partitions ...int) int {
-	for _, h := range m.Headers {
-		if h.Key == "p" {
-			p, _ := strconv.Atoi(string(h.Value))
-			return p
-		}
-	}
-	return 0
-}
-
-func produce(t *testing.T, brokers []string, evs []event) {
-	t.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: tIn, Balancer: partitionBalancer{},
-		RequiredAcks: kafka.RequireAll, BatchSize: 1000, BatchTimeout: time.Millisecond}
-	defer w.Close()
-	msgs := make([]kafka.Message, len(evs))
-	for i, e := range evs {
-		msgs[i] = kafka.Message{Key: e.key, Value: []byte(e.value), Time: e.ts,
-			Headers: []kafka.Header{{Key: "p", Value: []byte(strconv.Itoa(e.partition))}}}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := w.WriteMessages(ctx, msgs...); err != nil {
-		t.Fatalf("producing %d events: %v", len(evs), err)
-	}
-}
-
-// readTopic reads every record of every partition of topic up to the
-// current high-water marks.
-func readTopic(t *testing.T, brokers []string, topic string, partitions int) map[int][]kafka.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
-	reqs := []kafka.OffsetRequest{}
-	for p := 0; p < partitions; p++ {
-		reqs = append(reqs, kafka.LastOffsetOf(p))
-	}
-	res, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
-	if err != nil {
-		t.Fatalf("listing offsets of %s: %v", topic, err)
-	}
-	out := map[int][]kafka.Message{}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, po := range res.Topics[topic] {
-		if po.LastOffset == 0 {
-			continue
-		}
-		wg.Add(1)
-		go func(p int, end int64) {
-			defer wg.Done()
-			r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: topic, Partition: p, MaxWait: 2 * time.Second})
-			defer r.Close()
-			var msgs []kafka.Message
-			for {
-				m, err := r.FetchMessage(ctx)
-				if err != nil {
-					t.Errorf("reading %s/%d: %v", topic, p, err)
-					return
-				}
-				msgs = append(msgs, m)
-				if m.Offset+1 >= end {
-					break
-				}
-			}
-			mu.Lock()
-			out[p] = msgs
-			mu.Unlock()
-		}(po.Partition, po.LastOffset)
-	}
-	wg.Wait()
-	return out
-}
-
-// expectation computes, per partition, the keys expected on the output (in
-// order) and on the duplicates topic, with the exact window semantics.
-func expectation(evs []event, window time.Duration) (out, dups map[int][]string, bad int) {
-	out, dups = map[int][]string{}, map[int][]string{}
-	last := map[string]time.Time{}
-	for _, e := range evs {
-		if len(e.key) == 0 || e.value == "malformed" {
-			bad++
-			continue
-		}
-		k := fmt.Sprintf("%d/%s", e.partition, e.key)
-		prev, ok := last[k]
-		if ok && e.ts.Sub(prev) < window {
-			dups[e.partition] = append(dups[e.partition], string(e.key))
-		} else {
-			out[e.partition] = append(out[e.partition], string(e.key))
-		}
-		if !ok || e.ts.After(prev) {
-			last[k] = e.ts
-		}
-	}
-	return out, dups, bad
-}
-
-// checkOutput compares a topic's records with the expected keys per partition.
-func checkKeys(t *testing.T, what string, got map[int][]kafka.Message, want map[int][]string) {
-	t.Helper()
-	for p := range max(len(got), len(want)) + 8 {
-		g, w := got[p], want[p]
-		if len(g) != len(w) {
-			t.Errorf("%s partition %d: %d records, want %d", what, p, len(g), len(w))
-		}
-		for i := range min(len(g), len(w)) {
-			if string(g[i].Key) != w[i] {
-				t.Errorf("%s partition %d record %d: key %q, want %q", what, p, i, g[i].Key, w[i])
-				break
-			}
-		}
-	}
-}
-
-// genEvents makes n events over partitions with about dupRatio duplicates,
-// some adjacent, some far apart; keys are unique per partition.
-func genEvents(n, partitions int, dupRatio float64, seed int64, base time.Time) []event {
-	evs := make([]event, 0, n)
-	var keys [][]byte
-	x := uint64(seed)*2654435761 + 1
-	rnd := func() uint64 { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x }
-	for i := 0; i < n; i++ {
-		p := int(rnd() % uint64(partitions))
-		var k []byte
-		if len(keys) > 0 && float64(rnd()%1000) < dupRatio*1000 {
-			if rnd()%2 == 0 {
-				k = keys[len(keys)-1]
-			} else {
-				k = keys[rnd()%uint64(len(keys))]
-			}
-			p = int(k[1] - '0') // duplicates stay in their key's partition
-		} else {
-			k = []byte(fmt.Sprintf("p%d-key-%06d", p, i))
-			keys = append(keys, k)
-		}
-		evs = append(evs, event{partition: p, key: k, value: "v" + strconv.Itoa(i), ts: base.Add(time.Duration(i) * time.Millisecond)})
-	}
-	return evs
 }
 
 func sumStatus(s Status) (consumed, forwarded, dups, dead, dropped uint64) {

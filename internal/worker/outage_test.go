@@ -100,7 +100,7 @@ func TestLargeBatchesSplit(t *testing.T) {
 	big := strings.Repeat("x", 20_000)
 	evs := make([]event, 300) // ~6 MB in one batch
 	for i := range evs {
-		evs[i] = event{key: []byte("k" + strconv.Itoa(i%200)), value: big, ts: base.Add(time.Duration(i) * time.Millisecond)}
+		evs[i] = event{Key: []byte("k" + strconv.Itoa(i%200)), Value: big, TS: base.Add(time.Duration(i) * time.Millisecond)}
 	}
 	produce(t, brokers, evs)
 	cfg := testConfig(brokers)

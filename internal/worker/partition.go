@@ -520,7 +520,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
 		err := w.out.write(wctx, pp.p, pp.rb.msgs)
 		cancel()
-		if err == nil && w.loseAck != nil && w.loseAck(pp.p) {
+		if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
 			err = errors.New("acknowledgement lost (test)")
 		}
 		var tooLarge kafka.MessageTooLargeError
@@ -560,8 +560,8 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	if hwm >= 0 {
 		pp.pm.lag.Set(float64(max(hwm-next, 0)))
 	}
-	if w.afterWrite != nil {
-		w.afterWrite(pp.p, next)
+	if w.hooks.AfterWrite != nil {
+		w.hooks.AfterWrite(pp.p, next)
 	}
 	pp.offerCommit(ctx)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
@@ -658,7 +658,7 @@ func (pp *partitionProc) offerCommit(ctx context.Context) {
 // housekeeping starts due checkpoints and refreshes filter metrics.
 func (pp *partitionProc) housekeeping(ctx context.Context) {
 	w := pp.w
-	if w.halted.Load() {
+	if w.hooks.Halted.Load() {
 		return
 	}
 	now := w.deps.Now()
@@ -738,7 +738,7 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 func (pp *partitionProc) finish(ctx context.Context) error {
 	w := pp.w
 	cause := context.Cause(ctx)
-	if w.halted.Load() {
+	if w.hooks.Halted.Load() {
 		return nil
 	}
 	if lost(ctx) {

@@ -42,10 +42,10 @@ func TestCrashRecoveryExact(t *testing.T) {
 			var batches atomic.Int64
 			crash := make(chan struct{})
 			a := startWorker(t, cfg, store, func(w *Worker) {
-				w.afterWrite = func(int, int64) {
+				w.hooks.AfterWrite = func(int, int64) {
 					if batches.Add(1) == 30 {
 						// kill -9 right after an acknowledged write, before its commit.
-						w.halted.Store(true)
+						w.hooks.Halted.Store(true)
 						close(crash)
 					}
 				}
@@ -64,7 +64,7 @@ func TestCrashRecoveryExact(t *testing.T) {
 			b := startWorker(t, cfg, store, nil)
 			perPartition := map[int]int64{}
 			for _, e := range evs {
-				perPartition[e.partition]++
+				perPartition[e.Partition]++
 			}
 			waitFor(t, 60*time.Second, "successor caught up", func() bool {
 				s := b.w.Status()
@@ -97,16 +97,16 @@ func TestCrashRecoveryExact(t *testing.T) {
 func TestBadInputPolicies(t *testing.T) {
 	t.Parallel()
 	evs := []event{
-		{key: []byte("k1"), value: "v0"},
-		{key: nil, value: "v1"},
-		{key: []byte("k2"), value: "v2"},
-		{key: []byte{}, value: "v3"},
-		{key: []byte("k1"), value: "v4"},
-		{key: []byte("k3"), value: "malformed"},
-		{key: []byte("k4"), value: "v6"},
+		{Key: []byte("k1"), Value: "v0"},
+		{Key: nil, Value: "v1"},
+		{Key: []byte("k2"), Value: "v2"},
+		{Key: []byte{}, Value: "v3"},
+		{Key: []byte("k1"), Value: "v4"},
+		{Key: []byte("k3"), Value: "malformed"},
+		{Key: []byte("k4"), Value: "v6"},
 	}
 	for i := range evs {
-		evs[i].ts = base.Add(time.Duration(i) * time.Second)
+		evs[i].TS = base.Add(time.Duration(i) * time.Second)
 	}
 	cases := []struct {
 		policy     MissingKeyPolicy
@@ -167,14 +167,6 @@ func TestBadInputPolicies(t *testing.T) {
 	}
 }
 
-func values(msgs []kafka.Message) string {
-	var vs []string
-	for _, m := range msgs {
-		vs = append(vs, string(m.Value))
-	}
-	return strings.Join(vs, " ")
-}
-
 var _ = errors.Is
 var _ = context.Background
 
@@ -207,9 +199,9 @@ func TestRebalanceDuringReplay(t *testing.T) {
 	crash := make(chan struct{})
 	var once sync.Once
 	first := startWorker(t, cfg, store, func(w *Worker) {
-		w.afterWrite = func(p int, next int64) {
+		w.hooks.AfterWrite = func(p int, next int64) {
 			if ps := w.Status().Partitions; len(ps) == 2 && ps[0].NextOffset+ps[1].NextOffset == 3000 {
-				once.Do(func() { w.halted.Store(true); close(crash) })
+				once.Do(func() { w.hooks.Halted.Store(true); close(crash) })
 			}
 		}
 	})
@@ -247,7 +239,7 @@ func TestRebalanceDuringReplay(t *testing.T) {
 	produce(t, brokers, evs[3000:])
 	per := map[int]int64{}
 	for _, e := range evs {
-		per[e.partition]++
+		per[e.Partition]++
 	}
 	waitFor(t, 60*time.Second, "everything processed", func() bool {
 		done := 0
@@ -327,9 +319,9 @@ func TestCrashDuringReplay(t *testing.T) {
 	var once sync.Once
 	var batches atomic.Int64
 	first := startWorker(t, cfg, store, func(w *Worker) {
-		w.afterWrite = func(int, int64) {
+		w.hooks.AfterWrite = func(int, int64) {
 			if batches.Add(1) == 50 { // 2,500 records written; the last ones not yet committed
-				once.Do(func() { w.halted.Store(true); close(crash) })
+				once.Do(func() { w.hooks.Halted.Store(true); close(crash) })
 			}
 		}
 	})
@@ -359,7 +351,7 @@ func TestCrashDuringReplay(t *testing.T) {
 		}
 		return true
 	})
-	a.w.halted.Store(true)
+	a.w.hooks.Halted.Store(true)
 	a.cancel()
 	<-a.done
 	a.done <- nil
@@ -370,7 +362,7 @@ func TestCrashDuringReplay(t *testing.T) {
 	b := startWorker(t, cfg, store, nil)
 	per := map[int]int64{}
 	for _, e := range evs {
-		per[e.partition]++
+		per[e.Partition]++
 	}
 	caughtUp(t, b, per)
 	b.stop(t)

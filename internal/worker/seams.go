@@ -112,11 +112,16 @@ type SeedProgress struct {
 	Next, End int64
 }
 
-// Planner is optionally implemented by a StateStore that can tell how much
-// memory one partition's filter will hold at its planned size; the worker
-// logs it at start.
+// Planner is optionally implemented by a StateStore that can tell, before
+// any partition starts, how much memory one partition's filter will hold
+// at its planned size (logged at start) and whether such a filter can be
+// built at all (a plan refused at start, with the fix, instead of failing
+// every partition at runtime).
 type Planner interface {
 	PlannedBytes(p FilterParams) uint64
+	// CheckParams returns nil if a filter of p can be built, else an error
+	// saying which limit it exceeds and by how much.
+	CheckParams(p FilterParams) error
 }
 
 // Checkpoint is the state handed to PartitionStore.Commit.

@@ -1,14 +1,14 @@
-package worker
+package worker_test
 
 import (
-	"context"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/memory"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // TestSettingsChangeRefused: a checkpoint written with another key
@@ -23,10 +23,10 @@ func TestSettingsChangeRefused(t *testing.T) {
 	keyB.Spec = "json:id"
 	cases := []struct {
 		name   string
-		change func(*Config, *BloomState)
+		change func(*worker.Config, *memory.Store)
 		want   []string
 	}{
-		{"key", func(_ *Config, s *BloomState) { s.Key = keyB },
+		{"key", func(_ *worker.Config, s *memory.Store) { s.Key = keyB },
 			[]string{"key json:order_id", "key json:id", "on-restore-failure=empty"}},
 	}
 	for _, tc := range cases {
@@ -55,8 +55,8 @@ func TestSettingsChangeRefused(t *testing.T) {
 			select {
 			case err := <-b.done:
 				b.done <- nil
-				if !errors.Is(err, ErrNoUsableCheckpoint) {
-					t.Fatalf("Run = %v, want ErrNoUsableCheckpoint", err)
+				if !errors.Is(err, worker.ErrNoUsableCheckpoint) {
+					t.Fatalf("Run = %v, want worker.ErrNoUsableCheckpoint", err)
 				}
 				for _, w := range tc.want {
 					if !strings.Contains(err.Error(), w) {
@@ -70,7 +70,7 @@ func TestSettingsChangeRefused(t *testing.T) {
 			checkKeys(t, "output after the refusal", readTopic(t, brokers, tOut, 1), wantOut)
 
 			// The user's explicit choice: a new memory from the retained input.
-			cfg.OnRestoreFailure = RestoreEmpty
+			cfg.OnRestoreFailure = worker.RestoreEmpty
 			c := startWorkerWith(t, cfg, st, ex, nil)
 			caughtUp(t, c, map[int]int64{0: int64(len(evs))})
 			c.stop(t)
@@ -96,7 +96,7 @@ func TestKeyRecordedInManifest(t *testing.T) {
 	waitFor(t, 60*time.Second, "consumed", func() bool { return a.consumed() == uint64(len(evs)) })
 	a.stop(t)
 
-	first := newestManifest(t, realState(t, dir))
+	first := newestManifest(t, dir)
 	if len(first.HashSeed) != 32 {
 		t.Fatalf("manifest hash seed %d characters, want 32 hex digits", len(first.HashSeed))
 	}
@@ -116,41 +116,11 @@ func TestKeyRecordedInManifest(t *testing.T) {
 	if n := b.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
 		t.Errorf("replayed %v records; the checkpoint should have been used", n)
 	}
-	last := newestManifest(t, st)
+	last := newestManifest(t, dir)
 	if last.Key == nil || *last.Key != st.Key {
 		t.Errorf("newest manifest records key %v, want %v", last.Key, st.Key)
 	}
 	if last.HashSeed != first.HashSeed {
 		t.Error("the memory's hash seed changed across a restart")
 	}
-}
-
-// TestSeedPerMemory: every new memory gets its own hash seed.
-func TestSeedPerMemory(t *testing.T) {
-	t.Parallel()
-	st := realState(t, t.TempDir())
-	p := FilterParams{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01}
-	a, _ := st.NewFilter(p)
-	b, _ := st.NewFilter(p)
-	sa, sb := a.(*bloomFilter).Seed(), b.(*bloomFilter).Seed()
-	if sa.IsZero() || sa == sb {
-		t.Errorf("seeds of two new memories: zero %v, equal %v; want distinct non-zero ones", sa.IsZero(), sa == sb)
-	}
-	st.UnkeyedHash = true
-	c, _ := st.NewFilter(p)
-	if !c.(*bloomFilter).Seed().IsZero() {
-		t.Error("UnkeyedHash: a new memory got a seed")
-	}
-}
-
-func newestManifest(t *testing.T, st *BloomState) *checkpoint.Manifest {
-	t.Helper()
-	m, err := st.store.Partition("g", tIn, 0).Restore(t.Context(),
-		func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
-			return nil
-		})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
 }

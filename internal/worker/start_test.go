@@ -22,9 +22,9 @@ func TestStartFrom(t *testing.T) {
 	// Half of the later events repeat keys of the old ones.
 	for i := 0; i < len(later); i += 2 {
 		o := old[(i*7)%len(old)]
-		later[i].key, later[i].partition = o.key, o.partition
+		later[i].Key, later[i].Partition = o.Key, o.Partition
 	}
-	startAt := old[700].ts
+	startAt := old[700].TS
 	cases := []struct {
 		name  string
 		start Position
@@ -56,19 +56,19 @@ func TestStartFrom(t *testing.T) {
 			a := startWorker(t, cfg, store, nil)
 			perPartition := map[int]int64{}
 			for _, e := range old {
-				perPartition[e.partition]++
+				perPartition[e.Partition]++
 			}
 			caughtUp(t, a, perPartition)
 			// kill -9 once everything was read: the restart must neither
 			// forward the old records nor forget the seeded keys.
-			a.w.halted.Store(true)
+			a.w.hooks.Halted.Store(true)
 			a.cancel()
 			<-a.done
 			a.done <- nil
 
 			produce(t, brokers, later)
 			for _, e := range later {
-				perPartition[e.partition]++
+				perPartition[e.Partition]++
 			}
 			cfg.Owner = "second"
 			b := startWorker(t, cfg, store, nil)
@@ -99,7 +99,7 @@ func TestStartFrom(t *testing.T) {
 func since(evs []event, ts time.Time) []event {
 	var out []event
 	for _, e := range evs {
-		if !e.ts.Before(ts) {
+		if !e.TS.Before(ts) {
 			out = append(out, e)
 		}
 	}
@@ -129,7 +129,7 @@ func TestSeedingResumesFromCheckpoint(t *testing.T) {
 	old := genEvents(6000, 1, 0, 51, base)
 	later := genEvents(400, 1, 0, 52, base.Add(time.Minute))
 	for i := 0; i < len(later); i += 2 { // half repeat seeded keys
-		later[i].key = old[(i*13)%len(old)].key
+		later[i].Key = old[(i*13)%len(old)].Key
 	}
 	brokers := newCluster(t, 1)
 	produce(t, brokers, old)
@@ -138,7 +138,7 @@ func TestSeedingResumesFromCheckpoint(t *testing.T) {
 	cfg.StartFrom, cfg.SeedFrom = Position{Latest: true}, &Position{}
 	cfg.Owner = "first"
 	slow := func(w *Worker) {
-		w.afterWrite = func(int, int64) { time.Sleep(25 * time.Millisecond) }
+		w.hooks.AfterWrite = func(int, int64) { time.Sleep(25 * time.Millisecond) }
 	}
 	a := startWorker(t, cfg, store, slow)
 	waitFor(t, 60*time.Second, "the status showing the seeding's progress", func() bool {
@@ -153,7 +153,7 @@ func TestSeedingResumesFromCheckpoint(t *testing.T) {
 		cp, ok := store.latest(tIn, 0)
 		return ok && cp.InputOffset > 0 && cp.InputOffset < int64(len(old))
 	})
-	a.w.halted.Store(true) // kill -9
+	a.w.hooks.Halted.Store(true) // kill -9
 	a.cancel()
 	<-a.done
 	a.done <- nil
@@ -214,8 +214,8 @@ func TestSeedTopic(t *testing.T) {
 		RequiredAcks: kafka.RequireAll, BatchSize: 1000, BatchTimeout: time.Millisecond}
 	msgs := make([]kafka.Message, 0, len(old)+2)
 	for _, e := range old {
-		msgs = append(msgs, kafka.Message{Value: []byte(e.value), Time: e.ts, Headers: []kafka.Header{
-			{Key: "p", Value: []byte(strconv.Itoa(e.partition))}, {Key: "id", Value: e.key}}})
+		msgs = append(msgs, kafka.Message{Value: []byte(e.Value), Time: e.TS, Headers: []kafka.Header{
+			{Key: "p", Value: []byte(strconv.Itoa(e.Partition))}, {Key: "id", Value: e.Key}}})
 	}
 	msgs = append(msgs, kafka.Message{Value: []byte("no key"), Headers: []kafka.Header{{Key: "p", Value: []byte("0")}}})
 	if err := sw.WriteMessages(context.Background(), msgs...); err != nil {
@@ -225,7 +225,7 @@ func TestSeedTopic(t *testing.T) {
 	later := genEvents(1000, parts, 0.1, 62, base.Add(time.Minute))
 	for i := 0; i < len(later); i += 2 { // half repeat keys of the seed topic, in their partition
 		o := old[(i*17)%len(old)]
-		later[i].key, later[i].partition = o.key, o.partition
+		later[i].Key, later[i].Partition = o.Key, o.Partition
 	}
 	produce(t, brokers, later)
 
@@ -252,7 +252,7 @@ func TestSeedTopic(t *testing.T) {
 		}
 		return true
 	})
-	a.w.halted.Store(true) // kill -9
+	a.w.hooks.Halted.Store(true) // kill -9
 	a.cancel()
 	<-a.done
 	a.done <- nil
@@ -265,7 +265,7 @@ func TestSeedTopic(t *testing.T) {
 	b := startWorker(t, cfg, store, seeder)
 	per := map[int]int64{}
 	for _, e := range later {
-		per[e.partition]++
+		per[e.Partition]++
 	}
 	caughtUp(t, b, per)
 	b.stop(t)

@@ -25,7 +25,7 @@ func TestThroughput(t *testing.T) {
 	brokers := newCluster(t, parts)
 	evs := genEvents(n, parts, 0.2, 41, base)
 	for i := range evs {
-		evs[i].value = `{"order_id":"` + string(evs[i].key) + `","amount":1234,"currency":"EUR","customer":"c-000001","items":[1,2,3],"note":"padding padding padding padding padding padding padding padding"}`
+		evs[i].Value = `{"order_id":"` + string(evs[i].Key) + `","amount":1234,"currency":"EUR","customer":"c-000001","items":[1,2,3],"note":"padding padding padding padding padding padding padding padding"}`
 	}
 	produce(t, brokers, evs)
 
@@ -36,7 +36,7 @@ func TestThroughput(t *testing.T) {
 	var wg sync.WaitGroup
 	per := map[int]int{}
 	for _, e := range evs {
-		per[e.partition]++
+		per[e.Partition]++
 	}
 	for p := 0; p < parts; p++ {
 		wg.Add(1)

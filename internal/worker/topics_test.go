@@ -58,14 +58,14 @@ func TestTopicChecks(t *testing.T) {
 			noSide(c)
 			c.Partitioning, c.Filter.Capacity = PartitioningHash, 200e9
 		}, []string{
-			`--capacity 200000000000 over the 4 partitions of "in" is 50000000000 keys per window and partition, a filter of 104.2 GiB; ` +
-				`one partition's filter is limited to 64 GiB: lower --capacity, raise --fpr or give the input more partitions`}},
+			`--capacity 200000000000 over the 4 partitions of "in" is 50000000000 keys per window and partition: ` +
+				`a filter of 50000000000 keys; this store's limit is 1000000000; lower --capacity, raise --fpr or give the input more partitions`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig(brokers)
 			tc.cfg(&cfg)
-			w, err := New(cfg, Deps{State: newMemStore(), Extractor: keyExtractor{}})
+			w, err := New(cfg, Deps{State: planningStore{newMemStore(), 1e9}, Extractor: keyExtractor{}})
 			if err != nil {
 				t.Fatalf("New: %v", err)
 			}
@@ -100,9 +100,9 @@ func TestHashPartitioningCrash(t *testing.T) {
 	var batches atomic.Int64
 	crash := make(chan struct{})
 	a := startWorker(t, cfg, store, func(w *Worker) {
-		w.afterWrite = func(int, int64) {
+		w.hooks.AfterWrite = func(int, int64) {
 			if batches.Add(1) == 25 {
-				w.halted.Store(true)
+				w.hooks.Halted.Store(true)
 				close(crash)
 			}
 		}

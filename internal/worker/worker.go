@@ -14,8 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/bloomgate/bloomgate/internal/bloom"
 )
 
 // Deps are the collaborators of a Worker.
@@ -28,6 +26,8 @@ type Deps struct {
 	// (nil: Extractor), for a seed topic whose records carry the key
 	// elsewhere than the input's.
 	SeedExtractor Extractor
+	// Hooks are for tests (see Hooks); nil in production.
+	Hooks *Hooks
 	// Now schedules checkpoints and measures durations; never used for the
 	// filter (that runs on event time). Default time.Now.
 	Now func() time.Time
@@ -63,18 +63,27 @@ type Worker struct {
 	// yet entered) a generation; zero while in one.
 	unjoinedSince time.Time
 
-	// halted simulates kill -9 in tests: partitions stop without final
-	// commit or checkpoint.
-	halted atomic.Bool
+	// hooks are the tests' levers (Deps.Hooks); never nil.
+	hooks *Hooks
 	// stopping is set when Run shuts down: partitions ending now have
 	// ShutdownTimeout for the final commit and checkpoint, a revoke only
 	// half the session timeout.
 	stopping atomic.Bool
-	// afterWrite, if set, runs after each acknowledged output write (tests).
-	afterWrite func(partition int, next int64)
-	// loseAck, if set and true, turns a successful output write into a
-	// failure, as if the acknowledgement was lost (tests).
-	loseAck func(partition int) bool
+}
+
+// Hooks let tests stage failures that a process cannot stage from outside
+// (within one process, without killing it). Production leaves Deps.Hooks
+// nil.
+type Hooks struct {
+	// Halted simulates kill -9: once set, partitions stop without a final
+	// commit or checkpoint, and nothing more is committed.
+	Halted atomic.Bool
+	// AfterWrite, if set, runs on the partition's goroutine after each
+	// acknowledged output write, and after each replayed batch.
+	AfterWrite func(partition int, next int64)
+	// LoseAck, if set and true, turns a successful output write into a
+	// failure, as if the acknowledgement was lost.
+	LoseAck func(partition int) bool
 }
 
 // errFatal marks errors that end Run.
@@ -105,8 +114,12 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	hooks := deps.Hooks
+	if hooks == nil {
+		hooks = &Hooks{}
+	}
 	return &Worker{
-		cfg: cfg, deps: deps, m: m,
+		cfg: cfg, deps: deps, m: m, hooks: hooks,
 		log:   deps.Logger.With("group", cfg.Group, "input", cfg.Input),
 		parts: map[int]*partitionStatus{},
 	}, nil
@@ -302,14 +315,12 @@ func (w *Worker) checkTopics(ctx context.Context) error {
 			"give the output %d partitions or set --partitioning hash", ErrTopicConfig, w.cfg.Input, in, w.cfg.Output, out, in)
 	}
 	w.params = w.cfg.partitionParams(in)
-	if err := bloomConfig(w.params).Validate(); err != nil {
-		need := ""
-		if bits, berr := bloom.BitsPerKey(w.params.FPR, w.params.Generations); berr == nil {
-			need = fmt.Sprintf(" of %.1f GiB", float64(w.params.Capacity)*bits/8/(1<<30))
+	if pl, ok := w.deps.State.(Planner); ok {
+		if err := pl.CheckParams(w.params); err != nil {
+			return fmt.Errorf("%w: --capacity %d over the %d partitions of %q is %d keys per window and partition: %w; "+
+				"lower --capacity, raise --fpr or give the input more partitions",
+				ErrTopicConfig, w.cfg.Filter.Capacity, in, w.cfg.Input, w.params.Capacity, err)
 		}
-		return fmt.Errorf("%w: --capacity %d over the %d partitions of %q is %d keys per window and partition, a filter%s; "+
-			"one partition's filter is limited to %d GiB: lower --capacity, raise --fpr or give the input more partitions (%w)",
-			ErrTopicConfig, w.cfg.Filter.Capacity, in, w.cfg.Input, w.params.Capacity, need, bloom.MaxFilterBytes>>30, err)
 	}
 	return nil
 }
@@ -410,7 +421,7 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		gctx, gcancel := context.WithCancelCause(genCtx)
 		defer gcancel(nil)
 		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
-		com.halted = w.halted.Load
+		com.halted = w.hooks.Halted.Load
 		com.maxGap = w.cfg.sessionTimeout()
 		go com.run()
 		var wg sync.WaitGroup

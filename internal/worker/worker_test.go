@@ -54,9 +54,9 @@ func TestRestartKeepsState(t *testing.T) {
 	// The second half repeats every key of the first half once more.
 	seen := map[string]bool{}
 	for _, e := range first {
-		if !seen[string(e.key)] {
-			seen[string(e.key)] = true
-			second = append(second, event{partition: e.partition, key: e.key, value: "again", ts: base.Add(2 * time.Second)})
+		if !seen[string(e.Key)] {
+			seen[string(e.Key)] = true
+			second = append(second, event{Partition: e.Partition, Key: e.Key, Value: "again", TS: base.Add(2 * time.Second)})
 		}
 	}
 	all := append(append([]event(nil), first...), second...)
@@ -98,11 +98,11 @@ func TestWindowExpiry(t *testing.T) {
 	brokers := newCluster(t, 1)
 	k := []byte("order-1")
 	evs := []event{
-		{key: k, value: "a", ts: base},
-		{key: k, value: "b", ts: base.Add(30 * time.Minute)},  // inside: duplicate
-		{key: k, value: "c", ts: base.Add(95 * time.Minute)},  // beyond the window of the last sighting (b)
-		{key: k, value: "d", ts: base.Add(100 * time.Minute)}, // inside again
-		{key: []byte("other"), value: "e", ts: base.Add(101 * time.Minute)},
+		{Key: k, Value: "a", TS: base},
+		{Key: k, Value: "b", TS: base.Add(30 * time.Minute)},  // inside: duplicate
+		{Key: k, Value: "c", TS: base.Add(95 * time.Minute)},  // beyond the window of the last sighting (b)
+		{Key: k, Value: "d", TS: base.Add(100 * time.Minute)}, // inside again
+		{Key: []byte("other"), Value: "e", TS: base.Add(101 * time.Minute)},
 	}
 	produce(t, brokers, evs)
 	rw := startWorker(t, testConfig(brokers), newMemStore(), nil)

@@ -1,10 +1,12 @@
-package worker
+package memory
 
 import (
 	"context"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // TestMaxTimeJumpKeepsMemory: one record stamped a century ahead does not
@@ -12,7 +14,7 @@ import (
 // Without the bound the same sequence forgets it (the failure it guards).
 func TestMaxTimeJumpKeepsMemory(t *testing.T) {
 	t.Parallel()
-	params := FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
+	params := worker.FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name     string
@@ -46,7 +48,7 @@ func TestMaxTimeJumpKeepsMemory(t *testing.T) {
 // forgotten as the window says.
 func TestMaxTimeJumpCatchesUp(t *testing.T) {
 	t.Parallel()
-	params := FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
+	params := worker.FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
 	st := realState(t, t.TempDir())
 	st.MaxTimeJump = 10 * time.Minute
 	f, err := st.NewFilter(params)
@@ -70,13 +72,13 @@ func TestMaxTimeJumpFrontierCheckpointed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	params := FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
+	params := worker.FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 1e-6}
 	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
 
 	st := realState(t, dir)
 	st.MaxTimeJump = time.Hour
 	part := st.Partition(tIn, 0)
-	if _, err := part.Restore(ctx, params); !errors.Is(err, ErrNoCheckpoint) {
+	if _, err := part.Restore(ctx, params); !errors.Is(err, worker.ErrNoCheckpoint) {
 		t.Fatalf("restore of nothing: %v", err)
 	}
 	if err := part.Claim(ctx, "a"); err != nil {
@@ -88,7 +90,7 @@ func TestMaxTimeJumpFrontierCheckpointed(t *testing.T) {
 	}
 	f.TestAndAdd([]byte("order-a"), t0)
 	sn := f.Snapshot()
-	err = part.Commit(ctx, Checkpoint{InputOffset: 1, Params: params, Snapshot: sn, Owner: "a"})
+	err = part.Commit(ctx, worker.Checkpoint{InputOffset: 1, Params: params, Snapshot: sn, Owner: "a"})
 	sn.Release()
 	if err != nil {
 		t.Fatalf("commit: %v", err)

@@ -1,4 +1,23 @@
-package worker
+// Package memory is the production worker.StateStore: the dedup memory of
+// each input partition is a rotating bloom.Shard, checkpointed as generation
+// objects plus manifests in a checkpoint.Store. It is the one place that
+// knows both the filter and the store; the worker knows neither (it sees
+// worker.Filter and worker.PartitionStore), the filter never knows Kafka, and
+// the store never decodes a filter.
+//
+// Three types describe a filter's settings, one per layer, mapped here:
+// worker.FilterParams (what the worker plans), bloom.Config (what the filter
+// sizes) and checkpoint.FilterParams (what a manifest records). Sentinel
+// errors likewise: the store's (checkpoint.ErrFenced, …) are translated into
+// the worker's (worker.ErrFenced, …) by storeErr, so that neither package
+// imports the other.
+//
+// Cost: Restore downloads and decodes every generation of the newest usable
+// checkpoint (or reuses the filter this process checkpointed last, see
+// Store); Commit uploads the live generation and any generation sealed since
+// the previous commit; a filter operation is one blocked-Bloom probe per
+// generation.
+package memory
 
 import (
 	"context"
@@ -12,9 +31,16 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// BloomState is the production StateStore: bloom shards, checkpointed as
+// topicPartition names one input partition.
+type topicPartition struct {
+	topic     string
+	partition int
+}
+
+// Store is the production worker.StateStore: bloom shards, checkpointed as
 // generation objects plus manifests in a checkpoint.Store.
 //
 // It keeps the filter of a partition whose last checkpoint this process
@@ -23,7 +49,7 @@ import (
 // from memory instead of downloading and decoding its checkpoint again —
 // but only if the store's newest manifest is the one this process committed
 // last and the filter did not change since (see Restore).
-type BloomState struct {
+type Store struct {
 	store *checkpoint.Store
 	group string
 	// MaxGenerationBytes caps one decoded generation (≤ 0: bloom's limit).
@@ -48,7 +74,7 @@ type BloomState struct {
 	// every manifest ("": not recorded). A checkpoint built at another
 	// level is restored, with a warning: the records replayed after it
 	// are judged at the new level.
-	Isolation IsolationLevel
+	Isolation worker.IsolationLevel
 	// UnkeyedHash makes new memories use the unkeyed hash (seed 0), as
 	// memories from before seeds do: only for comparisons and tests.
 	UnkeyedHash bool
@@ -56,7 +82,7 @@ type BloomState struct {
 	mu     sync.Mutex
 	kept   map[topicPartition]keptFilter
 	warned map[warning]bool
-	reuse  atomic.Int64 // restores served from memory (tests)
+	reuse  atomic.Int64 // restores served from memory
 }
 
 // warning is one kind of restore notice about one partition, logged once.
@@ -68,17 +94,17 @@ type warning struct {
 // keptFilter is a filter whose state equals manifest seq.
 type keptFilter struct {
 	seq     uint64
-	filter  *bloomFilter
+	filter  *filter
 	inserts uint64 // filter.inserts when seq was written
 }
 
-// NewBloomState checkpoints the partitions of group in store.
-func NewBloomState(store *checkpoint.Store, group string) *BloomState {
-	return &BloomState{store: store, group: group, kept: map[topicPartition]keptFilter{}, warned: map[warning]bool{}}
+// New checkpoints the partitions of group in store.
+func New(store *checkpoint.Store, group string) *Store {
+	return &Store{store: store, group: group, kept: map[topicPartition]keptFilter{}, warned: map[warning]bool{}}
 }
 
 // first reports whether this is the first notice of kind for tp.
-func (s *BloomState) first(tp topicPartition, kind string) bool {
+func (s *Store) first(tp topicPartition, kind string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := warning{tp, kind}
@@ -91,7 +117,7 @@ func (s *BloomState) first(tp topicPartition, kind string) bool {
 
 // Retain drops kept filters of partitions not in the new assignment; the
 // worker calls it at the start of each generation.
-func (s *BloomState) Retain(topic string, partitions []int) {
+func (s *Store) Retain(topic string, partitions []int) {
 	keep := map[int]bool{}
 	for _, p := range partitions {
 		keep[p] = true
@@ -105,7 +131,7 @@ func (s *BloomState) Retain(topic string, partitions []int) {
 	}
 }
 
-func (s *BloomState) take(tp topicPartition) (keptFilter, bool) {
+func (s *Store) take(tp topicPartition) (keptFilter, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k, ok := s.kept[tp]
@@ -113,13 +139,13 @@ func (s *BloomState) take(tp topicPartition) (keptFilter, bool) {
 	return k, ok
 }
 
-func bloomConfig(p FilterParams) bloom.Config {
+func bloomConfig(p worker.FilterParams) bloom.Config {
 	return bloom.Config{Window: p.Window, Generations: p.Generations, Capacity: p.Capacity, FPR: p.FPR}
 }
 
 // NewFilter returns an empty shard: a new memory, with a new secret hash
 // seed (see bloom.Seed) unless UnkeyedHash is set.
-func (s *BloomState) NewFilter(p FilterParams) (Filter, error) {
+func (s *Store) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 	sh, err := bloom.NewShard(bloomConfig(p))
 	if err != nil {
 		return nil, fmt.Errorf("creating filter: %w", err)
@@ -130,15 +156,15 @@ func (s *BloomState) NewFilter(p FilterParams) (Filter, error) {
 			return nil, err
 		}
 	}
-	return &bloomFilter{s: sh, seed: seed, maxJump: s.MaxTimeJump}, nil
+	return &filter{s: sh, seed: seed, maxJump: s.MaxTimeJump}, nil
 }
 
 // Partition returns a checkpoint handle of one input partition.
-func (s *BloomState) Partition(topic string, partition int) PartitionStore {
-	return &bloomPartition{s: s, tp: topicPartition{topic, partition}, p: s.store.Partition(s.group, topic, partition)}
+func (s *Store) Partition(topic string, partition int) worker.PartitionStore {
+	return &handle{s: s, tp: topicPartition{topic, partition}, p: s.store.Partition(s.group, topic, partition)}
 }
 
-type bloomFilter struct {
+type filter struct {
 	s       *bloom.Shard
 	seed    bloom.Seed // the memory's hash seed, checkpointed with it
 	inserts uint64     // TestAndAdd calls, to tell whether the filter changed
@@ -151,12 +177,12 @@ type bloomFilter struct {
 	ts []time.Time
 }
 
-func (f *bloomFilter) TestAndAdd(key []byte, ts time.Time) bool {
+func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
 	return f.s.TestAndAdd(f.seed.Hash(key), f.file(ts))
 }
 
-func (f *bloomFilter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
+func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 	f.inserts += uint64(len(keys))
 	f.hs, f.ts = f.hs[:0], f.ts[:0]
 	for i, k := range keys {
@@ -168,7 +194,7 @@ func (f *bloomFilter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool
 
 // file returns the event time a record with timestamp ts is filed under:
 // ts, or at most maxJump past the newest time filed so far.
-func (f *bloomFilter) file(ts time.Time) time.Time {
+func (f *filter) file(ts time.Time) time.Time {
 	ns := ts.UnixNano()
 	if f.maxJump > 0 && f.frontier != 0 && ns-f.frontier > int64(f.maxJump) {
 		ns = f.frontier + int64(f.maxJump)
@@ -181,9 +207,9 @@ func (f *bloomFilter) file(ts time.Time) time.Time {
 	return ts
 }
 
-func (f *bloomFilter) Stats() FilterStats {
+func (f *filter) Stats() worker.FilterStats {
 	st := f.s.Stats()
-	fs := FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
+	fs := worker.FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
 		Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
 	if n := len(st.Generations); n > 0 {
 		fs.Fill = st.Generations[n-1].Fill
@@ -191,24 +217,24 @@ func (f *bloomFilter) Stats() FilterStats {
 	return fs
 }
 
-func (f *bloomFilter) Snapshot() Snapshot {
-	return &bloomSnapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
+func (f *filter) Snapshot() worker.Snapshot {
+	return &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
 }
 
 // Seed reports the filter's hash seed (tests).
-func (f *bloomFilter) Seed() bloom.Seed { return f.seed }
+func (f *filter) Seed() bloom.Seed { return f.seed }
 
-type bloomSnapshot struct {
+type snapshot struct {
 	sn       *bloom.Snapshot
-	from     *bloomFilter
+	from     *filter
 	inserts  uint64
 	frontier int64
 }
 
-func (b *bloomSnapshot) Release() { b.sn.Release() }
+func (b *snapshot) Release() { b.sn.Release() }
 
-type bloomPartition struct {
-	s  *BloomState
+type handle struct {
+	s  *Store
 	tp topicPartition
 	p  *checkpoint.Partition
 }
@@ -219,19 +245,19 @@ func storeErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, checkpoint.ErrFenced):
-		return fmt.Errorf("%w: %w", ErrFenced, err)
+		return fmt.Errorf("%w: %w", worker.ErrFenced, err)
 	case errors.Is(err, checkpoint.ErrNoUsableCheckpoint):
-		return fmt.Errorf("%w: %w", ErrNoUsableCheckpoint, err)
+		return fmt.Errorf("%w: %w", worker.ErrNoUsableCheckpoint, err)
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
-		return fmt.Errorf("%w: %w", ErrNoCheckpoint, err)
+		return fmt.Errorf("%w: %w", worker.ErrNoCheckpoint, err)
 	}
 	return err
 }
 
-func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Restored, error) {
+func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
 	var shard *bloom.Shard
 	var seed bloom.Seed
-	var reused *bloomFilter
+	var reused *filter
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
 		if err := b.s.compatible(m); err != nil {
@@ -276,17 +302,17 @@ func (b *bloomPartition) Restore(ctx context.Context, params FilterParams) (*Res
 	}
 	if reused != nil {
 		b.s.reuse.Add(1)
-		return &Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+		return &worker.Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 	}
 	b.notice(m, params, shard)
-	f := &bloomFilter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
-	return &Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+	f := &filter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
+	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 }
 
 // notice logs, once per partition, what the restored checkpoint m does not
 // say or says differently from this worker's settings: a missing key
 // record, another isolation level, another filter plan.
-func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, shard *bloom.Shard) {
+func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, shard *bloom.Shard) {
 	log := b.p.Logger().With("seq", m.Seq)
 	if m.Key == nil && b.s.Key != (checkpoint.KeyIdentity{}) && b.s.first(b.tp, "key") {
 		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d does not record what defines a key (written before key settings were recorded); "+
@@ -298,7 +324,7 @@ func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, sha
 	if m.Isolation != "" && b.s.Isolation != "" && m.Isolation != string(b.s.Isolation) && b.s.first(b.tp, "isolation") {
 		// Not refused: switching to read_committed is the usual fix.
 		kept := ""
-		if m.Isolation == string(ReadUncommitted) {
+		if m.Isolation == string(worker.ReadUncommitted) {
 			kept = " (keys of aborted transactions included)"
 		}
 		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d was built reading at %s; this worker reads at %s. "+
@@ -307,7 +333,7 @@ func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, sha
 			m.Seq, m.Topic, m.Partition, m.Isolation, b.s.Isolation, m.InputOffset, kept, b.s.Isolation, m.Isolation, b.s.Isolation),
 			"checkpoint_isolation", m.Isolation, "isolation", string(b.s.Isolation))
 	}
-	old := FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
+	old := worker.FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
 	if old == params || !b.s.first(b.tp, "plan") {
 		return
 	}
@@ -341,12 +367,12 @@ func (b *bloomPartition) notice(m *checkpoint.Manifest, params FilterParams, sha
 	log.Info(msg)
 }
 
-func (b *bloomPartition) Claim(ctx context.Context, owner string) error {
+func (b *handle) Claim(ctx context.Context, owner string) error {
 	return storeErr(b.p.Claim(ctx, owner))
 }
 
-func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
-	sn, ok := cp.Snapshot.(*bloomSnapshot)
+func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
+	sn, ok := cp.Snapshot.(*snapshot)
 	if !ok {
 		return fmt.Errorf("committing checkpoint: snapshot of type %T is not from this store", cp.Snapshot)
 	}
@@ -380,7 +406,7 @@ func (b *bloomPartition) Commit(ctx context.Context, cp Checkpoint) error {
 }
 
 // keyRecord is the Key recorded in manifests (nil while unset, in tests).
-func (s *BloomState) keyRecord() *checkpoint.KeyIdentity {
+func (s *Store) keyRecord() *checkpoint.KeyIdentity {
 	if s.Key == (checkpoint.KeyIdentity{}) {
 		return nil
 	}
@@ -392,7 +418,7 @@ func (s *BloomState) keyRecord() *checkpoint.KeyIdentity {
 // with an error that names both settings and the choices. Filter plan
 // changes (window, generations, capacity, rate) are carried over: see
 // bloom.RestoreShard.
-func (s *BloomState) compatible(m *checkpoint.Manifest) error {
+func (s *Store) compatible(m *checkpoint.Manifest) error {
 	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
 		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
 			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
@@ -424,16 +450,40 @@ func humanDuration(d time.Duration) string {
 	return s
 }
 
-func seedFrom(s *checkpoint.SeedProgress) *SeedProgress {
+func seedFrom(s *checkpoint.SeedProgress) *worker.SeedProgress {
 	if s == nil {
 		return nil
 	}
-	return &SeedProgress{Topic: s.Topic, Partition: s.Partition, Next: s.Next, End: s.End}
+	return &worker.SeedProgress{Topic: s.Topic, Partition: s.Partition, Next: s.Next, End: s.End}
 }
 
-func seedTo(s *SeedProgress) *checkpoint.SeedProgress {
+func seedTo(s *worker.SeedProgress) *checkpoint.SeedProgress {
 	if s == nil {
 		return nil
 	}
 	return &checkpoint.SeedProgress{Topic: s.Topic, Partition: s.Partition, Next: s.Next, End: s.End}
 }
+
+// PlannedBytes is the memory of one partition's filter with every
+// generation open at its planned size (overflow stacks not included).
+func (s *Store) PlannedBytes(p worker.FilterParams) uint64 {
+	return bloomConfig(p).PlannedBytes()
+}
+
+// CheckParams refuses a plan the filter cannot build, saying what it would
+// need against the limit of one partition's filter.
+func (s *Store) CheckParams(p worker.FilterParams) error {
+	err := bloomConfig(p).Validate()
+	if err == nil {
+		return nil
+	}
+	need := ""
+	if bits, berr := bloom.BitsPerKey(p.FPR, p.Generations); berr == nil {
+		need = fmt.Sprintf(" of %.1f GiB", float64(p.Capacity)*bits/8/(1<<30))
+	}
+	return fmt.Errorf("a filter%s; one partition's filter is limited to %d GiB (%w)", need, bloom.MaxFilterBytes>>30, err)
+}
+
+// Reused counts the restores served from memory (a filter this process
+// checkpointed last and that did not change since).
+func (s *Store) Reused() int64 { return s.reuse.Load() }

@@ -1,4 +1,4 @@
-package worker
+package memory
 
 import (
 	"context"
@@ -10,18 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/s3test"
+	"github.com/bloomgate/bloomgate/internal/worker"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// BenchmarkBloomStateCheckpoint measures issue 3's goal end to end with the
-// real filter (BloomState) and the real S3 server (versitygw): a shard of
+// BenchmarkCheckpoint measures issue 3's goal end to end with the
+// real filter (Store) and the real S3 server (versitygw): a shard of
 // Capacity BLOOMGATE_BENCH_KEYS (default 100 M) at p = 1 %, G = 2, filled
 // once with 95 % of that many distinct keys, is checkpointed the way the
 // worker does it (Restore → Claim once, then per checkpoint Snapshot by the
-// owner and Commit), then restored on a fresh store and BloomState.
+// owner and Commit), then restored on a fresh checkpoint store and Store.
 // Sub-benchmarks: owner-idle (nothing writes during the upload) and
 // owner-inserting (a goroutine playing the owner keeps inserting new keys
 // while Commit uploads, as the partition's processing goroutine would).
@@ -30,9 +30,9 @@ import (
 // (Restore including decoding into a filter), owner-inserts/s and
 // owner-max-insert-ms (the owner during the upload), uploaded-B/op
 // (generation objects plus manifest, per bloomgate_checkpoint_bytes_total)
-// and filter-B (FilterStats.Bytes of the checkpointed shard). Results in
+// and filter-B (worker.FilterStats.Bytes of the checkpointed shard). Results in
 // docs/checkpoints.md.
-func BenchmarkBloomStateCheckpoint(b *testing.B) {
+func BenchmarkCheckpoint(b *testing.B) {
 	if testing.Short() {
 		b.Skip("fills a 100 M-key filter (~1 min); not in -short")
 	}
@@ -57,13 +57,13 @@ func BenchmarkBloomStateCheckpoint(b *testing.B) {
 		return st
 	}
 	reg := prometheus.NewRegistry()
-	state := NewBloomState(open(reg), "bench")
-	params := FilterParams{Window: time.Hour, Generations: 2, Capacity: n, FPR: 0.01}
+	state := New(open(reg), "bench")
+	params := worker.FilterParams{Window: time.Hour, Generations: 2, Capacity: n, FPR: 0.01}
 
 	// The worker's order on assignment: Restore (none yet) → Claim.
 	ps := state.Partition("in", 0)
-	if _, err := ps.Restore(ctx, params); !errors.Is(err, ErrNoCheckpoint) {
-		b.Fatalf("first restore: %v, want ErrNoCheckpoint", err)
+	if _, err := ps.Restore(ctx, params); !errors.Is(err, worker.ErrNoCheckpoint) {
+		b.Fatalf("first restore: %v, want worker.ErrNoCheckpoint", err)
 	}
 	if err := ps.Claim(ctx, "bench"); err != nil {
 		b.Fatalf("claim: %v", err)
@@ -104,8 +104,8 @@ func BenchmarkBloomStateCheckpoint(b *testing.B) {
 // a fresh store; with inserting, another goroutine plays the owner and keeps
 // adding new keys (from next on) while Commit uploads. It returns the next
 // unused key.
-func benchCheckpoints(b *testing.B, ctx context.Context, f Filter, ps PartitionStore, params FilterParams,
-	st FilterStats, reg *prometheus.Registry, open func(prometheus.Registerer) *checkpoint.Store,
+func benchCheckpoints(b *testing.B, ctx context.Context, f worker.Filter, ps worker.PartitionStore, params worker.FilterParams,
+	st worker.FilterStats, reg *prometheus.Registry, open func(prometheus.Registerer) *checkpoint.Store,
 	ts time.Time, next uint64, inserting bool) uint64 {
 	var pause, commit, restore, maxInsert time.Duration
 	var ownerInserts uint64
@@ -153,7 +153,7 @@ func benchCheckpoints(b *testing.B, ctx context.Context, f Filter, ps PartitionS
 		}
 
 		t1 := time.Now()
-		err := ps.Commit(ctx, Checkpoint{InputOffset: int64(next), Params: params, Snapshot: sn, Owner: "bench"})
+		err := ps.Commit(ctx, worker.Checkpoint{InputOffset: int64(next), Params: params, Snapshot: sn, Owner: "bench"})
 		d := time.Since(t1)
 		stop.Store(true)
 		res := <-done
@@ -168,10 +168,10 @@ func benchCheckpoints(b *testing.B, ctx context.Context, f Filter, ps PartitionS
 		offset := int64(next)
 		next += res.n
 
-		// Restore on a fresh store and BloomState: list, manifest,
+		// Restore on a fresh checkpoint store and Store: list, manifest,
 		// download, verify, decode into a filter.
 		b.StopTimer()
-		fresh := NewBloomState(open(prometheus.NewRegistry()), "bench")
+		fresh := New(open(prometheus.NewRegistry()), "bench")
 		rp := fresh.Partition("in", 0)
 		b.StartTimer()
 		t2 := time.Now()

@@ -1,54 +1,30 @@
-package worker
+package memory
 
 import (
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/kafkatest"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// logBuffer collects log lines from any goroutine.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// memState opens the shared in-memory checkpoint store mem://name with the
-// real filter; the store logs into logs when it is not nil.
-func memState(t *testing.T, name string, logs *logBuffer) *BloomState {
+// memState opens the shared in-memory checkpoint store mem://name; the
+// store logs into logs when it is not nil.
+func memState(t *testing.T, name string, logs *kafkatest.LogBuffer) *Store {
 	t.Helper()
 	log := testLogger(t)
 	if logs != nil {
 		log = slog.New(slog.NewTextHandler(logs, nil))
 	}
-	st, err := checkpoint.Open(context.Background(), "mem://"+name, checkpoint.Options{
-		Logger: log, Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatalf("opening checkpoint store: %v", err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	return NewBloomState(st, "g")
+	return openState(t, "mem://"+name, log)
 }
 
 // evolveName is a mem:// bucket name unique to the test.
@@ -57,9 +33,9 @@ func evolveName(t *testing.T) string {
 }
 
 // filterGenerations encodes every generation of f's current state.
-func filterGenerations(t *testing.T, f Filter) [][]byte {
+func filterGenerations(t *testing.T, f worker.Filter) [][]byte {
 	t.Helper()
-	sn := f.(*bloomFilter).s.Snapshot()
+	sn := f.(*filter).s.Snapshot()
 	defer sn.Release()
 	var out [][]byte
 	for _, g := range sn.Generations {
@@ -73,12 +49,12 @@ func filterGenerations(t *testing.T, f Filter) [][]byte {
 }
 
 // remembers reports whether f holds key, without changing it.
-func remembers(f Filter, key string) bool {
-	bf := f.(*bloomFilter)
+func remembers(f worker.Filter, key string) bool {
+	bf := f.(*filter)
 	return bf.s.Test(bf.seed.Hash([]byte(key)))
 }
 
-// TestBloomStateEvolve goes through BloomState and a mem:// store the way a
+// TestEvolve goes through the Store and a mem:// store the way a
 // restart with --window 72h over 24 h checkpoints does: the old checkpoint
 // restores (no refusal), keys seen inside the old window are still known,
 // the change is logged once with readable durations; a second restore of
@@ -87,11 +63,11 @@ func remembers(f Filter, key string) bool {
 // restores to the same state. Also the two notices about what a checkpoint
 // does not record or records differently: the key settings (missing) and
 // the isolation level (changed).
-func TestBloomStateEvolve(t *testing.T) {
+func TestEvolve(t *testing.T) {
 	ctx := context.Background()
 	name := evolveName(t)
-	p24 := FilterParams{Window: 24 * time.Hour, Generations: 4, Capacity: 20_000, FPR: 1e-6}
-	p72 := FilterParams{Window: 72 * time.Hour, Generations: 4, Capacity: 60_000, FPR: 1e-6}
+	p24 := worker.FilterParams{Window: 24 * time.Hour, Generations: 4, Capacity: 20_000, FPR: 1e-6}
+	p72 := worker.FilterParams{Window: 72 * time.Hour, Generations: 4, Capacity: 60_000, FPR: 1e-6}
 	t0 := time.Date(2026, 3, 1, 5, 17, 0, 0, time.UTC)
 	keyAt := func(i int) (string, time.Time) {
 		return fmt.Sprintf("order-%d", i), t0.Add(time.Duration(i) * 10 * time.Minute)
@@ -99,10 +75,10 @@ func TestBloomStateEvolve(t *testing.T) {
 
 	// Before: 100 h of keys, one every 10 minutes, under 24 h.
 	a := memState(t, name, nil)
-	a.Isolation = ReadUncommitted
+	a.Isolation = worker.ReadUncommitted
 	h := a.Partition("in", 0)
-	if _, err := h.Restore(ctx, p24); !errors.Is(err, ErrNoCheckpoint) {
-		t.Fatalf("first restore = %v, want ErrNoCheckpoint", err)
+	if _, err := h.Restore(ctx, p24); !errors.Is(err, worker.ErrNoCheckpoint) {
+		t.Fatalf("first restore = %v, want worker.ErrNoCheckpoint", err)
 	}
 	if err := h.Claim(ctx, "a"); err != nil {
 		t.Fatal(err)
@@ -116,18 +92,18 @@ func TestBloomStateEvolve(t *testing.T) {
 		k, ts := keyAt(i)
 		f.TestAndAdd([]byte(k), ts)
 	}
-	if err := h.Commit(ctx, Checkpoint{InputOffset: before, Params: p24, Snapshot: f.Snapshot(), Owner: "a"}); err != nil {
+	if err := h.Commit(ctx, worker.Checkpoint{InputOffset: before, Params: p24, Snapshot: f.Snapshot(), Owner: "a"}); err != nil {
 		t.Fatal(err)
 	}
 	_, frontier := keyAt(before - 1)
 
 	// The restart with 72 h, twice: the second restore is the replay after
 	// a crash before any checkpoint of the new settings.
-	logs := &logBuffer{}
+	logs := &kafkatest.LogBuffer{}
 	b := memState(t, name, logs)
 	b.Key = checkpoint.KeyIdentity{Spec: "key", Normalize: "none", Hash: "murmur3-x64-128"}
-	b.Isolation = ReadUncommitted
-	restore := func(st *BloomState, offset int64) (PartitionStore, Filter) {
+	b.Isolation = worker.ReadUncommitted
+	restore := func(st *Store, offset int64) (worker.PartitionStore, worker.Filter) {
 		t.Helper()
 		h := st.Partition("in", 0)
 		r, err := h.Restore(ctx, p72)
@@ -204,7 +180,7 @@ func TestBloomStateEvolve(t *testing.T) {
 
 	// A checkpoint under the new settings: the new plan, the old generations
 	// still inside the new window, the key record and the isolation level.
-	if err := hb.Commit(ctx, Checkpoint{InputOffset: before + after, Params: p72, Snapshot: fb.Snapshot(), Owner: "b"}); err != nil {
+	if err := hb.Commit(ctx, worker.Checkpoint{InputOffset: before + after, Params: p72, Snapshot: fb.Snapshot(), Owner: "b"}); err != nil {
 		t.Fatal(err)
 	}
 	m := newestManifest(t, b)
@@ -212,17 +188,17 @@ func TestBloomStateEvolve(t *testing.T) {
 	for _, g := range m.Generations {
 		spans[g.End.Sub(g.Start)]++
 	}
-	if m.Filter.Window != 72*time.Hour || m.Key == nil || m.Isolation != string(ReadUncommitted) || spans[8*time.Hour] == 0 || spans[24*time.Hour] == 0 {
+	if m.Filter.Window != 72*time.Hour || m.Key == nil || m.Isolation != string(worker.ReadUncommitted) || spans[8*time.Hour] == 0 || spans[24*time.Hour] == 0 {
 		t.Fatalf("manifest after the change: window %v, key %v, isolation %q, generations by span %v; want 72h, a key, read_uncommitted, 8h and 24h spans",
 			m.Filter.Window, m.Key, m.Isolation, spans)
 	}
 
-	// Restored by a worker that reads at read_committed: the same state
+	// worker.Restored by a worker that reads at read_committed: the same state
 	// (encode → restore → same answers), and one warning naming both levels.
-	logs = &logBuffer{}
+	logs = &kafkatest.LogBuffer{}
 	c := memState(t, name, logs)
 	c.Key = b.Key
-	c.Isolation = ReadCommitted
+	c.Isolation = worker.ReadCommitted
 	_, fc := restore(c, before+after)
 	restore(c, before+after) // a second assignment: no second warning
 	x, y = filterGenerations(t, fb), filterGenerations(t, fc)
@@ -256,66 +232,15 @@ func TestBloomStateEvolve(t *testing.T) {
 	}
 }
 
-// TestWindowChangeKeepsMemory restarts a worker with --window 3h over
-// checkpoints written with 1h (4 generations: spans 20m → 1h): nothing is
-// replayed, a key seen inside the old window is still a duplicate (also
-// beyond where the old settings would have forgotten it), a key the old
-// settings had already forgotten stays forgotten, and the next restart
-// restores the checkpoint of the new settings with the old generations.
-func TestWindowChangeKeepsMemory(t *testing.T) {
-	t.Parallel()
-	brokers := newCluster(t, 1)
-	name := evolveName(t)
-	ex := realExtractor(t)
-	at := func(m int) time.Time { return base.Add(time.Duration(m) * time.Minute) }
-	key := func(i int) []byte { return []byte(fmt.Sprintf("k%d", i)) }
-	var evs []event
-	for i := range 100 { // k0..k99 at minutes 0..99
-		evs = append(evs, event{key: key(i), value: "a", ts: at(i)})
-	}
-	produce(t, brokers, evs)
-	a := startWorkerWith(t, realConfig(brokers), memState(t, name, nil), ex, nil)
-	waitFor(t, 60*time.Second, "first part consumed", func() bool { return a.consumed() == uint64(len(evs)) })
-	if err := a.stop(t); err != nil {
+// newestManifest reads the newest manifest of partition "in"/0 in st.
+func newestManifest(t *testing.T, st *Store) *checkpoint.Manifest {
+	t.Helper()
+	m, err := st.store.Partition("g", "in", 0).Restore(t.Context(),
+		func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+			return nil
+		})
+	if err != nil {
 		t.Fatal(err)
 	}
-
-	cfg := realConfig(brokers)
-	cfg.Filter.Window = 3 * time.Hour
-	second := []event{
-		{key: key(60), value: "b", ts: at(105)},       // 45m after: inside both windows
-		{key: key(45), value: "b", ts: at(140)},       // 95m after: kept at the change, inside 3h
-		{key: key(10), value: "b", ts: at(150)},       // 140m after, 89m before the change: forgotten already
-		{key: []byte("new"), value: "b", ts: at(151)}, // never seen
-	}
-	produce(t, brokers, second)
-	logs := &logBuffer{}
-	b := startWorkerWith(t, cfg, memState(t, name, logs), ex, nil)
-	caughtUp(t, b, map[int]int64{0: int64(len(evs) + len(second))})
-	if err := b.stop(t); err != nil {
-		t.Fatalf("restart with a longer window: %v", err)
-	}
-	if n := b.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
-		t.Errorf("replayed %v records; the checkpoint should have been used", n)
-	}
-	if out := logs.String(); !strings.Contains(out, "window 1h → 3h") {
-		t.Errorf("restart log does not name the window change:\n%s", out)
-	}
-
-	third := []event{{key: key(50), value: "c", ts: at(160)}} // 110m after, in an old generation
-	produce(t, brokers, third)
-	c := startWorkerWith(t, cfg, memState(t, name, nil), ex, nil)
-	caughtUp(t, c, map[int]int64{0: int64(len(evs) + len(second) + len(third))})
-	c.stop(t)
-	if n := c.metricSum(t, "bloomgate_recovery_replayed_records_total"); n != 0 {
-		t.Errorf("second restart replayed %v records", n)
-	}
-
-	want := []string{}
-	for _, e := range evs {
-		want = append(want, string(e.key))
-	}
-	want = append(want, "k10", "new")
-	checkKeys(t, "output", readTopic(t, brokers, tOut, 1), map[int][]string{0: want})
-	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 1), map[int][]string{0: {"k60", "k45", "k50"}})
+	return m
 }
