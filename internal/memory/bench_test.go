@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// BenchmarkCheckpoint measures issue 3's goal end to end with the
+// BenchmarkCheckpoint measures the checkpoint goals end to end with the
 // real filter (Store) and the real S3 server (versitygw): a shard of
 // Capacity BLOOMGATE_BENCH_KEYS (default 100 M) at p = 1 %, G = 2, filled
 // once with 95 % of that many distinct keys, is checkpointed the way the

@@ -7,15 +7,33 @@
 // Layout, one concern per file:
 //
 //	config.go       Config, defaults, Validate
-//	seams.go        the interfaces the worker needs (Filter, StateStore, Extractor)
-//	worker.go       New, Run: topic validation, group loop, one goroutine per partition
-//	partition.go    the partition processor: restore → recover → read → dedup → write
-//	recovery.go     exact recovery: input replay and output scan
+//	seams.go        what the worker needs from outside: Filter, StateStore,
+//	                PartitionStore, Planner, Extractor; Checkpoint, Restored
+//	worker.go       New, Run: topic checks, the group loop, one goroutine per partition
+//	liveness.go     group timings, the watchdog that rebuilds a stuck membership
+//	partition.go    a partition's lifecycle: session (recover → seed → replay →
+//	                run), housekeeping, checkpoint, finish on revoke or shutdown
+//	recovery.go     exact recovery: restore and claim, C/A/R, the output scan
+//	                (recoveryPlan)
+//	skipset.go      records written but not committed, found by the scan
+//	start.go        --start-from / --seed-from positions of a new group
+//	seed.go         seeding a new memory from another topic
+//	source.go       the partition's reader: the fetcher pump, batches
+//	batch.go        the per-batch path: handle, route, write, count, commit offer
+//	lookahead.go    a batch's keys extracted and looked up in one filter call
 //	output.go       the shared kafka.Writer, its Balancer, forwarded-record headers
-//	committer.go    the single offset committer of a generation
+//	writeerr.go     write failures summarised for logs and errors
+//	committer.go    the single offset committer of a generation; pause and
+//	                coordinator-contact guards
 //	checkpointer.go the background checkpoint upload of one partition
+//	progress.go     progress of seeding, replay and scans; the minute log line
+//	backoff.go      the wait between retries
 //	metrics.go      Prometheus metrics
 //	status.go       Status, the HTTP handler (/metrics, /healthz, /readyz, /status.json)
+//
+// The production StateStore is internal/memory (bloom shards checkpointed
+// in a checkpoint.Store); this package imports neither the filter nor the
+// store.
 //
 // Cost: one goroutine owns a partition's filter, so the hot path takes no
 // locks; per record it costs one key extraction and one filter probe; per batch

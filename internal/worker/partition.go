@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
 // partitionProc owns one assigned input partition: its filter, its reader,
@@ -87,7 +85,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		pp.pm.lag.Set(0)
 		pp.pm.setFilter(FilterStats{})
 	}()
-	backoff := 200 * time.Millisecond
+	b := newBackoff(200*time.Millisecond, 5*time.Second)
 	for {
 		began := time.Now()
 		err := pp.session(ctx)
@@ -104,15 +102,12 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 			return
 		}
 		if time.Since(began) > time.Minute {
-			backoff = 200 * time.Millisecond
+			b.reset() // a session that ran a while is a new failure
 		}
-		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
+		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", b.delay())
+		if !b.wait(ctx, 0) {
 			return
-		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -127,123 +122,14 @@ func (pp *partitionProc) setState(s string) {
 func (pp *partitionProc) session(ctx context.Context) error {
 	w := pp.w
 	start := w.deps.Now()
-	pp.setState("restoring")
-	// A fresh handle per session: a handle claims once, and after ErrFenced
-	// from Claim the store wants a new Restore on a new handle.
-	pp.store = w.deps.State.Partition(w.cfg.Input, pp.p)
-	restored, err := pp.restore(ctx)
+	pl, err := pp.recover(ctx)
 	if err != nil {
 		return err
 	}
-	pp.filter = restored.Filter
-	if err := pp.claim(ctx); err != nil {
-		return err
-	}
-
-	pp.setState("recovering")
-	in, err := w.bounds(ctx, w.cfg.Input, []int{pp.p})
-	if err != nil {
-		return err
-	}
-	ib := in[pp.p]
-	committed := pp.assigned
-	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
-	// A new group's partition: where to start forwarding and seeding.
-	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
-		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil || w.cfg.SeedTopic != "")
-	var seed int64
-	if fresh {
-		var start int64
-		if start, seed, err = pp.startOffsets(ctx, ib); err != nil {
-			return err
-		}
-		// Durable before anything is read: a restart must not resolve
-		// "latest" or "72h ago" again and skip or re-forward records.
-		if err := pp.com.commitNow(ctx, pp.p, start); err != nil {
-			return fmt.Errorf("committing the start offset %d: %w", start, err)
-		}
-		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
-			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
-		committed, pp.seeded, pp.seeding = start, seed, seed < start
-	}
-	// The seed topic's read: where the checkpoint left it, or, for a memory
-	// without a checkpoint, all of it.
-	pp.seedTopic = nil
-	switch {
-	case restored.InputOffset >= 0:
-		if restored.Seed != nil {
-			s := *restored.Seed
-			pp.seedTopic = &s
-		}
-	case w.cfg.SeedTopic != "":
-		if pp.seedTopic, err = pp.seedRange(ctx); err != nil {
-			return err
-		}
-		pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
-			"from", pp.seedTopic.Next, "to", pp.seedTopic.End, "records", pp.seedTopic.End-pp.seedTopic.Next)
-	}
-	if committed < 0 {
-		committed = ib.first
-	}
-	if haveCommitted && lastCommitted > committed {
-		committed = lastCommitted
-	}
-	if pp.next > committed { // an earlier session of this assignment got further
-		committed = pp.next
-	}
-	c := restored.InputOffset
-	if c < 0 && pp.seeded >= 0 {
-		c = pp.seeded
-	}
-	if c < ib.first {
-		if c >= 0 && restored.OutputOffsets != nil {
-			pp.log.Warn("input retention dropped records the checkpoint does not cover; keys among them are forgotten",
-				"checkpoint_offset", c, "log_start", ib.first)
-		}
-		c = ib.first
-	}
-	resume := max(c, committed)
-	if resume > ib.last {
-		pp.log.Warn("committed offset is beyond the high-water mark; input was truncated or recreated",
-			"committed", resume, "high_water_mark", ib.last)
-		resume = ib.last
-		c = min(c, resume)
-	}
-	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
-		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
-			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
-		c = resume - w.cfg.MaxReplay
-	}
-	switch {
-	case restored.InputOffset >= 0:
-		st := pp.filter.Stats()
-		attrs := []any{"checkpoint_seq", restored.Sequence, "checkpoint_offset", restored.InputOffset,
-			"estimated_keys", st.EstKeys, "replay_from", c, "replay_to", resume}
-		if !restored.Written.IsZero() {
-			attrs = append(attrs, "checkpoint_age", w.deps.Now().Sub(restored.Written).Round(time.Second).String())
-		}
-		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, replaying %d records", st.EstKeys, restored.Sequence, resume-c), attrs...)
-	case pp.seeding:
-		// "new group: starting" said what is seeded.
-	default:
-		pp.log.Info(fmt.Sprintf("no checkpoint; rebuilding the filter from the retained input, replaying %d records", resume-c),
-			"replay_from", c, "replay_to", resume)
-	}
-	var scan *progress
-	skip, from, to, scanned, err := w.scanWritten(ctx, pp.p, resume, restored.OutputOffsets, func(done, total int64) {
-		if scan == nil {
-			scan = pp.beginProgress(phaseScanning, 0, total)
-		}
-		scan.update(done, 0)
-	})
-	if scan != nil {
-		scan.end()
-	}
-	if err != nil {
-		return err
-	}
-	pp.skip, pp.scanFrom, pp.scanTo = skip, from, to
-	pp.pm.alreadyWritten.Add(float64(skip.len()))
+	c, resume, restored := pl.c, pl.resume, pl.restored
+	pp.store, pp.filter, pp.seedTopic = pl.store, restored.Filter, pl.seedTopic
+	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
+	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
 
 	src, err := w.newFetcher(w.cfg.Input, pp.p, c)
@@ -263,7 +149,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.cp.start()
 	defer pp.cp.stop()
-	if fresh {
+	if pl.fresh {
 		// The seeding range is durable too: a restart replays [seed,
 		// start) from this checkpoint instead of the whole retained input.
 		if err := pp.cp.commit(ctx, pp.checkpoint()); err != nil {
@@ -326,11 +212,11 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	took := w.deps.Now().Sub(start)
 	w.m.recoveryDuration.WithLabelValues(w.cfg.Input).Observe(took.Seconds())
 	pp.log.Info("partition recovered",
-		"checkpoint_offset", c, "committed_offset", committed, "resume_offset", resume,
-		"replayed", replayed, "output_scanned", scanned, "already_written", skip.len(), "took", took)
+		"checkpoint_offset", c, "committed_offset", pl.committed, "resume_offset", resume,
+		"replayed", replayed, "output_scanned", pl.scanned, "already_written", pl.skip.len(), "took", took)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
-		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, skip.len(), took
-		ps.NextOffset, ps.Committed = pp.next, committed
+		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, pl.skip.len(), took
+		ps.NextOffset, ps.Committed = pp.next, pl.committed
 	})
 	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
 	pp.pm.setFilter(pp.stats)
@@ -349,309 +235,6 @@ func (pp *partitionProc) session(ctx context.Context) error {
 			return err
 		}
 		pp.housekeeping(ctx)
-	}
-}
-
-// restore loads the partition's checkpoint, retrying store failures until
-// ctx ends.
-func (pp *partitionProc) restore(ctx context.Context) (*Restored, error) {
-	w := pp.w
-	backoff := 200 * time.Millisecond
-	for {
-		r, err := pp.store.Restore(ctx, w.params)
-		switch {
-		case err == nil:
-			return r, nil
-		case errors.Is(err, ErrNoCheckpoint):
-			// The session logs what it does instead (new group, or a
-			// rebuild from the retained input).
-			return pp.empty()
-		case errors.Is(err, ErrNoUsableCheckpoint):
-			if w.cfg.OnRestoreFailure == RestoreEmpty {
-				pp.log.Error("no usable checkpoint; starting from the retained input (on-restore-failure=empty)", "err", err)
-				return pp.empty()
-			}
-			return nil, fmt.Errorf("%w: restoring %s/%d: %w (set on-restore-failure=empty to start from the retained input)",
-				errFatal, w.cfg.Input, pp.p, err)
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		}
-		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
-}
-
-func (pp *partitionProc) empty() (*Restored, error) {
-	f, err := pp.w.deps.State.NewFilter(pp.w.params)
-	if err != nil {
-		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
-	}
-	return &Restored{Filter: f, InputOffset: -1}, nil
-}
-
-func (pp *partitionProc) claim(ctx context.Context) error {
-	backoff := 200 * time.Millisecond
-	for {
-		err := pp.store.Claim(ctx, pp.w.cfg.Owner)
-		if err == nil || ctx.Err() != nil {
-			return err
-		}
-		if errors.Is(err, ErrFenced) {
-			// Someone wrote a newer checkpoint between our Restore and Claim.
-			return fmt.Errorf("claiming checkpoint: %w", err)
-		}
-		pp.log.Warn("claiming checkpoint failed; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 10*time.Second)
-	}
-}
-
-// tally counts one batch; applied only once its writes are acknowledged.
-type tally struct {
-	consumed, forwarded, duplicates, replayed uint64
-	markers, aborted                          int
-	deadLettered, dropped                     map[string]uint64
-}
-
-func (t *tally) dead(reason string) {
-	if t.deadLettered == nil {
-		t.deadLettered = map[string]uint64{}
-	}
-	t.deadLettered[reason]++
-}
-
-func (t *tally) drop(reason string) {
-	if t.dropped == nil {
-		t.dropped = map[string]uint64{}
-	}
-	t.dropped[reason]++
-}
-
-// handle processes one batch: replay below resume, dedup and route above,
-// one acknowledged write, then the offset goes to the committer.
-func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
-	w := pp.w
-	pp.rb.reset(pp.p)
-	var t tally
-	batch := b.msgs
-	pp.filterAhead(batch)
-	next := pp.next
-	var fatal error
-	hwm := b.hwm
-	for i := range batch {
-		m := &batch[i]
-		if m.Offset < next {
-			continue
-		}
-		if m.Offset < pp.resume {
-			// Handled before the crash or rebalance: only rebuild the filter.
-			pp.lookup(i, m)
-			t.replayed++
-			next = m.Offset + 1
-			continue
-		}
-		seen, err := pp.lookup(i, m)
-		if err != nil {
-			reason := reasonOf(err)
-			if e, ok := pp.skip.take(m.Offset); ok {
-				t.consumed++
-				pp.countWritten(&t, e, reason)
-				next = m.Offset + 1
-				continue
-			}
-			switch w.cfg.OnMissingKey {
-			case MissingKeyDeadLetter:
-				pp.rb.add(w.cfg.DeadLetter, m, reason)
-				t.dead(reason)
-			case MissingKeyForward:
-				pp.rb.add(w.cfg.Output, m, "")
-				t.forwarded++
-			case MissingKeyDrop:
-				t.drop(reason)
-			default: // fail: stop before this record
-				fatal = fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
-					errFatal, w.cfg.Input, pp.p, m.Offset, reason)
-			}
-			if fatal != nil {
-				break
-			}
-			t.consumed++
-			next = m.Offset + 1
-			continue
-		}
-		t.consumed++
-		next = m.Offset + 1
-		if e, ok := pp.skip.take(m.Offset); ok {
-			// Written before the crash, not committed: do not write again.
-			pp.countWritten(&t, e, "")
-			continue
-		}
-		if seen {
-			t.duplicates++
-			if w.cfg.Duplicates != "" {
-				pp.rb.add(w.cfg.Duplicates, m, "")
-			}
-			continue
-		}
-		t.forwarded++
-		pp.rb.add(w.cfg.Output, m, "")
-	}
-
-	if len(pp.rb.msgs) > 0 {
-		if lost(ctx) {
-			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
-		}
-		if pp.com.pausedTooLong() {
-			// A zombie: the group has moved this partition on.
-			pp.com.fence(errPaused)
-			return 0, fmt.Errorf("not writing: %w", errPaused)
-		}
-		// A write is never cancelled by a revoke: cancelled writes may still
-		// land later. WriteTimeout bounds it.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-		err := w.out.write(wctx, pp.p, pp.rb.msgs)
-		cancel()
-		if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
-			err = errors.New("acknowledgement lost (test)")
-		}
-		var tooLarge kafka.MessageTooLargeError
-		if errors.As(err, &tooLarge) {
-			// Nothing was written; retrying cannot help.
-			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds --max-batch-bytes %d; raise it (e.g. --max-batch-bytes 4MiB) and the output topics' max.message.bytes with it",
-				errFatal, w.cfg.Input, pp.p, headerValue(tooLarge.Message.Headers, HeaderSrcOffset),
-				len(tooLarge.Message.Key)+len(tooLarge.Message.Value), w.cfg.MaxBatchBytes)
-		}
-		if err != nil {
-			pp.pm.writeFailures.Inc()
-			n := len(pp.rb.msgs)
-			var we kafka.WriteErrors
-			if !errors.As(err, &we) {
-				// Returned on the deadline: records may still be queued or in
-				// flight. The recovery that follows scans the output, so they
-				// must have completed first; if they do not in time, stop
-				// rather than risk writing them twice.
-				if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
-					return 0, fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
-						"stopping so that it cannot land after the recovery scan",
-						errFatal, w.cfg.Input, pp.p, 4*w.cfg.WriteTimeout+5*time.Second, err)
-				}
-			}
-			// The failed records may still be referenced by the writer.
-			pp.rb = recordBuilder{}
-			return 0, fmt.Errorf("writing %d records: %w", n, summarizeWriteErrors(err))
-		}
-	}
-	if fatal == nil {
-		// Markers, aborted records and gaps after the last record.
-		next = max(next, b.next)
-		t.markers, t.aborted = b.markers, b.aborted
-	}
-	pp.apply(&t)
-	pp.next = next
-	if hwm >= 0 {
-		pp.pm.lag.Set(float64(max(hwm-next, 0)))
-	}
-	if w.hooks.AfterWrite != nil {
-		w.hooks.AfterWrite(pp.p, next)
-	}
-	pp.offerCommit(ctx)
-	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
-		ps.NextOffset = pp.next
-		if hwm >= 0 {
-			ps.Lag = max(hwm-next, 0)
-		}
-		ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
-			pp.consumed, pp.forwarded, pp.duplicates, pp.deadLettered, pp.dropped
-		ps.SkippedMarkers, ps.SkippedAborted = pp.skippedMarkers, pp.skippedAborted
-	})
-	if fatal != nil {
-		return int64(t.replayed), fatal
-	}
-	return int64(t.replayed), nil
-}
-
-// countWritten counts a record found by the recovery scan where it was written.
-func (pp *partitionProc) countWritten(t *tally, e skipEntry, reason string) {
-	switch e.kind {
-	case toDuplicates:
-		t.duplicates++
-	case toDeadLetter:
-		if e.reason != "" {
-			reason = e.reason
-		}
-		if reason == "" {
-			reason = "other"
-		}
-		t.dead(reason)
-	default:
-		t.forwarded++
-	}
-}
-
-func (pp *partitionProc) apply(t *tally) {
-	pm := pp.pm
-	pm.consumed.Add(float64(t.consumed))
-	pm.forwarded.Add(float64(t.forwarded))
-	pm.duplicates.Add(float64(t.duplicates))
-	pm.replayed.Add(float64(t.replayed))
-	pp.consumed += t.consumed
-	pp.forwarded += t.forwarded
-	pp.duplicates += t.duplicates
-	pp.w.count.consumed.Add(t.consumed)
-	pp.w.count.forwarded.Add(t.forwarded)
-	pp.w.count.duplicates.Add(t.duplicates)
-	pp.rateCount += t.consumed
-	pm.skippedMarkers.Add(float64(t.markers))
-	pm.skippedAborted.Add(float64(t.aborted))
-	pp.skippedMarkers += uint64(t.markers)
-	pp.skippedAborted += uint64(t.aborted)
-	for r, n := range t.deadLettered {
-		c, ok := pm.deadLettered[r]
-		if !ok {
-			c = pm.deadLettered["other"]
-		}
-		c.Add(float64(n))
-		pp.deadLettered += n
-		pp.w.count.deadLettered.Add(n)
-	}
-	for r, n := range t.dropped {
-		c, ok := pm.dropped[r]
-		if !ok {
-			c = pm.dropped["other"]
-		}
-		c.Add(float64(n))
-		pp.dropped += n
-		pp.w.count.dropped.Add(n)
-	}
-}
-
-// offerCommit hands the acknowledged position to the committer unless
-// checkpoints are too stale.
-func (pp *partitionProc) offerCommit(ctx context.Context) {
-	lastOK, _, lastErr := pp.cp.state()
-	bound := pp.w.cfg.MaxCheckpointStaleness
-	stale := bound >= 0 && pp.w.deps.Now().Sub(lastOK) > bound
-	if stale != pp.commitsPaused {
-		pp.commitsPaused = stale
-		if stale {
-			pp.log.Error("checkpoints are failing beyond max staleness; offset commits paused until one succeeds",
-				"last_success", lastOK, "err", lastErr)
-		} else {
-			pp.log.Info("checkpoint succeeded; offset commits resumed")
-		}
-	}
-	// Below resume the group already committed further: never move it back.
-	if !stale && pp.next >= pp.resume {
-		pp.com.offer(ctx, pp.p, pp.next)
 	}
 }
 
@@ -787,16 +370,4 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 func lost(ctx context.Context) bool {
 	cause := context.Cause(ctx)
 	return cause != nil && (errors.Is(cause, errFencedPartition) || errors.Is(cause, errStaleGeneration))
-}
-
-// reasonOf maps an extraction error to its reason label.
-func reasonOf(err error) string {
-	if r := keys.ReasonOf(err); r != "" {
-		return r
-	}
-	var ke *KeyError
-	if errors.As(err, &ke) && ke.Reason != "" {
-		return ke.Reason
-	}
-	return "other"
 }

@@ -26,20 +26,6 @@ import (
 // Processing in input order (instead of inserting scanned keys first) keeps
 // the filter a pure function of the input sequence, rotation included.
 
-// writtenKind says where a scanned record was found.
-type writtenKind uint8
-
-const (
-	toOutput writtenKind = iota
-	toDuplicates
-	toDeadLetter
-)
-
-type skipEntry struct {
-	kind   writtenKind
-	reason string // bloomgate-error of a dead-lettered record
-}
-
 type offsetBounds struct{ first, last int64 } // log start and high-water mark
 
 // bounds lists log start and high-water mark of partitions of one topic.
@@ -262,4 +248,207 @@ func headerValue(hs []kafka.Header, key string) string {
 		}
 	}
 	return ""
+}
+
+// restore loads the partition's newest usable checkpoint through h,
+// retrying store failures until ctx ends. None at all is an empty memory;
+// none usable is one too with on-restore-failure=empty, else fatal.
+func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restored, error) {
+	w := pp.w
+	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		r, err := h.Restore(ctx, w.params)
+		switch {
+		case err == nil:
+			return r, nil
+		case errors.Is(err, ErrNoCheckpoint):
+			// The session logs what it does instead (new group, or a
+			// rebuild from the retained input).
+			return pp.empty()
+		case errors.Is(err, ErrNoUsableCheckpoint):
+			if w.cfg.OnRestoreFailure == RestoreEmpty {
+				pp.log.Error("no usable checkpoint; starting from the retained input (on-restore-failure=empty)", "err", err)
+				return pp.empty()
+			}
+			return nil, fmt.Errorf("%w: restoring %s/%d: %w (set on-restore-failure=empty to start from the retained input)",
+				errFatal, w.cfg.Input, pp.p, err)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		}
+		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", b.delay())
+		if !b.wait(ctx, 0) {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (pp *partitionProc) empty() (*Restored, error) {
+	f, err := pp.w.deps.State.NewFilter(pp.w.params)
+	if err != nil {
+		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
+	}
+	return &Restored{Filter: f, InputOffset: -1}, nil
+}
+
+// claim fences earlier owners through h, retrying store failures until ctx
+// ends; ErrFenced (someone committed between Restore and Claim) ends the
+// session, whose successor restores again.
+func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
+	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		err := h.Claim(ctx, pp.w.cfg.Owner)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		if errors.Is(err, ErrFenced) {
+			return fmt.Errorf("claiming checkpoint: %w", err)
+		}
+		pp.log.Warn("claiming checkpoint failed; retrying", "err", err, "backoff", b.delay())
+		if !b.wait(ctx, 0) {
+			return ctx.Err()
+		}
+	}
+}
+
+// recoveryPlan is what recovery decides before a session reads its input
+// (see the top of this file): the restored and claimed checkpoint, C, A and
+// R, the skip set and where the output scan ran, and the seed topic's read.
+type recoveryPlan struct {
+	store    PartitionStore // this session's handle: claimed
+	restored *Restored
+	// fresh: a new group's partition; its start offset is committed and
+	// its initial checkpoint is due before anything is read.
+	fresh     bool
+	committed int64 // A: the group's committed offset, or where this process got to
+	c, resume int64 // C: where reading starts; R: where forwarding resumes
+	skip      *skipSet
+	scanFrom  map[topicPartition]int64 // per written partition: where the scan began
+	scanTo    map[topicPartition]int64 // … and the high-water mark it ran to
+	scanned   int
+	seedTopic *SeedProgress // the seed topic's unfinished read, if any
+}
+
+// recover restores and claims the partition's newest usable checkpoint and
+// decides C, A and R and the skip set (recovery.go's top comment), logging
+// what it will do. It changes no session state of pp; for a new group it
+// commits the start offset and records the seeding range in pp (assignment
+// state: a later session of the same assignment needs it).
+func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
+	w := pp.w
+	pp.setState("restoring")
+	// A fresh handle per session: a handle claims once, and after ErrFenced
+	// from Claim the store wants a new Restore on a new handle.
+	pl := &recoveryPlan{store: w.deps.State.Partition(w.cfg.Input, pp.p)}
+	restored, err := pp.restore(ctx, pl.store)
+	if err != nil {
+		return nil, err
+	}
+	pl.restored = restored
+	if err := pp.claim(ctx, pl.store); err != nil {
+		return nil, err
+	}
+
+	pp.setState("recovering")
+	in, err := w.bounds(ctx, w.cfg.Input, []int{pp.p})
+	if err != nil {
+		return nil, err
+	}
+	ib := in[pp.p]
+	committed := pp.assigned
+	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
+	// A new group's partition: where to start forwarding and seeding.
+	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
+		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil || w.cfg.SeedTopic != "")
+	var seed int64
+	if fresh {
+		var start int64
+		if start, seed, err = pp.startOffsets(ctx, ib); err != nil {
+			return nil, err
+		}
+		// Durable before anything is read: a restart must not resolve
+		// "latest" or "72h ago" again and skip or re-forward records.
+		if err := pp.com.commitNow(ctx, pp.p, start); err != nil {
+			return nil, fmt.Errorf("committing the start offset %d: %w", start, err)
+		}
+		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
+			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
+		committed, pp.seeded, pp.seeding = start, seed, seed < start
+	}
+	// The seed topic's read: where the checkpoint left it, or, for a memory
+	// without a checkpoint, all of it.
+	switch {
+	case restored.InputOffset >= 0:
+		if restored.Seed != nil {
+			s := *restored.Seed
+			pl.seedTopic = &s
+		}
+	case w.cfg.SeedTopic != "":
+		if pl.seedTopic, err = pp.seedRange(ctx); err != nil {
+			return nil, err
+		}
+		pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
+			"from", pl.seedTopic.Next, "to", pl.seedTopic.End, "records", pl.seedTopic.End-pl.seedTopic.Next)
+	}
+	if committed < 0 {
+		committed = ib.first
+	}
+	if haveCommitted && lastCommitted > committed {
+		committed = lastCommitted
+	}
+	if pp.next > committed { // an earlier session of this assignment got further
+		committed = pp.next
+	}
+	c := restored.InputOffset
+	if c < 0 && pp.seeded >= 0 {
+		c = pp.seeded
+	}
+	if c < ib.first {
+		if c >= 0 && restored.OutputOffsets != nil {
+			pp.log.Warn("input retention dropped records the checkpoint does not cover; keys among them are forgotten",
+				"checkpoint_offset", c, "log_start", ib.first)
+		}
+		c = ib.first
+	}
+	resume := max(c, committed)
+	if resume > ib.last {
+		pp.log.Warn("committed offset is beyond the high-water mark; input was truncated or recreated",
+			"committed", resume, "high_water_mark", ib.last)
+		resume = ib.last
+		c = min(c, resume)
+	}
+	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
+		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
+			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
+		c = resume - w.cfg.MaxReplay
+	}
+	switch {
+	case restored.InputOffset >= 0:
+		st := restored.Filter.Stats()
+		attrs := []any{"checkpoint_seq", restored.Sequence, "checkpoint_offset", restored.InputOffset,
+			"estimated_keys", st.EstKeys, "replay_from", c, "replay_to", resume}
+		if !restored.Written.IsZero() {
+			attrs = append(attrs, "checkpoint_age", w.deps.Now().Sub(restored.Written).Round(time.Second).String())
+		}
+		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, replaying %d records", st.EstKeys, restored.Sequence, resume-c), attrs...)
+	case pp.seeding:
+		// "new group: starting" said what is seeded.
+	default:
+		pp.log.Info(fmt.Sprintf("no checkpoint; rebuilding the filter from the retained input, replaying %d records", resume-c),
+			"replay_from", c, "replay_to", resume)
+	}
+	var scan *progress
+	pl.skip, pl.scanFrom, pl.scanTo, pl.scanned, err = w.scanWritten(ctx, pp.p, resume, restored.OutputOffsets, func(done, total int64) {
+		if scan == nil {
+			scan = pp.beginProgress(phaseScanning, 0, total)
+		}
+		scan.update(done, 0)
+	})
+	if scan != nil {
+		scan.end()
+	}
+	if err != nil {
+		return nil, err
+	}
+	pl.fresh, pl.committed, pl.c, pl.resume = fresh, committed, c, resume
+	return pl, nil
 }

@@ -154,10 +154,11 @@ type Extractor interface {
 	Extract(dst []byte, key, value []byte, headers []kafka.Header) ([]byte, error)
 }
 
-// KeyError is a key extraction failure with a reason from a small fixed set
-// ("missing", "empty", "malformed_json", "too_large", "invalid_utf8",
-// "null_key", "bad_url"), used as a metric label and as the bloomgate-error
-// header of dead-lettered records.
+// KeyError is a key extraction failure with a reason from the small fixed
+// set of keys.Reasons (missing, empty, malformed_json, too_large,
+// invalid_utf8, null_key, bad_url, unsupported_type), used as a metric label
+// and as the bloomgate-error header of dead-lettered records. An Extractor
+// may return a *keys.Error instead; reasonOf reads both.
 type KeyError struct{ Reason string }
 
 func (e *KeyError) Error() string { return "extracting key: " + e.Reason }

@@ -292,3 +292,17 @@ func (s *skipSet) len() int {
 	s.settle()
 	return s.n
 }
+
+// writtenKind says where a scanned record was found.
+type writtenKind uint8
+
+const (
+	toOutput writtenKind = iota
+	toDuplicates
+	toDeadLetter
+)
+
+type skipEntry struct {
+	kind   writtenKind
+	reason string // bloomgate-error of a dead-lettered record
+}

@@ -76,7 +76,7 @@ const (
 // or a failure lasting fetchGiveUp is handed over as an error, after which
 // the pump stops.
 func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
-	backoff := 100 * time.Millisecond
+	b := newBackoff(100*time.Millisecond, fetchRetryBackoff)
 	var failingSince time.Time
 	for ctx.Err() == nil {
 		from := f.Offset()
@@ -96,16 +96,14 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				}
 				return
 			}
-			pp.log.Debug("fetch failed; retrying", "err", err, "backoff", backoff)
-			select {
-			case <-ctx.Done():
+			pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+			if !b.wait(ctx, 0) {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, fetchRetryBackoff)
 			continue
 		}
-		failingSince, backoff = time.Time{}, 100*time.Millisecond
+		failingSince = time.Time{}
+		b.reset()
 		if c.Next == from && len(c.Records) == 0 {
 			// Nothing new: only the offsets are news (an open transaction
 			// holds the LSO).

@@ -357,7 +357,8 @@ func (w *Worker) readMetadata(ctx context.Context, names []string) (*kafka.Metad
 	start := time.Now()
 	deadline := start.Add(startupRetry)
 	attempts := 0
-	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	b := newBackoff(200*time.Millisecond, 5*time.Second)
+	for {
 		attempts++
 		md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 		if err == nil {
@@ -373,12 +374,9 @@ func (w *Worker) readMetadata(ctx context.Context, names []string) (*kafka.Metad
 			return nil, brokersUnreachable(w.cfg.Brokers, attempts, now.Sub(start), err)
 		}
 		w.log.Warn("brokers unreachable; retrying until the start-up bound, then stopping",
-			"brokers", w.cfg.Brokers, "err", err, "retry_in", backoff,
+			"brokers", w.cfg.Brokers, "err", err, "retry_in", min(b.delay(), time.Until(deadline)).Round(time.Millisecond),
 			"start_up_bound", startupRetry, "gives_up_in", time.Until(deadline).Round(time.Second))
-		select {
-		case <-ctx.Done():
-		case <-time.After(min(backoff, max(time.Until(deadline), 0)+time.Millisecond)):
-		}
+		b.wait(ctx, max(time.Until(deadline), 0)+time.Millisecond)
 	}
 }
 
