@@ -116,12 +116,3 @@ func TestInspectJSONGolden(t *testing.T) {
 	}
 	checkGolden(t, "inspect.json", append(b, '\n'))
 }
-
-// TestInspectTextGolden pins the human report (and serves as its example).
-func TestInspectTextGolden(t *testing.T) {
-	var b strings.Builder
-	if err := goldenReport(t).WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	checkGolden(t, "inspect.txt", []byte(b.String()))
-}
