@@ -270,7 +270,7 @@ func writeDevSummary(w io.Writer, s devSummary) {
 			row("", "%d partitions claimed, no filter state written yet (every %s, and at shutdown)", s.sizes.partitions, devCheckpointInterval)
 		} else {
 			row("", "%d partitions, %s in the newest checkpoints (%s stored, %d objects), ~%d keys estimated",
-				s.sizes.partitions, bytesText(s.sizes.bytes), bytesText(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
+				s.sizes.partitions, byteSize(s.sizes.bytes), byteSize(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
 		}
 	}
 	row("fresh state", "every run writes to a new run-… directory: the demo broker is in memory and")
@@ -320,7 +320,7 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 	row("false positives", "%d = unique %s never forwarded, %.4f%% of unique keys (filter target %g%%)",
 		k.missing, sc.keyNoun, 100*float64(k.missing)/float64(t.unique), target)
 	row("repartition hop", "a second write and read of every link: %d records, %s in %s (the input: %s),",
-		k.hopRecords, bytesText(k.hopBytes), s.hopTopic, bytesText(t.bytes))
+		k.hopRecords, byteSize(k.hopBytes), s.hopTopic, byteSize(t.bytes))
 	row("", "%d copies from retries; its throughput cost is measured in docs/benchmarks.md", max(k.hopRecords-t.events, 0))
 }
 
@@ -415,16 +415,4 @@ func rateText(r int) string {
 		return "unlimited"
 	}
 	return fmt.Sprintf("%d/s", r)
-}
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }

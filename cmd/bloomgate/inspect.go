@@ -7,9 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
@@ -82,12 +85,65 @@ Flags:
 		enc.SetIndent("", "  ")
 		err = enc.Encode(rep)
 	} else {
-		err = rep.WriteText(stdout)
+		err = writeInspectText(stdout, rep)
 	}
 	if err != nil {
 		return exitCode(stderr, "inspect", fmt.Errorf("writing the report: %w", err))
 	}
 	return exitOK
+}
+
+// writeInspectText writes the report for people: one block per partition
+// with its generations. --json prints the report's own encoding instead.
+func writeInspectText(w io.Writer, r *checkpoint.Report) error {
+	bw := &errWriter{w: w}
+	kv := func(k, format string, args ...any) {
+		fmt.Fprintf(bw, "  %-15s %s\n", k, fmt.Sprintf(format, args...))
+	}
+	fmt.Fprintf(bw, "location %s (%d partitions)\n", r.URL, len(r.Partitions))
+	for _, p := range r.Partitions {
+		fmt.Fprintf(bw, "\n%s / %s / %d: seq %d (%d manifests kept)\n", p.Group, p.Topic, p.Partition, p.Seq, p.Manifests)
+		if p.Error != "" {
+			kv("error", "%s", p.Error)
+			continue
+		}
+		kv("created", "%s (%s ago) by %s", p.CreatedAt.Format(time.RFC3339), p.AgeText, p.Owner)
+		if p.Empty {
+			kv("state", "empty claim (no filter state)")
+			continue
+		}
+		kv("input offset", "%d", p.InputOffset)
+		for _, topic := range slices.Sorted(maps.Keys(p.OutputOffsets)) {
+			offsets := p.OutputOffsets[topic]
+			var b strings.Builder
+			for i, part := range slices.Sorted(maps.Keys(offsets)) {
+				if i > 0 {
+					b.WriteString(" ")
+				}
+				fmt.Fprintf(&b, "%d:%d", part, offsets[part])
+			}
+			kv("output offsets", "%s %s", topic, b.String())
+		}
+		kv("filter", "window %s, %d generations, capacity %d, fpr %g", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
+		if p.Key != nil {
+			kv("key", "%s", p.Key)
+		}
+		kv("keyed hash", "%v", p.KeyedHash)
+		kv("estimate", "%d keys, fpr %.3g", p.EstKeys, p.EstFPR)
+		kv("bytes", "%s referenced, %s stored in %d objects", byteSize(p.Bytes), byteSize(p.StoredBytes), p.Objects)
+		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes\n")
+		for _, g := range p.Generations {
+			state := "live"
+			if g.Sealed {
+				state = "sealed"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s\n", g.ID, state,
+				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, byteSize(g.Bytes))
+		}
+		tw.Flush()
+	}
+	return bw.err
 }
 
 // exitEmpty is inspect's exit code for a reachable location without

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -16,7 +14,9 @@ import (
 // checkpoints at all.
 var ErrEmptyLocation = errors.New("no checkpoints at this location")
 
-// Report describes every partition checkpointed at a location.
+// Report describes every partition checkpointed at a location. It is data
+// only: its JSON encoding is what `bloomgate inspect --json` prints, and the
+// command renders the text form from it.
 type Report struct {
 	URL         string            `json:"url"`
 	GeneratedAt time.Time         `json:"generated_at"`
@@ -151,99 +151,4 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 		return a.Partition < b.Partition
 	})
 	return rep, nil
-}
-
-// WriteText writes the report for humans: one block per partition with its
-// generations.
-func (r *Report) WriteText(w io.Writer) error {
-	bw := &errWriter{w: w}
-	kv := func(k, format string, args ...any) {
-		fmt.Fprintf(bw, "  %-15s %s\n", k, fmt.Sprintf(format, args...))
-	}
-	fmt.Fprintf(bw, "location %s (%d partitions)\n", r.URL, len(r.Partitions))
-	for _, p := range r.Partitions {
-		fmt.Fprintf(bw, "\n%s / %s / %d: seq %d (%d manifests kept)\n", p.Group, p.Topic, p.Partition, p.Seq, p.Manifests)
-		if p.Error != "" {
-			kv("error", "%s", p.Error)
-			continue
-		}
-		kv("created", "%s (%s ago) by %s", p.CreatedAt.Format(time.RFC3339), p.AgeText, p.Owner)
-		if p.Empty {
-			kv("state", "empty claim (no filter state)")
-			continue
-		}
-		kv("input offset", "%d", p.InputOffset)
-		for _, topic := range sortedKeys(p.OutputOffsets) {
-			parts := p.OutputOffsets[topic]
-			ps := make([]int, 0, len(parts))
-			for k := range parts {
-				ps = append(ps, k)
-			}
-			sort.Ints(ps)
-			var b strings.Builder
-			for i, k := range ps {
-				if i > 0 {
-					b.WriteString(" ")
-				}
-				fmt.Fprintf(&b, "%d:%d", k, parts[k])
-			}
-			kv("output offsets", "%s %s", topic, b.String())
-		}
-		kv("filter", "window %s, %d generations, capacity %d, fpr %g", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
-		if p.Key != nil {
-			kv("key", "%s", p.Key)
-		}
-		kv("keyed hash", "%v", p.KeyedHash)
-		kv("estimate", "%d keys, fpr %.3g", p.EstKeys, p.EstFPR)
-		kv("bytes", "%s referenced, %s stored in %d objects", humanBytes(p.Bytes), humanBytes(p.StoredBytes), p.Objects)
-		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes\n")
-		for _, g := range p.Generations {
-			state := "live"
-			if g.Sealed {
-				state = "sealed"
-			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s\n", g.ID, state,
-				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, humanBytes(g.Bytes))
-		}
-		tw.Flush()
-	}
-	return bw.err
-}
-
-// errWriter keeps the first write error, so formatting code stays linear.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(b []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(b)
-	e.err = err
-	return n, err
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
