@@ -322,7 +322,9 @@ func (d *demo) monitor() (func() error, func(error)) {
 				pr.line(start, d.produced.Load(), p)
 				lastPrint = now
 			}
-			if p.counts.consumed != lastConsumed || !produced {
+			// The drain clock starts at the first look: a producer that
+			// finished before it must not count as time without progress.
+			if p.counts.consumed != lastConsumed || !produced || lastChange.IsZero() {
 				lastConsumed, lastChange = p.counts.consumed, now
 			}
 			switch {
