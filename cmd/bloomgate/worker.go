@@ -193,7 +193,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		Duplicates:   cfg.Duplicates,
 		DeadLetter:   cfg.DeadLetter,
 		OnMissingKey: worker.MissingKeyPolicy(cfg.OnMissingKey),
-		Filter: worker.FilterConfig{
+		Filter: worker.FilterParams{
 			Window:      cfg.Window,
 			Generations: cfg.Generations,
 			Capacity:    cfg.Capacity,

@@ -61,16 +61,6 @@ const (
 	RestoreEmpty RestorePolicy = "empty" // start as if no checkpoint existed (replay the retained input)
 )
 
-// FilterConfig sizes the filters.
-type FilterConfig struct {
-	Window      time.Duration
-	Generations int
-	// Capacity is the expected number of distinct keys per window in the
-	// whole input topic; each partition gets Capacity / partitions.
-	Capacity uint64
-	FPR      float64
-}
-
 // Config is everything the worker needs. Zero durations and sizes take the
 // defaults documented on each field.
 type Config struct {
@@ -82,7 +72,10 @@ type Config struct {
 	DeadLetter string // optional: records whose key cannot be extracted
 
 	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else forward
-	Filter       FilterConfig
+	// Filter sizes the filters; its Capacity is the expected number of
+	// distinct keys per window in the whole input topic, and each
+	// partition's filter gets Capacity / partitions (rounded up).
+	Filter       FilterParams
 	Partitioning Partitioning // default same
 	// StartFrom is where a partition with neither a committed offset nor a
 	// checkpoint (a new group) begins forwarding; default earliest. Any
@@ -310,9 +303,9 @@ func (c Config) Validate() error {
 
 // partitionParams gives one partition's share of the topic-wide capacity.
 func (c Config) partitionParams(partitions int) FilterParams {
-	capacity := c.Filter.Capacity
+	p := c.Filter
 	if partitions > 1 {
-		capacity = (capacity + uint64(partitions) - 1) / uint64(partitions)
+		p.Capacity = (p.Capacity + uint64(partitions) - 1) / uint64(partitions)
 	}
-	return FilterParams{Window: c.Filter.Window, Generations: c.Filter.Generations, Capacity: capacity, FPR: c.Filter.FPR}
+	return p
 }

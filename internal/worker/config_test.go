@@ -11,7 +11,7 @@ import (
 func validConfig() Config {
 	return Config{
 		Brokers: []string{"127.0.0.1:9092"}, Input: "in", Output: "out",
-		Filter: FilterConfig{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01},
+		Filter: FilterParams{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01},
 	}
 }
 
