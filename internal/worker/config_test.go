@@ -161,3 +161,37 @@ func TestRecordBuilderHeaders(t *testing.T) {
 		t.Errorf("srcOf accepted a record without partition header")
 	}
 }
+
+// TestStalenessNoBound: with MaxCheckpointStaleness NoBound (what
+// `bloomgate run --max-checkpoint-staleness 0s` passes) and every
+// checkpoint failing, offset commits go on: nothing pauses them.
+func TestStalenessNoBound(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(1000, 1, 0.2, 29, base)
+	store := newMemStore()
+	store.failCommit.Store(true)
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	cfg.MaxCheckpointStaleness = NoBound
+	cfg.CommitInterval = 20 * time.Millisecond
+	rw := startWorker(t, cfg, store, nil)
+	produce(t, brokers, evs[:500])
+	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 500 })
+	time.Sleep(500 * time.Millisecond) // far beyond ten checkpoint intervals
+	produce(t, brokers, evs[500:])
+	waitFor(t, 60*time.Second, "every record committed with every checkpoint failing", func() bool {
+		c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+		res, err := c.OffsetFetch(t.Context(), &kafka.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{tIn: {0}}})
+		return err == nil && len(res.Topics[tIn]) == 1 && res.Topics[tIn][0].CommittedOffset == int64(len(evs))
+	})
+	for _, p := range rw.w.Status().Partitions {
+		if p.CommitsPaused {
+			t.Errorf("partition %d: commits paused without a staleness bound", p.Partition)
+		}
+	}
+	if store.commits.Load() != 0 {
+		t.Errorf("%d checkpoints succeeded; the test needs all of them to fail", store.commits.Load())
+	}
+	rw.stop(t)
+}
