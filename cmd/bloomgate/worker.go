@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -133,21 +132,16 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("key: %w", err)}
 	}
-	input := cfg.Input
 	keyID := checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
 	if cfg.Repartition {
-		// The first hop keys every record by the hash of its canonical key.
-		input = cfg.RepartitionTopic()
+		// The first hop keys every record by the hash of its canonical key
+		// (the worker reads the hop's topic: WorkerConfig).
 		if ex, err = keys.NewExtractor("key", "none", 0); err != nil {
 			return nil, nil, err
 		}
 		keyID.Spec = "repartition(" + cfg.Key + ")"
 	}
-	dialer, err := cfg.Dialer()
-	if err != nil {
-		return nil, nil, usageError{err}
-	}
-	transport, err := cfg.Transport()
+	wcfg, err := cfg.WorkerConfig()
 	if err != nil {
 		return nil, nil, usageError{err}
 	}
@@ -163,10 +157,6 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, nil, fmt.Errorf("opening checkpoint store %s: %w", checkpoint.RedactURL(cfg.CheckpointURL), err)
 	}
-	staleness := cfg.MaxCheckpointStaleness
-	if staleness == 0 {
-		staleness = -1 // config: 0 means no bound; worker: negative means no bound
-	}
 	state := memory.New(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
 	state.Key = keyID
@@ -180,49 +170,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		}
 		seedEx = sx
 	}
-	host, _ := os.Hostname()
-	startFrom, seedFrom, err := positions(*cfg)
-	if err != nil {
-		store.Close()
-		return nil, nil, usageError{err}
-	}
-	w, err := worker.New(worker.Config{
-		Brokers:      cfg.Brokers,
-		Group:        cfg.Group,
-		Input:        input,
-		Output:       cfg.Output,
-		Duplicates:   cfg.Duplicates,
-		DeadLetter:   cfg.DeadLetter,
-		OnMissingKey: worker.MissingKeyPolicy(cfg.OnMissingKey),
-		Filter: worker.FilterConfig{
-			Window:      cfg.Window,
-			Generations: cfg.Generations,
-			Capacity:    cfg.Capacity,
-			FPR:         cfg.FPR,
-		},
-		Partitioning:           worker.Partitioning(cfg.Partitioning),
-		IsolationLevel:         worker.IsolationLevel(cfg.IsolationLevel),
-		StartFrom:              startFrom,
-		SeedFrom:               seedFrom,
-		SeedTopic:              cfg.SeedTopic,
-		CheckpointInterval:     cfg.CheckpointInterval,
-		MaxCheckpointStaleness: staleness,
-		OnRestoreFailure:       worker.RestorePolicy(cfg.OnRestoreFailure),
-		MaxReplay:              cfg.MaxReplay,
-		BatchSize:              cfg.BatchSize,
-		MaxBatchBytes:          cfg.MaxBatchBytes,
-		BatchTimeout:           cfg.BatchTimeout,
-		CommitInterval:         cfg.CommitInterval,
-		WriteTimeout:           cfg.WriteTimeout,
-		ShutdownTimeout:        cfg.ShutdownTimeout,
-		SessionTimeout:         cfg.SessionTimeout,
-		HeartbeatInterval:      cfg.HeartbeatInterval,
-		RebalanceTimeout:       cfg.RebalanceTimeout,
-		JoinGroupBackoff:       cfg.JoinGroupBackoff,
-		Dialer:                 dialer,
-		Transport:              transport,
-		Owner:                  fmt.Sprintf("%s/%d", host, os.Getpid()),
-	}, worker.Deps{
+	w, err := worker.New(wcfg, worker.Deps{
 		Logger:        logger,
 		Registerer:    reg,
 		State:         state,
@@ -293,24 +241,4 @@ func shutdownHTTP(srv *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
-}
-
-// positions maps the validated --start-from and --seed-from values.
-func positions(cfg config.Run) (worker.Position, *worker.Position, error) {
-	conv := func(p config.Position) worker.Position {
-		return worker.Position{Latest: p.Latest, At: p.At, Ago: p.Ago}
-	}
-	start, err := config.ParsePosition(cfg.StartFrom)
-	if err != nil {
-		return worker.Position{}, nil, fmt.Errorf("start-from: %w", err)
-	}
-	if cfg.SeedFrom == "" {
-		return conv(start), nil, nil
-	}
-	seed, err := config.ParsePosition(cfg.SeedFrom)
-	if err != nil {
-		return worker.Position{}, nil, fmt.Errorf("seed-from: %w", err)
-	}
-	s := conv(seed)
-	return conv(start), &s, nil
 }

@@ -24,26 +24,28 @@ import (
 	"time"
 
 	"github.com/peterbourgon/ff/v3"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // EnvPrefix prefixes every environment variable.
 const EnvPrefix = "BLOOMGATE"
 
-// Enumerated values.
+// Enumerated values. Those the worker takes are its own.
 const (
-	OnMissingDeadLetter = "dead-letter"
-	OnMissingForward    = "forward"
-	OnMissingDrop       = "drop"
-	OnMissingFail       = "fail"
+	OnMissingDeadLetter = string(worker.MissingKeyDeadLetter)
+	OnMissingForward    = string(worker.MissingKeyForward)
+	OnMissingDrop       = string(worker.MissingKeyDrop)
+	OnMissingFail       = string(worker.MissingKeyFail)
 
-	PartitioningSame = "same"
-	PartitioningHash = "hash"
+	PartitioningSame = string(worker.PartitioningSame)
+	PartitioningHash = string(worker.PartitioningHash)
 
-	ReadCommitted   = "read_committed"
-	ReadUncommitted = "read_uncommitted"
+	ReadCommitted   = string(worker.ReadCommitted)
+	ReadUncommitted = string(worker.ReadUncommitted)
 
-	OnRestoreFail  = "fail"
-	OnRestoreEmpty = "empty"
+	OnRestoreFail  = string(worker.RestoreFail)
+	OnRestoreEmpty = string(worker.RestoreEmpty)
 
 	JSONValidationStrict = "strict"
 	JSONValidationLazy   = "lazy"
@@ -117,10 +119,10 @@ type Run struct {
 	MaxKeyBytes    int
 	JSONValidation string // strict | lazy
 	// OnMissingKey is what happens to an event whose key cannot be extracted.
-	// After Validate it is never empty: when unset it becomes dead-letter if
-	// a dead-letter topic is set, else forward (the event passes through
-	// undeduplicated and is counted, so bad input neither stops the stream
-	// nor vanishes).
+	// Unset (""), it is dead-letter if a dead-letter topic is set, else
+	// forward (the event passes through undeduplicated and is counted, so
+	// bad input neither stops the stream nor vanishes); Resolve, which Load
+	// calls, writes that choice in.
 	OnMissingKey string
 
 	// Filter.
@@ -131,11 +133,13 @@ type Run struct {
 	MaxTimeJump time.Duration // 0: unbounded
 
 	// Checkpoints.
-	CheckpointURL          string // after Load, a file URL is absolute
-	CheckpointInterval     time.Duration
-	CheckpointRetain       int
-	MaxCheckpointStaleness time.Duration // 0: no bound
-	OnRestoreFailure       string        // fail | empty
+	CheckpointURL      string // after Load, a file URL is absolute
+	CheckpointInterval time.Duration
+	CheckpointRetain   int
+	// MaxCheckpointStaleness is worker.NoBound for no bound, which users
+	// write 0s; zero, the worker's default (ten checkpoint intervals).
+	MaxCheckpointStaleness time.Duration
+	OnRestoreFailure       string // fail | empty
 	// MaxReplay bounds the records a partition replays into its filter
 	// when no checkpoint covers its committed offset (0: no bound).
 	MaxReplay int64
@@ -156,21 +160,21 @@ type Run struct {
 	LogLevel          string // debug | info | warn | error
 }
 
-// Default returns the defaults of every setting. Those the worker also
-// defaults (max-batch-bytes, write-timeout, commit-interval, max-replay)
-// have the worker's values, so that giving a setting its default changes
-// nothing.
+// Default returns the defaults of every setting. The settings the worker
+// takes have the worker's defaults (the worker.Default constants are the
+// one source), so that a setting left at its default and one left unset in
+// a worker.Config mean the same.
 func Default() Run {
 	return Run{
-		Group:                  "bloomgate",
+		Group:                  worker.DefaultGroup,
 		Partitioning:           PartitioningSame,
 		IsolationLevel:         ReadCommitted,
 		StartFrom:              "earliest",
-		BatchSize:              2000,
-		BatchTimeout:           5 * time.Millisecond,
-		MaxBatchBytes:          1 << 20,
-		WriteTimeout:           10 * time.Second,
-		CommitInterval:         time.Second,
+		BatchSize:              worker.DefaultBatchSize,
+		BatchTimeout:           worker.DefaultBatchTimeout,
+		MaxBatchBytes:          worker.DefaultMaxBatchBytes,
+		WriteTimeout:           worker.DefaultWriteTimeout,
+		CommitInterval:         worker.DefaultCommitInterval,
 		Key:                    "key",
 		Normalize:              "none",
 		MaxKeyBytes:            4096,
@@ -181,15 +185,15 @@ func Default() Run {
 		FPR:                    0.01,
 		MaxTimeJump:            time.Hour,
 		CheckpointURL:          "file://./.bloomgate/checkpoints",
-		CheckpointInterval:     time.Minute,
+		CheckpointInterval:     worker.DefaultCheckpointInterval,
 		CheckpointRetain:       3,
-		MaxCheckpointStaleness: 10 * time.Minute,
+		MaxCheckpointStaleness: worker.DefaultMaxCheckpointStaleness,
 		OnRestoreFailure:       OnRestoreFail,
 		MetricsAddr:            "127.0.0.1:9464",
-		ShutdownTimeout:        30 * time.Second,
-		SessionTimeout:         10 * time.Second,
-		HeartbeatInterval:      time.Second,
-		JoinGroupBackoff:       time.Second,
+		ShutdownTimeout:        worker.DefaultShutdownTimeout,
+		SessionTimeout:         worker.DefaultSessionTimeout,
+		HeartbeatInterval:      worker.DefaultHeartbeatInterval,
+		JoinGroupBackoff:       worker.DefaultJoinGroupBackoff,
 		LogFormat:              "text",
 		LogLevel:               "info",
 	}
@@ -200,7 +204,8 @@ func Default() Run {
 var ErrHelp = flag.ErrHelp
 
 // Load parses the settings of `bloomgate run` from args, the environment and
-// the --config file, then validates them. Usage goes to out on --help only.
+// the --config file, validates them and resolves the derived defaults
+// (Resolve). Usage goes to out on --help only.
 // A returned error other than ErrHelp is a usage or config error (exit code
 // 2); each of its lines is one problem (see Parse and Validate).
 func Load(args []string, out io.Writer) (*Run, error) {
@@ -211,7 +216,17 @@ func Load(args []string, out io.Writer) (*Run, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Resolve()
 	return cfg, nil
+}
+
+// Resolve writes in the defaults that depend on other settings: an unset
+// OnMissingKey becomes the worker's choice for the dead-letter topic
+// (worker.DefaultOnMissingKey). Validate accepts a Run before and after.
+func (c *Run) Resolve() {
+	if c.OnMissingKey == "" {
+		c.OnMissingKey = string(worker.DefaultOnMissingKey(c.DeadLetter))
+	}
 }
 
 // Parse is Load without Validate. The command line is read first and stops

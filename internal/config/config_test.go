@@ -412,7 +412,7 @@ func TestWorkerSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The worker's own defaults (internal/worker/config.go applyDefaults).
+	// The worker's defaults (worker.Default*; TestDefaultsAgree compares them all).
 	if cfg.CommitInterval != time.Second || cfg.MaxBatchBytes != 1<<20 || cfg.WriteTimeout != 10*time.Second || cfg.MaxReplay != 0 {
 		t.Fatalf("defaults: commit-interval %v, max-batch-bytes %d, write-timeout %v, max-replay %d",
 			cfg.CommitInterval, cfg.MaxBatchBytes, cfg.WriteTimeout, cfg.MaxReplay)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // section groups flags in the help output.
@@ -67,7 +69,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.OnMissingKey, "on-missing-key", c.OnMissingKey, "event without a usable key: dead-letter, forward, drop or fail (default: dead-letter if --dead-letter is set, else forward)")
 
 	DurationVar(fs, &c.Window, "window", c.Window, "dedup window: a key is remembered for at least this much event time")
-	CountVar(fs, &c.Generations, "generations", c.Generations, "filter generations in the rotating ring, 2 to 64; memory = capacity x generations/(generations-1)")
+	CountVar(fs, &c.Generations, "generations", c.Generations, fmt.Sprintf("filter generations in the rotating ring, %d to %d; memory = capacity x generations/(generations-1)", worker.MinGenerations, worker.MaxGenerations))
 	CountVar(fs, &c.Capacity, "capacity", c.Capacity, "expected distinct keys per window for the whole input topic; a plan needing more than 1 TiB of filter memory is refused (README, Settings)")
 	RateVar(fs, &c.FPR, "fpr", c.FPR, "target false-positive rate, a fraction or a percentage in (0,1): 0.01 or 1%")
 	DurationVar(fs, &c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)")
@@ -75,7 +77,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir, mem://name")
 	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
 	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
-	DurationVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
+	BoundVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
 	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads: fail, or empty (start with an empty filter)")
 	CountVar(fs, &c.MaxReplay, "max-replay", c.MaxReplay, "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten (0: replay all that is retained, exact)")
 	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,

@@ -4,19 +4,14 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // Position is a parsed --start-from / --seed-from value: earliest, latest,
 // an RFC 3339 time, or a duration before now as ParseDuration reads it
-// ("72h", "3d", "2w", "1.5d").
-type Position struct {
-	Latest bool
-	At     time.Time
-	Ago    time.Duration
-}
-
-// IsEarliest reports whether p names the earliest retained record.
-func (p Position) IsEarliest() bool { return p == Position{} }
+// ("72h", "3d", "2w", "1.5d"). It is the worker's type.
+type Position = worker.Position
 
 // ParsePosition parses a position; the error shows the accepted forms.
 func ParsePosition(s string) (Position, error) {

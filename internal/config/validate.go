@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"net/url"
 	"os"
@@ -14,10 +13,14 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// Validate checks every setting and fills derived defaults (OnMissingKey).
-// It reports all problems at once, joined; each is a *SettingError.
+// Validate checks every setting; it changes nothing (Resolve fills the
+// derived defaults). It reports all problems at once, joined; each is a
+// *SettingError. Its ranges are the worker's (worker.MinGenerations, …), so
+// a Run it accepts maps to a worker.Config that worker.Config.Validate
+// accepts.
 func (c *Run) Validate() error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
@@ -108,13 +111,13 @@ func (c *Run) Validate() error {
 			bad("seed-key", "%v (e.g. key, header:order-id or json:order.id)", err)
 		}
 	}
-	if c.BatchSize < 1 {
-		bad("batch-size", "%d: must be at least 1 (e.g. 10000)", c.BatchSize)
+	if c.BatchSize < 1 || c.BatchSize > worker.MaxBatchSize {
+		bad("batch-size", "%d: must be at least 1 and at most %s (e.g. 10000)", c.BatchSize, FormatCount(worker.MaxBatchSize))
 	}
 	if c.BatchTimeout <= 0 {
 		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
 	}
-	if c.MaxBatchBytes < minBatchBytes || c.MaxBatchBytes > math.MaxInt32 {
+	if c.MaxBatchBytes < worker.MinBatchBytes || c.MaxBatchBytes > worker.LargestBatchBytes {
 		bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
 	}
 	if c.WriteTimeout <= 0 {
@@ -137,13 +140,9 @@ func (c *Run) Validate() error {
 		bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)
 	}
 	oneOf("json-validation", c.JSONValidation, JSONValidationStrict, JSONValidationLazy)
-	if c.OnMissingKey == "" {
-		c.OnMissingKey = OnMissingForward
-		if c.DeadLetter != "" {
-			c.OnMissingKey = OnMissingDeadLetter
-		}
-	}
-	if oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
+	// Unset, it is resolved from the dead-letter topic: always valid.
+	if c.OnMissingKey != "" &&
+		oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
 		c.OnMissingKey == OnMissingDeadLetter && c.DeadLetter == "" {
 		bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
 	}
@@ -152,17 +151,19 @@ func (c *Run) Validate() error {
 	if c.Window <= 0 {
 		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
 	}
-	if c.Generations < 2 || c.Generations > 64 {
-		bad("generations", "%d: must be between 2 and 64 (e.g. 4)", c.Generations)
-	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < time.Second {
-		bad("window", "%v over %d generations gives generations shorter than 1s: use a longer --window or fewer --generations", fd(c.Window), c.Generations)
+	generationsOK := c.Generations >= worker.MinGenerations && c.Generations <= worker.MaxGenerations
+	if !generationsOK {
+		bad("generations", "%d: must be between %d and %d (e.g. 4)", c.Generations, worker.MinGenerations, worker.MaxGenerations)
+	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < worker.MinGenerationSpan {
+		bad("window", "%v over %d generations gives generations shorter than %v: use a longer --window or fewer --generations",
+			fd(c.Window), c.Generations, fd(worker.MinGenerationSpan))
 	}
 	if c.Capacity == 0 {
 		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
 	}
 	if !(c.FPR > 0 && c.FPR < 1) {
 		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
-	} else if c.Generations >= 2 && c.Generations <= 64 {
+	} else if generationsOK {
 		c.validatePlan(bad)
 	}
 
@@ -176,9 +177,11 @@ func (c *Run) Validate() error {
 	if c.CheckpointRetain < 1 {
 		bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
 	}
-	if c.MaxCheckpointStaleness < 0 {
+	switch s := c.MaxCheckpointStaleness; {
+	case s == worker.NoBound, s == 0: // no bound (written 0s); the worker's default
+	case s < 0:
 		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
-	} else if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
+	case c.CheckpointInterval > 0 && s < c.CheckpointInterval:
 		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
 	}
 	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
@@ -216,11 +219,6 @@ func (c *Run) Validate() error {
 	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 	return errors.Join(errs...)
 }
-
-// minBatchBytes is the smallest --max-batch-bytes: below it the bound is
-// surely a slip (1 for 1MiB), and every ordinary record would stop the
-// worker.
-const minBatchBytes = 1 << 10
 
 // MaxPlannedFilterBytes bounds the filter memory a plan may need for the
 // whole input topic, summed over its partitions: 1 TiB. The bound is a

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // The flag.Value types of the settings. Each String is what its Set reads
@@ -15,6 +17,14 @@ import (
 func DurationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
 	*p = value
 	fs.Var(durationValue{p}, name, usage)
+}
+
+// BoundVar defines a duration flag for a bound that a user turns off by
+// writing 0 (0s): that is stored as worker.NoBound, the worker's one way of
+// saying "no bound", and shown as 0s again. Otherwise it is DurationVar.
+func BoundVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(boundValue{durationValue{p}}, name, usage)
 }
 
 // Counter is the integer type of a count flag.
@@ -62,6 +72,25 @@ func (v durationValue) Set(s string) error {
 func (v durationValue) Get() any        { return *v.p }
 func (v durationValue) Example() string { return "30s" }
 func (v durationValue) Kind() string    { return "duration" }
+
+type boundValue struct{ durationValue }
+
+func (v boundValue) String() string {
+	if v.p != nil && *v.p == worker.NoBound {
+		return "0s"
+	}
+	return v.durationValue.String()
+}
+
+func (v boundValue) Set(s string) error {
+	if err := v.durationValue.Set(s); err != nil {
+		return err
+	}
+	if *v.p == 0 {
+		*v.p = worker.NoBound
+	}
+	return nil
+}
 
 type countValue[T Counter] struct{ p *T }
 

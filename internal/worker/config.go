@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -61,18 +62,9 @@ const (
 	RestoreEmpty RestorePolicy = "empty" // start as if no checkpoint existed (replay the retained input)
 )
 
-// FilterConfig sizes the filters.
-type FilterConfig struct {
-	Window      time.Duration
-	Generations int
-	// Capacity is the expected number of distinct keys per window in the
-	// whole input topic; each partition gets Capacity / partitions.
-	Capacity uint64
-	FPR      float64
-}
-
-// Config is everything the worker needs. Zero durations and sizes take the
-// defaults documented on each field.
+// Config is everything the worker needs. A zero setting means its default,
+// the one documented on the field (the Default constants; WithDefaults fills
+// them in); a bound that can be turned off is turned off by NoBound.
 type Config struct {
 	Brokers    []string
 	Group      string // consumer group id, also the checkpoint namespace
@@ -81,8 +73,11 @@ type Config struct {
 	Duplicates string // optional: records judged duplicate; else they are dropped and counted
 	DeadLetter string // optional: records whose key cannot be extracted
 
-	OnMissingKey MissingKeyPolicy // default dead-letter when DeadLetter is set, else forward
-	Filter       FilterConfig
+	OnMissingKey MissingKeyPolicy // default DefaultOnMissingKey(DeadLetter)
+	// Filter sizes the filters; its Capacity is the expected number of
+	// distinct keys per window in the whole input topic, and each
+	// partition's filter gets Capacity / partitions (rounded up).
+	Filter       FilterParams
 	Partitioning Partitioning // default same
 	// StartFrom is where a partition with neither a committed offset nor a
 	// checkpoint (a new group) begins forwarding; default earliest. Any
@@ -103,40 +98,46 @@ type Config struct {
 	// drops exactly what the first pass dropped.
 	IsolationLevel IsolationLevel
 
-	CheckpointInterval time.Duration // default 30s
+	CheckpointInterval time.Duration // default DefaultCheckpointInterval
 	// MaxCheckpointStaleness: while no checkpoint succeeded for this long,
 	// processing goes on but offset commits stop (a later recovery would
-	// otherwise replay more than the bound). Default 10 × CheckpointInterval;
-	// negative: no bound.
+	// otherwise replay more than the bound). Zero: 10 × CheckpointInterval
+	// (DefaultMaxCheckpointStaleness at the default interval); NoBound (any
+	// negative duration): no bound. Otherwise at least CheckpointInterval.
 	MaxCheckpointStaleness time.Duration
 	CheckpointTimeout      time.Duration // one upload; default max(CheckpointInterval, 2m)
 	OnRestoreFailure       RestorePolicy // default fail
 	// MaxReplay bounds the records replayed when no checkpoint covers the
-	// committed offset (0: replay the whole retained partition, exact).
+	// committed offset. Zero, the default, is no bound: replay the whole
+	// retained partition, exact.
 	MaxReplay int64
 
-	BatchSize int // records per read/write batch; default 5000
-	// MaxBatchBytes bounds one produce batch per partition; it must not
-	// exceed the output topics' max.message.bytes (Kafka's default 1 MiB,
-	// also the default here). A single record larger than it stops Run.
+	BatchSize int // records per read/write batch, up to MaxBatchSize; default DefaultBatchSize
+	// MaxBatchBytes bounds one produce batch per partition, from
+	// MinBatchBytes to LargestBatchBytes; it must not exceed the output
+	// topics' max.message.bytes (Kafka's default 1 MiB, also the default
+	// here). A single record larger than it stops Run.
 	MaxBatchBytes   int64
-	BatchTimeout    time.Duration // how long a batch waits to fill; default 5ms
-	CommitInterval  time.Duration // default 1s
-	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default 30s
-	WriteTimeout    time.Duration // one output write; default 10s
+	BatchTimeout    time.Duration // how long a batch waits to fill; default DefaultBatchTimeout
+	CommitInterval  time.Duration // default DefaultCommitInterval
+	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default DefaultShutdownTimeout
+	WriteTimeout    time.Duration // one output write; default DefaultWriteTimeout
 
-	// Group timings (kafka-go defaults when zero, except RebalanceTimeout:
-	// SessionTimeout + 10s). kafka-go sends no heartbeats while a member
-	// revokes, so a revoke must end within the session timeout: it flushes
-	// and commits, and leaves the final checkpoint to the next owner's
-	// recovery (docs/worker.md, "Group liveness").
+	// Group timings: defaults DefaultSessionTimeout, DefaultHeartbeatInterval
+	// (below the session timeout), DefaultJoinGroupBackoff, and for
+	// RebalanceTimeout SessionTimeout + 10s (above the session timeout).
+	// kafka-go sends no heartbeats while a member revokes, so a revoke must
+	// end within the session timeout: it flushes and commits, and leaves the
+	// final checkpoint to the next owner's recovery (docs/worker.md, "Group
+	// liveness").
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
 	JoinGroupBackoff  time.Duration
 
 	// Dialer is used by the consumer group and the readers, Transport by the
-	// writer and metadata requests; set TLS and SASL on both.
+	// writer and metadata requests; set TLS and SASL on both. Defaults: a
+	// Dialer with DefaultDialTimeout, a Transport with kafka-go's defaults.
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
 
@@ -144,73 +145,152 @@ type Config struct {
 	Owner string
 }
 
-func (c *Config) applyDefaults() {
+// Defaults of the settings a zero value leaves to the worker. They are the
+// single source of the defaults of `bloomgate run` as well:
+// internal/config.Default takes its values from here.
+const (
+	DefaultGroup              = "bloomgate"
+	DefaultBatchSize          = 2000
+	DefaultMaxBatchBytes      = 1 << 20 // Kafka's default max.message.bytes
+	DefaultBatchTimeout       = 5 * time.Millisecond
+	DefaultWriteTimeout       = 10 * time.Second
+	DefaultCommitInterval     = time.Second
+	DefaultShutdownTimeout    = 30 * time.Second
+	DefaultCheckpointInterval = time.Minute
+	// DefaultMaxCheckpointStaleness is the staleness bound at the default
+	// checkpoint interval: ten intervals.
+	DefaultMaxCheckpointStaleness = stalenessIntervals * DefaultCheckpointInterval
+	DefaultSessionTimeout         = 10 * time.Second
+	DefaultHeartbeatInterval      = time.Second
+	DefaultJoinGroupBackoff       = time.Second
+	DefaultDialTimeout            = 10 * time.Second
+)
+
+// NoBound turns off a bound that is on by default (MaxCheckpointStaleness).
+// Any negative duration does; `bloomgate run` writes it as 0s.
+const NoBound time.Duration = math.MinInt64
+
+const (
+	// stalenessIntervals is MaxCheckpointStaleness's default in checkpoint
+	// intervals: a few failed uploads in a row pause nothing.
+	stalenessIntervals = 10
+	// minCheckpointTimeout is CheckpointTimeout's least default: uploads of
+	// large generations take a while, and a short interval must not make
+	// them fail.
+	minCheckpointTimeout = 2 * time.Minute
+	// rebalanceOverSession is RebalanceTimeout's default above the session
+	// timeout: members revoke within the session timeout (no heartbeats
+	// while they do), and the rebalance waits for them a little longer.
+	rebalanceOverSession = 10 * time.Second
+)
+
+// Ranges of the settings. internal/config checks the settings of
+// `bloomgate run` against the same constants, so whatever it accepts the
+// worker accepts.
+const (
+	// MinGenerations and MaxGenerations bound Filter.Generations; the
+	// filter itself would take more (bloom.MaxGenerations).
+	MinGenerations = 2
+	MaxGenerations = 64
+	// MinGenerationSpan is the shortest span of one generation,
+	// Filter.Window / (Filter.Generations - 1).
+	MinGenerationSpan = time.Second
+	// MaxBatchSize bounds BatchSize.
+	MaxBatchSize = 1_000_000
+	// MinBatchBytes is the smallest MaxBatchBytes: below it the bound is
+	// surely a slip (1 for 1 MiB), and every ordinary record would stop
+	// the worker.
+	MinBatchBytes = 1 << 10
+	// LargestBatchBytes is the largest MaxBatchBytes, Kafka's largest
+	// batch (2 GiB - 1).
+	LargestBatchBytes = math.MaxInt32
+)
+
+// DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
+// (possibly ""): dead-letter when there is one, else forward, so that bad
+// input neither stops the stream nor vanishes.
+func DefaultOnMissingKey(deadLetter string) MissingKeyPolicy {
+	if deadLetter != "" {
+		return MissingKeyDeadLetter
+	}
+	return MissingKeyForward
+}
+
+// WithDefaults returns c with every zero setting replaced by its default.
+// New runs the worker with the result; Validate checks the relations
+// between settings on it.
+func (c Config) WithDefaults() Config {
 	if c.Group == "" {
-		c.Group = "bloomgate"
+		c.Group = DefaultGroup
 	}
 	if c.OnMissingKey == "" {
-		if c.DeadLetter != "" {
-			c.OnMissingKey = MissingKeyDeadLetter
-		} else {
-			c.OnMissingKey = MissingKeyForward
-		}
+		c.OnMissingKey = DefaultOnMissingKey(c.DeadLetter)
 	}
 	if c.Partitioning == "" {
 		c.Partitioning = PartitioningSame
 	}
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = 30 * time.Second
-	}
-	if c.MaxCheckpointStaleness == 0 {
-		c.MaxCheckpointStaleness = 10 * c.CheckpointInterval
-	}
-	if c.CheckpointTimeout == 0 {
-		// Uploads of large generations take a while; a short interval must
-		// not make them fail.
-		c.CheckpointTimeout = max(c.CheckpointInterval, 2*time.Minute)
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = 1 << 20
-	}
 	if c.IsolationLevel == "" {
 		c.IsolationLevel = ReadCommitted
+	}
+	if c.CheckpointInterval == 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	if c.MaxCheckpointStaleness == 0 {
+		c.MaxCheckpointStaleness = stalenessIntervals * c.CheckpointInterval
+	}
+	if c.CheckpointTimeout == 0 {
+		c.CheckpointTimeout = max(c.CheckpointInterval, minCheckpointTimeout)
 	}
 	if c.OnRestoreFailure == "" {
 		c.OnRestoreFailure = RestoreFail
 	}
 	if c.BatchSize == 0 {
-		c.BatchSize = 5000
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
 	if c.BatchTimeout == 0 {
-		c.BatchTimeout = 5 * time.Millisecond
+		c.BatchTimeout = DefaultBatchTimeout
 	}
 	if c.CommitInterval == 0 {
-		c.CommitInterval = time.Second
+		c.CommitInterval = DefaultCommitInterval
 	}
 	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = 30 * time.Second
-	}
-	if c.RebalanceTimeout == 0 {
-		// Members revoke within the session timeout (no heartbeats while
-		// they do); the rebalance waits for them a little longer.
-		c.RebalanceTimeout = c.sessionTimeout() + 10*time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 10 * time.Second
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.JoinGroupBackoff == 0 {
+		c.JoinGroupBackoff = DefaultJoinGroupBackoff
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = c.SessionTimeout + rebalanceOverSession
 	}
 	if c.Dialer == nil {
-		c.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+		c.Dialer = &kafka.Dialer{Timeout: DefaultDialTimeout, DualStack: true}
 	}
 	if c.Transport == nil {
-		c.Transport = &kafka.Transport{DialTimeout: 10 * time.Second}
+		c.Transport = &kafka.Transport{}
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		c.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
+	return c
 }
 
-// Validate reports every invalid setting, each naming the setting and the fix.
+// Validate reports every invalid setting, each naming the setting and the
+// fix. It changes nothing; the relations between settings (staleness and
+// interval, group timings) are checked on the values the worker would run
+// with, defaults filled in.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
@@ -263,17 +343,20 @@ func (c Config) Validate() error {
 	default:
 		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
-	if c.Filter.Window <= 0 {
+	f := c.Filter
+	if f.Window <= 0 {
 		bad("window: must be > 0 (e.g. 24h)")
 	}
-	if c.Filter.Generations < 2 {
-		bad("generations: %d is below 2", c.Filter.Generations)
+	if f.Generations < MinGenerations || f.Generations > MaxGenerations {
+		bad("generations: %d is outside %d..%d", f.Generations, MinGenerations, MaxGenerations)
+	} else if f.Window > 0 && f.Window/time.Duration(f.Generations-1) < MinGenerationSpan {
+		bad("window: %v over %d generations gives generations shorter than %v", f.Window, f.Generations, MinGenerationSpan)
 	}
-	if c.Filter.Capacity == 0 {
+	if f.Capacity == 0 {
 		bad("capacity: expected distinct keys per window must be > 0")
 	}
-	if !(c.Filter.FPR > 0 && c.Filter.FPR < 1) {
-		bad("fpr: %v is outside (0,1)", c.Filter.FPR)
+	if !(f.FPR > 0 && f.FPR < 1) {
+		bad("fpr: %v is outside (0,1)", f.FPR)
 	}
 	for _, d := range []struct {
 		name string
@@ -289,18 +372,24 @@ func (c Config) Validate() error {
 			bad("%s: %v is negative", d.name, d.v)
 		}
 	}
-	if c.MaxCheckpointStaleness > 0 && c.CheckpointInterval > 0 && c.MaxCheckpointStaleness < c.CheckpointInterval {
-		bad("max-checkpoint-staleness: %v is below checkpoint-interval %v", c.MaxCheckpointStaleness, c.CheckpointInterval)
+	r := c.WithDefaults()
+	if r.MaxCheckpointStaleness > 0 && r.CheckpointInterval > 0 && r.MaxCheckpointStaleness < r.CheckpointInterval {
+		bad("max-checkpoint-staleness: %v is below checkpoint-interval %v", r.MaxCheckpointStaleness, r.CheckpointInterval)
 	}
-	if c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.sessionTimeout() {
-		bad("rebalance-timeout: %v must exceed session-timeout %v (members revoke within the session timeout, the rebalance waits for them)",
-			c.RebalanceTimeout, c.sessionTimeout())
+	if r.SessionTimeout > 0 {
+		if r.RebalanceTimeout > 0 && r.RebalanceTimeout <= r.SessionTimeout {
+			bad("rebalance-timeout: %v must exceed session-timeout %v (members revoke within the session timeout, the rebalance waits for them)",
+				r.RebalanceTimeout, r.SessionTimeout)
+		}
+		if r.HeartbeatInterval >= r.SessionTimeout {
+			bad("heartbeat-interval: %v must be below session-timeout %v", r.HeartbeatInterval, r.SessionTimeout)
+		}
 	}
-	if c.BatchSize < 0 || c.BatchSize > 1_000_000 {
-		bad("batch-size: %d is outside 1..1000000", c.BatchSize)
+	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
+		bad("batch-size: %d is outside 1..%d", c.BatchSize, MaxBatchSize)
 	}
-	if c.MaxBatchBytes < 0 {
-		bad("max-batch-bytes: %d is negative", c.MaxBatchBytes)
+	if c.MaxBatchBytes != 0 && (c.MaxBatchBytes < MinBatchBytes || c.MaxBatchBytes > LargestBatchBytes) {
+		bad("max-batch-bytes: %d is outside %d..%d", c.MaxBatchBytes, MinBatchBytes, LargestBatchBytes)
 	}
 	if c.MaxReplay < 0 {
 		bad("max-replay: %d is negative", c.MaxReplay)
@@ -310,9 +399,9 @@ func (c Config) Validate() error {
 
 // partitionParams gives one partition's share of the topic-wide capacity.
 func (c Config) partitionParams(partitions int) FilterParams {
-	capacity := c.Filter.Capacity
+	p := c.Filter
 	if partitions > 1 {
-		capacity = (capacity + uint64(partitions) - 1) / uint64(partitions)
+		p.Capacity = (p.Capacity + uint64(partitions) - 1) / uint64(partitions)
 	}
-	return FilterParams{Window: c.Filter.Window, Generations: c.Filter.Generations, Capacity: capacity, FPR: c.Filter.FPR}
+	return p
 }

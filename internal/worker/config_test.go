@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +12,7 @@ import (
 func validConfig() Config {
 	return Config{
 		Brokers: []string{"127.0.0.1:9092"}, Input: "in", Output: "out",
-		Filter: FilterConfig{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01},
+		Filter: FilterParams{Window: time.Hour, Generations: 4, Capacity: 1000, FPR: 0.01},
 	}
 }
 
@@ -42,6 +43,16 @@ func TestConfigValidate(t *testing.T) {
 			c.CheckpointInterval, c.MaxCheckpointStaleness = time.Minute, time.Second
 		}, "max-checkpoint-staleness"},
 		{"huge batch", func(c *Config) { c.BatchSize = 10_000_000 }, "batch-size"},
+		{"largest batch", func(c *Config) { c.BatchSize = MaxBatchSize }, ""},
+		{"generations at the bounds", func(c *Config) { c.Filter.Generations = MaxGenerations }, ""},
+		{"too many generations", func(c *Config) { c.Filter.Generations = MaxGenerations + 1 }, "generations"},
+		{"generation span below 1s", func(c *Config) { c.Filter.Window = 2 * time.Second }, "window"},
+		{"staleness off", func(c *Config) { c.MaxCheckpointStaleness = NoBound }, ""},
+		{"staleness below the default interval", func(c *Config) { c.MaxCheckpointStaleness = 30 * time.Second }, "max-checkpoint-staleness"},
+		{"heartbeat at the session timeout", func(c *Config) { c.SessionTimeout, c.HeartbeatInterval = time.Second, time.Second }, "heartbeat-interval"},
+		{"heartbeat above the default session timeout", func(c *Config) { c.HeartbeatInterval = time.Minute }, "heartbeat-interval"},
+		{"rebalance below the default session timeout", func(c *Config) { c.RebalanceTimeout = 5 * time.Second }, "rebalance-timeout"},
+		{"tiny batch bytes", func(c *Config) { c.MaxBatchBytes = 100 }, "max-batch-bytes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -61,6 +72,46 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("New accepted an invalid config")
 			}
 		})
+	}
+}
+
+// TestWithDefaults: every zero setting takes its documented default,
+// set ones are kept, and the receiver is left alone.
+func TestWithDefaults(t *testing.T) {
+	c := validConfig()
+	before := fmt.Sprintf("%+v", c)
+	d := c.WithDefaults()
+	if after := fmt.Sprintf("%+v", c); after != before {
+		t.Fatalf("WithDefaults changed its receiver:\n%s\n%s", before, after)
+	}
+	got := []any{d.Group, d.OnMissingKey, d.Partitioning, d.IsolationLevel, d.OnRestoreFailure,
+		d.BatchSize, d.MaxBatchBytes, d.BatchTimeout, d.CommitInterval, d.WriteTimeout, d.ShutdownTimeout,
+		d.CheckpointInterval, d.MaxCheckpointStaleness, d.CheckpointTimeout,
+		d.SessionTimeout, d.HeartbeatInterval, d.JoinGroupBackoff, d.RebalanceTimeout, d.Dialer.Timeout}
+	want := []any{DefaultGroup, MissingKeyForward, PartitioningSame, ReadCommitted, RestoreFail,
+		DefaultBatchSize, int64(DefaultMaxBatchBytes), DefaultBatchTimeout, DefaultCommitInterval, DefaultWriteTimeout, DefaultShutdownTimeout,
+		DefaultCheckpointInterval, DefaultMaxCheckpointStaleness, 2 * time.Minute,
+		DefaultSessionTimeout, DefaultHeartbeatInterval, DefaultJoinGroupBackoff, DefaultSessionTimeout + 10*time.Second, DefaultDialTimeout}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("defaults\n got %v\nwant %v", got, want)
+	}
+	if d.Owner == "" || d.Transport == nil {
+		t.Errorf("owner %q, transport %v: want host/pid and a transport", d.Owner, d.Transport)
+	}
+	if d.MaxReplay != 0 {
+		t.Errorf("max-replay %d, want 0 (no bound)", d.MaxReplay)
+	}
+
+	c.DeadLetter, c.CheckpointInterval, c.SessionTimeout = "dlq", 5*time.Minute, time.Minute
+	d = c.WithDefaults()
+	if d.OnMissingKey != MissingKeyDeadLetter || d.MaxCheckpointStaleness != 50*time.Minute ||
+		d.CheckpointTimeout != 5*time.Minute || d.RebalanceTimeout != 70*time.Second {
+		t.Errorf("derived defaults: on-missing-key %s, staleness %v, checkpoint timeout %v, rebalance timeout %v",
+			d.OnMissingKey, d.MaxCheckpointStaleness, d.CheckpointTimeout, d.RebalanceTimeout)
+	}
+	c.MaxCheckpointStaleness = NoBound
+	if d = c.WithDefaults(); d.MaxCheckpointStaleness != NoBound {
+		t.Errorf("NoBound became %v", d.MaxCheckpointStaleness)
 	}
 }
 
@@ -109,4 +160,38 @@ func TestRecordBuilderHeaders(t *testing.T) {
 	if _, _, ok := srcOf([]kafka.Header{{Key: HeaderSrcOffset, Value: []byte("1")}}); ok {
 		t.Errorf("srcOf accepted a record without partition header")
 	}
+}
+
+// TestStalenessNoBound: with MaxCheckpointStaleness NoBound (what
+// `bloomgate run --max-checkpoint-staleness 0s` passes) and every
+// checkpoint failing, offset commits go on: nothing pauses them.
+func TestStalenessNoBound(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(1000, 1, 0.2, 29, base)
+	store := newMemStore()
+	store.failCommit.Store(true)
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	cfg.MaxCheckpointStaleness = NoBound
+	cfg.CommitInterval = 20 * time.Millisecond
+	rw := startWorker(t, cfg, store, nil)
+	produce(t, brokers, evs[:500])
+	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 500 })
+	time.Sleep(500 * time.Millisecond) // far beyond ten checkpoint intervals
+	produce(t, brokers, evs[500:])
+	waitFor(t, 60*time.Second, "every record committed with every checkpoint failing", func() bool {
+		c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+		res, err := c.OffsetFetch(t.Context(), &kafka.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{tIn: {0}}})
+		return err == nil && len(res.Topics[tIn]) == 1 && res.Topics[tIn][0].CommittedOffset == int64(len(evs))
+	})
+	for _, p := range rw.w.Status().Partitions {
+		if p.CommitsPaused {
+			t.Errorf("partition %d: commits paused without a staleness bound", p.Partition)
+		}
+	}
+	if store.commits.Load() != 0 {
+		t.Errorf("%d checkpoints succeeded; the test needs all of them to fail", store.commits.Load())
+	}
+	rw.stop(t)
 }

@@ -40,7 +40,7 @@ func ExampleNew() {
 		Brokers: []string{"127.0.0.1:9092"},
 		Group:   "bloomgate",
 		Input:   "orders", Output: "orders-unique", Duplicates: "orders-duplicates",
-		Filter: worker.FilterConfig{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
+		Filter: worker.FilterParams{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
 	}, worker.Deps{Logger: log, Registerer: reg, State: memory.New(store, "bloomgate"), Extractor: ex})
 	if err != nil {
 		log.Error("worker config", "err", err)

@@ -64,7 +64,7 @@ func testConfig(brokers []string) Config {
 		Output:     tOut,
 		Duplicates: tDup,
 		DeadLetter: tDLQ,
-		Filter:     FilterConfig{Window: time.Hour, Generations: 4, Capacity: 100_000, FPR: 0.01},
+		Filter:     FilterParams{Window: time.Hour, Generations: 4, Capacity: 100_000, FPR: 0.01},
 
 		CheckpointInterval: 200 * time.Millisecond,
 		BatchSize:          200,

@@ -27,7 +27,7 @@ func TestOutputPendingAcknowledged(t *testing.T) {
 	t.Parallel()
 	brokers := newClusterWith(t, kfake.SeedTopics(2, tOut))
 	cfg := testConfig(brokers)
-	cfg.applyDefaults()
+	cfg = cfg.WithDefaults()
 	o := newOutput(cfg)
 	defer o.w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -52,7 +52,7 @@ func TestOutputPendingNotQueued(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there any more
 	cfg := testConfig([]string{addr})
-	cfg.applyDefaults()
+	cfg = cfg.WithDefaults()
 	o := newOutput(cfg)
 	defer o.w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -70,7 +70,7 @@ func TestOutputPendingNotQueued(t *testing.T) {
 func TestOutputPendingInFlight(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig([]string{"127.0.0.1:1"})
-	cfg.applyDefaults()
+	cfg = cfg.WithDefaults()
 	o := newOutput(cfg)
 	msgs := srcMsgs(3, 20)
 	// What kafka-go does inside WriteMessages: balance every record, queue.

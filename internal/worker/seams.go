@@ -10,12 +10,14 @@ import (
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
-// FilterParams sizes one partition's filter.
+// FilterParams sizes the filters: the whole topic's in Config.Filter, one
+// partition's everywhere else (StateStore, Checkpoint), where Capacity is
+// that partition's share of the topic's.
 type FilterParams struct {
 	Window      time.Duration // dedup window W
-	Generations int           // ring size G >= 2
-	Capacity    uint64        // expected distinct keys per window for this partition
-	FPR         float64       // target false-positive rate of the partition, (0,1)
+	Generations int           // ring size G, MinGenerations to MaxGenerations
+	Capacity    uint64        // expected distinct keys per window (whole topic or one partition, as above)
+	FPR         float64       // target false-positive rate of each partition, (0,1)
 }
 
 // Filter is the dedup memory of one partition. Only the goroutine that owns

@@ -94,7 +94,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("invalid worker config: %w", err)
 	}
-	cfg.applyDefaults()
+	cfg = cfg.WithDefaults()
 	if deps.State == nil {
 		return nil, errors.New("worker deps: State is required")
 	}

@@ -1,0 +1,85 @@
+package config
+
+import (
+	"fmt"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
+)
+
+// WorkerConfig maps the settings to the worker's configuration: the one
+// place where `bloomgate run` and the worker meet. It takes the settings as
+// they are: both layers share their defaults (Default takes the worker's)
+// and their way of saying "no bound" (worker.NoBound), and the worker
+// resolves whatever is left unset, e.g. an empty OnMissingKey and the Owner
+// (host/pid). With --repartition the worker reads the repartition topic.
+// The error is a TLS, SASL or position setting that Validate would have
+// refused.
+func (c *Run) WorkerConfig() (worker.Config, error) {
+	dialer, err := c.Dialer()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	transport, err := c.Transport()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	startFrom, seedFrom, err := c.positions()
+	if err != nil {
+		return worker.Config{}, err
+	}
+	input := c.Input
+	if c.Repartition {
+		input = c.RepartitionTopic()
+	}
+	return worker.Config{
+		Brokers:      c.Brokers,
+		Group:        c.Group,
+		Input:        input,
+		Output:       c.Output,
+		Duplicates:   c.Duplicates,
+		DeadLetter:   c.DeadLetter,
+		OnMissingKey: worker.MissingKeyPolicy(c.OnMissingKey),
+		Filter: worker.FilterParams{
+			Window:      c.Window,
+			Generations: c.Generations,
+			Capacity:    c.Capacity,
+			FPR:         c.FPR,
+		},
+		Partitioning:           worker.Partitioning(c.Partitioning),
+		IsolationLevel:         worker.IsolationLevel(c.IsolationLevel),
+		StartFrom:              startFrom,
+		SeedFrom:               seedFrom,
+		SeedTopic:              c.SeedTopic,
+		CheckpointInterval:     c.CheckpointInterval,
+		MaxCheckpointStaleness: c.MaxCheckpointStaleness,
+		OnRestoreFailure:       worker.RestorePolicy(c.OnRestoreFailure),
+		MaxReplay:              c.MaxReplay,
+		BatchSize:              c.BatchSize,
+		MaxBatchBytes:          c.MaxBatchBytes,
+		BatchTimeout:           c.BatchTimeout,
+		CommitInterval:         c.CommitInterval,
+		WriteTimeout:           c.WriteTimeout,
+		ShutdownTimeout:        c.ShutdownTimeout,
+		SessionTimeout:         c.SessionTimeout,
+		HeartbeatInterval:      c.HeartbeatInterval,
+		RebalanceTimeout:       c.RebalanceTimeout,
+		JoinGroupBackoff:       c.JoinGroupBackoff,
+		Dialer:                 dialer,
+		Transport:              transport,
+	}, nil
+}
+
+// positions maps --start-from and --seed-from ("": no seeding).
+func (c *Run) positions() (start worker.Position, seed *worker.Position, err error) {
+	if start, err = ParsePosition(c.StartFrom); err != nil {
+		return start, nil, fmt.Errorf("start-from: %w", err)
+	}
+	if c.SeedFrom == "" {
+		return start, nil, nil
+	}
+	s, err := ParsePosition(c.SeedFrom)
+	if err != nil {
+		return start, nil, fmt.Errorf("seed-from: %w", err)
+	}
+	return start, &s, nil
+}
