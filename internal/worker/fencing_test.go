@@ -107,6 +107,49 @@ func TestBucketDown(t *testing.T) {
 	rw.stop(t)
 }
 
+// TestBucketBackAtShutdown: checkpoints fail until commits pause; the
+// bucket comes back as the worker stops: the final checkpoint succeeds and
+// the final offset is committed after it, so the next owner neither
+// replays nor rescans what this one did.
+func TestBucketBackAtShutdown(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(600, 1, 0.2, 25, base)
+	store := newMemStore()
+	store.failCommit.Store(true)
+	cfg := testConfig(brokers)
+	// Periodic checkpoints a second apart: the stop below comes long before
+	// the next one could resume commits, so the final checkpoint must.
+	cfg.CheckpointInterval = time.Second
+	cfg.MaxCheckpointStaleness = time.Second
+	produce(t, brokers, evs[:300])
+	rw := startWorker(t, cfg, store, nil)
+	waitFor(t, 60*time.Second, "commits paused", func() bool {
+		ps := rw.w.Status().Partitions
+		return len(ps) == 1 && ps[0].NextOffset == 300 && ps[0].CommitsPaused
+	})
+	produce(t, brokers, evs[300:]) // processed, written, not committed
+	waitFor(t, 60*time.Second, "everything consumed", func() bool {
+		ps := rw.w.Status().Partitions
+		return len(ps) == 1 && ps[0].NextOffset == int64(len(evs))
+	})
+	store.failCommit.Store(false)
+	if err := rw.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	c := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	res, err := c.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{tIn: {0}}})
+	if err != nil || len(res.Topics[tIn]) == 0 {
+		t.Fatalf("offset fetch: %v", err)
+	}
+	if got := res.Topics[tIn][0].CommittedOffset; got != int64(len(evs)) {
+		t.Errorf("committed offset %d after the final checkpoint, want %d", got, len(evs))
+	}
+	if cp, ok := store.latest(tIn, 0); !ok || cp.InputOffset != int64(len(evs)) {
+		t.Errorf("final checkpoint at %d, want %d", cp.InputOffset, len(evs))
+	}
+}
+
 // TestShutdownBounded: with a checkpoint store that hangs, Run still returns
 // within the shutdown timeout.
 func TestShutdownBounded(t *testing.T) {

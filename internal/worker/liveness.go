@@ -19,13 +19,12 @@ import (
 // requests is the rebalance timeout: joins wait 2 × rebalance timeout, syncs
 // rebalance + session timeout, both beyond what the coordinator takes.
 
-// sessionTimeout is the session timeout the group runs with (kafka-go's
-// default when unset).
+// sessionTimeout is the session timeout the group runs with.
 func (c Config) sessionTimeout() time.Duration {
 	if c.SessionTimeout > 0 {
 		return c.SessionTimeout
 	}
-	return 30 * time.Second
+	return DefaultSessionTimeout
 }
 
 // coordinatorTimeout is kafka-go's ConsumerGroupConfig.Timeout: the deadline

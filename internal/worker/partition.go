@@ -353,6 +353,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 		return nil
 	}
 	if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next && pp.seedTopic == nil {
+		pp.commitAfterCheckpoint(sctx, replaying)
 		pp.log.Info("partition released; stored checkpoint is current", "offset", pp.next, "took", w.deps.Now().Sub(start))
 		return nil
 	}
@@ -360,8 +361,24 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 		pp.log.Warn("final checkpoint failed", "offset", pp.next, "err", err)
 		return nil
 	}
+	pp.commitAfterCheckpoint(sctx, replaying)
 	pp.log.Info("partition released", "offset", pp.next, "took", w.deps.Now().Sub(start))
 	return nil
+}
+
+// commitAfterCheckpoint commits the final offset of a partition whose
+// commits were paused for stale checkpoints, now that a checkpoint covers
+// it: the pause bounds a later replay, which this checkpoint already does.
+func (pp *partitionProc) commitAfterCheckpoint(ctx context.Context, replaying bool) {
+	if !pp.commitsPaused || replaying {
+		return
+	}
+	if err := pp.com.commitNow(ctx, pp.p, pp.next); err != nil {
+		pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
+		return
+	}
+	pp.commitsPaused = false
+	pp.log.Info("final checkpoint current; offset committed although commits were paused", "offset", pp.next)
 }
 
 // lost reports whether ctx ended because the partition belongs to someone
