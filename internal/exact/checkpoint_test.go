@@ -344,43 +344,50 @@ func TestCheckpointWhileAdding(t *testing.T) {
 
 // TestSealedGenerationUploadedOnce: once a generation is no longer the
 // newest and its sealing compaction has run, its tables appear unchanged in
-// every later checkpoint, so they are uploaded once.
+// every later checkpoint until it is dropped, so they are uploaded once;
+// dropping an older generation does not rewrite them either.
 func TestSealedGenerationUploadedOnce(t *testing.T) {
 	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
-	b := newBucket()
+	const keep = 2                // generations in the window
+	sealed := map[string]uint64{} // table → generation, of sealed generations
 	var prev []File
-	fill(t, s, 20000, 1)
-	for range 3 { // checkpoints of the live generation 1
-		fill(t, s, 5000, 1)
-		sn := checkpointT(t, s)
-		b.upload(t, sn)
-		prev = sn.Files
+	for gen := uint64(1); gen <= 5; gen++ {
+		// Rotation: gen is the newest from here on; the one before is
+		// sealed, the one leaving the window dropped.
+		fill(t, s, 1000, gen)
+		if gen > keep {
+			if err := s.DropBefore(gen - keep + 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.seal(context.Background(), gen); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 4 {
+			fill(t, s, 8000, gen) // the live generation grows and compacts
+			sn := checkpointT(t, s)
+			for _, f := range NewFiles(sn.Files, prev) {
+				if g, ok := sealed[f.Name]; ok {
+					t.Errorf("generation %d, checkpoint %d: table %s of sealed generation %d uploaded again", gen, i, f.Name, g)
+				}
+			}
+			for name, g := range sealed {
+				if g < sn.Floor {
+					continue
+				}
+				if !slices.ContainsFunc(sn.Files, func(f File) bool { return f.Name == name }) {
+					t.Errorf("generation %d, checkpoint %d: table %s of sealed generation %d rewritten", gen, i, name, g)
+				}
+			}
+			prev = sn.Files
+			if i == 0 && gen > 1 {
+				for name := range tablesOf(t, s, gen-1) {
+					sealed[name] = gen - 1
+				}
+			}
+		}
 	}
-	fill(t, s, 1000, 2) // rotation: generation 1 is sealed
-	if err := s.seal(context.Background(), 2); err != nil {
-		t.Fatal(err)
-	}
-	sn := checkpointT(t, s)
-	b.upload(t, sn)
-	sealed := tablesOf(t, s, 1)
 	if len(sealed) == 0 {
-		t.Fatal("no tables for generation 1")
-	}
-	prev = sn.Files
-	for i := range 4 {
-		fill(t, s, 10000, 2)
-		sn := checkpointT(t, s)
-		for _, f := range NewFiles(sn.Files, prev) {
-			if sealed[f.Name] {
-				t.Errorf("checkpoint %d after sealing uploads table %s of the sealed generation again", i, f.Name)
-			}
-		}
-		for name := range sealed {
-			if !slices.ContainsFunc(sn.Files, func(f File) bool { return f.Name == name }) {
-				t.Errorf("checkpoint %d lacks table %s of the sealed generation", i, name)
-			}
-		}
-		b.upload(t, sn)
-		prev = sn.Files
+		t.Fatal("no sealed tables observed")
 	}
 }

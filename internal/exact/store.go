@@ -52,6 +52,7 @@ type Store struct {
 	gens    []uint64             // generations that may hold keys, ascending, all ≥ floor
 	floor   uint64               // generations below it are dropped (logically at once)
 	applied uint64               // the floor pebble has been told (≤ floor)
+	drops   []uint64             // dropped generations whose keys pebble still holds
 	cutting bool                 // a checkpoint is capturing pebble's state: apply nothing
 	err     error                // sticky write failure
 
@@ -335,8 +336,14 @@ func (s *Store) applyLocked() error {
 		}
 	}
 	if drop {
-		if err := b.DeleteRange([]byte{}, floorKey, nil); err != nil {
-			return s.fail(fmt.Errorf("dropping generations below %d: %w", s.floor, err))
+		// One range deletion per dropped generation, not one for all: a
+		// deletion that spanned generations would make its table span them
+		// too, and compacting it would rewrite the tables of the sealed
+		// generations it overlaps.
+		for _, g := range s.drops {
+			if err := b.DeleteRange(genPrefix(g), genPrefix(g+1), nil); err != nil {
+				return s.fail(fmt.Errorf("dropping generation %d: %w", g, err))
+			}
 		}
 		if err := b.Set(metaFloor, floorKey, nil); err != nil {
 			return s.fail(fmt.Errorf("dropping generations below %d: %w", s.floor, err))
@@ -349,6 +356,7 @@ func (s *Store) applyLocked() error {
 	s.order = s.order[:0]
 	if drop {
 		s.applied = s.floor
+		s.drops = s.drops[:0]
 		// The range deletion frees disk space only once it is in a table
 		// (then pebble deletes the tables it covers without rewriting
 		// them); don't wait for the memtable to fill.
@@ -426,7 +434,7 @@ func (s *Store) lookup(k dataKey) (bool, error) {
 }
 
 // DropBefore forgets every generation below gen (the filter dropped them):
-// one range deletion. Has and Contains stop finding their keys at once;
+// one range deletion per generation that holds keys. Has and Contains stop finding their keys at once;
 // pebble deletes the tables wholly covered in the background (they hold
 // one generation each, so nothing is rewritten). A gen at or below the
 // current floor changes nothing.
@@ -449,6 +457,7 @@ func (s *Store) DropBefore(gen uint64) error {
 	}
 	s.floor = gen
 	i, _ := slices.BinarySearch(s.gens, gen)
+	s.drops = append(s.drops, s.gens[:i]...)
 	s.gens = slices.Delete(s.gens, 0, i)
 	// Applied now, or when a checkpoint in progress has captured its
 	// state (which must not contain this drop).
@@ -543,20 +552,57 @@ func (s *Store) sealLoop(ctx context.Context) {
 	}
 }
 
-// seal compacts the generations in [floor, below).
+// seal compacts each generation below the given one whose tables are not
+// yet settled (settled). A settled generation is left alone: compacting
+// it again would rewrite its bottom-level tables for nothing, and every
+// rewritten table is uploaded again.
 func (s *Store) seal(ctx context.Context, below uint64) error {
 	s.mu.Lock()
-	floor := s.floor
+	gens := slices.Clone(s.gens)
 	s.mu.Unlock()
-	if below <= floor {
-		return nil
+	for _, g := range gens {
+		if g >= below {
+			break
+		}
+		ok, err := s.settled(g)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		start := time.Now()
+		if err := s.db.Compact(ctx, genPrefix(g), genPrefix(g+1), false); err != nil {
+			return err
+		}
+		s.log.Debug("exact store: sealed generation", "generation", g, "took", time.Since(start))
 	}
-	start := time.Now()
-	if err := s.db.Compact(ctx, genPrefix(floor), genPrefix(below), false); err != nil {
-		return err
-	}
-	s.log.Debug("exact store: sealed generations", "from", floor, "below", below, "took", time.Since(start))
 	return nil
+}
+
+// settled reports whether generation g's tables are all in one level
+// (just one table if that is L0). Tables never span generations, so
+// automatic compactions can then only move them (same file) to a lower
+// level, never rewrite them.
+func (s *Store) settled(g uint64) (bool, error) {
+	levels, err := s.db.SSTables(pebble.WithKeyRangeFilter(genPrefix(g), genPrefix(g+1)))
+	if err != nil {
+		return false, err
+	}
+	level, n := -1, 0
+	for l, tables := range levels {
+		for _, t := range tables {
+			if tg, ok := keyGen(t.Smallest.UserKey); !ok || tg != g {
+				continue // a range deletion below the floor, not g's data
+			}
+			if level >= 0 && level != l {
+				return false, nil
+			}
+			level = l
+			n++
+		}
+	}
+	return level != 0 || n <= 1, nil
 }
 
 // Close stops background work, applies pending adds, flushes them (so
