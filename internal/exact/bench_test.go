@@ -20,12 +20,10 @@ import (
 // stays quick by default; docs/exact.md has the commands and figures at
 // 10 M keys.
 //
-//	EXACT_BENCH_KEYS         keys in the window (default 200000)
-//	EXACT_BENCH_GENS         generations in the window (default 4)
-//	EXACT_BENCH_BLOOM        table filter bits per key (default 0: none)
-//	EXACT_BENCH_CACHE_MB     block cache incl. memtables (default 32)
-//	EXACT_BENCH_MEMTABLE_MB  memtable size (default 8)
-//	EXACT_BENCH_DIR          where stores are built (default: a temp dir)
+//	EXACT_BENCH_KEYS        keys in the window (default 200000)
+//	EXACT_BENCH_GENS        generations in the window (default 4)
+//	EXACT_BENCH_FLUSH_KEYS  Options.FlushKeys (default: the default)
+//	EXACT_BENCH_DIR         where stores are built (default: a temp dir)
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -35,15 +33,11 @@ func envInt(name string, def int) int {
 }
 
 func benchOptions() Options {
-	return Options{
-		BloomBitsPerKey: envInt("EXACT_BENCH_BLOOM", 0),
-		CacheBytes:      int64(envInt("EXACT_BENCH_CACHE_MB", 32)) << 20,
-		MemTableBytes:   int64(envInt("EXACT_BENCH_MEMTABLE_MB", 8)) << 20,
-	}
+	return Options{FlushKeys: envInt("EXACT_BENCH_FLUSH_KEYS", DefaultFlushKeys)}
 }
 
 // cpuTime is the process's user+system CPU time: on a shared machine it
-// is steadier than wall time (background compactions count too).
+// is steadier than wall time (background merges count too).
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -51,7 +45,7 @@ func cpuTime() time.Duration {
 }
 
 // procStatus returns a field of /proc/self/status in MiB (VmRSS, VmHWM,
-// RssAnon, RssFile).
+// RssAnon, RssFile: mapped run files count as RssFile).
 func procStatus(field string) float64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
@@ -176,9 +170,11 @@ func buildFixture(b *testing.B) (*fixture, error) {
 	}
 	f.buildWall, f.buildCPU = time.Since(start), cpuTime()-cpu0
 	defer sn.Release()
-	// Let background compactions finish, so that lookups are measured
-	// alone (their CPU time would count otherwise).
-	waitIdle(s)
+	// Let background merges finish, so that lookups are measured alone
+	// (their CPU time would count otherwise).
+	if err := s.mergeAll(context.Background()); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(f.bucketDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -192,21 +188,6 @@ func buildFixture(b *testing.B) (*fixture, error) {
 		f.perGen*f.G, f.G, f.buildWall.Round(time.Millisecond), float64(f.buildWall)/float64(f.keys), float64(f.buildCPU)/float64(f.keys),
 		len(sn.Files), float64(sn.Bytes())/1e6)
 	return f, nil
-}
-
-// waitIdle waits until pebble has had no compaction in progress for a
-// second (at most a minute).
-func waitIdle(s *Store) {
-	deadline := time.Now().Add(time.Minute)
-	quiet := 0
-	for quiet < 10 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		if m := s.db.Metrics(); m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0 {
-			quiet++
-		} else {
-			quiet = 0
-		}
-	}
 }
 
 func copyOut(sn *Snapshot, f File, path string) error {
@@ -244,7 +225,7 @@ func TestMain(m *testing.M) {
 // BenchmarkInsert adds b.N keys to a fresh store through a rotating
 // window (batches of 500, a new generation every EXACT_BENCH_KEYS/GENS
 // keys, the oldest dropped), then checkpoints: the cost per key includes
-// flushes and compactions.
+// flushes and merges.
 func BenchmarkInsert(b *testing.B) {
 	keys, G := envInt("EXACT_BENCH_KEYS", 200_000), envInt("EXACT_BENCH_GENS", 4)
 	dir := b.TempDir()
@@ -312,41 +293,30 @@ func BenchmarkLookup(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
-			st, _ := f.s.Stats()
 			b.ReportMetric(procStatus("RssAnon"), "rss-anon-MiB")
 			b.ReportMetric(procStatus("RssFile"), "rss-file-MiB")
-			b.ReportMetric(float64(st.CacheBytes)/(1<<20), "cache-MiB")
 		})
 	}
 }
 
-// BenchmarkDisk reports the fixture's bytes per key as built (tables,
-// manifest) and after a full compaction.
+// BenchmarkDisk reports the fixture's bytes per key, its runs and the
+// process's memory after the fixture was built and looked up in.
 func BenchmarkDisk(b *testing.B) {
 	f := getFixture(b)
 	for b.Loop() {
 	}
-	st, err := f.s.Stats()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var tables int64
-	for _, file := range f.files {
-		if strings.HasSuffix(file.Name, ".sst") {
-			tables += file.Size
-		}
-	}
+	st := f.s.Stats()
 	b.ReportMetric(float64(st.DiskBytes)/float64(f.keys), "disk-B/key")
-	b.ReportMetric(float64(tables)/float64(f.keys), "checkpoint-tables-B/key")
-	if err := f.s.db.Compact(context.Background(), genPrefix(0), metaPrefix, true); err != nil {
-		b.Fatal(err)
+	var total int64
+	for _, file := range f.files {
+		total += file.Size
 	}
-	st, _ = f.s.Stats()
-	b.ReportMetric(float64(st.DiskBytes)/float64(f.keys), "compacted-disk-B/key")
-	b.ReportMetric(float64(st.Tables), "tables")
+	b.ReportMetric(float64(total)/float64(f.keys), "checkpoint-B/key")
+	b.ReportMetric(float64(st.Runs), "runs")
 	runtime.GC()
 	b.ReportMetric(procStatus("VmHWM"), "peak-rss-MiB")
 	b.ReportMetric(procStatus("RssAnon"), "rss-anon-MiB")
+	b.ReportMetric(procStatus("RssFile"), "rss-file-MiB")
 	b.ReportMetric(f.rssBefore, "rss-before-MiB")
 	b.ReportMetric(float64(f.buildCPU)/float64(f.keys), "build-cpu-ns/key")
 }
@@ -384,10 +354,10 @@ func BenchmarkRestore(b *testing.B) {
 // BenchmarkRotation runs a store through two full windows with a
 // checkpoint every 1/8 of a generation, uploading each checkpoint's new
 // files to a bucket the way the worker would, and reports what that costs:
-// bytes uploaded per key added, and bytes of tables of sealed generations
-// uploaded after their first checkpoint as sealed (want 0). The sealing
-// compaction, which the store runs in the background, is run before each
-// checkpoint here, so that "sealed" is the same in every run.
+// bytes uploaded per key added, and bytes of runs of sealed generations
+// uploaded after their first checkpoint as sealed (want 0). Merges, which
+// the store runs in the background, are finished before each checkpoint
+// here, so that "sealed" is the same in every run.
 func BenchmarkRotation(b *testing.B) {
 	keys, G := envInt("EXACT_BENCH_KEYS", 200_000), envInt("EXACT_BENCH_GENS", 4)
 	for b.Loop() {
@@ -404,7 +374,7 @@ func BenchmarkRotation(b *testing.B) {
 		for added < int64(2*keys) {
 			w.add(b, every)
 			added += int64(every)
-			if err := s.seal(context.Background(), w.gen()); err != nil {
+			if err := s.mergeAll(context.Background()); err != nil {
 				b.Fatal(err)
 			}
 			t0 := time.Now()
@@ -416,14 +386,12 @@ func BenchmarkRotation(b *testing.B) {
 			cut += int64(d)
 			cutMax = max(cutMax, d)
 			checkpoints++
-			genOf := tableGens(b, s)
+			genOf := runGens(s)
 			for _, f := range sn.Files {
 				if bucket[f] {
 					continue
 				}
-				// A dropped generation's range deletion is a new small
-				// table of that generation: not a re-upload.
-				if g, ok := genOf[f.Name]; ok && sealed[g] && g >= sn.Floor {
+				if g, ok := genOf[f.Name]; ok && sealed[g] {
 					resealed += f.Size
 				}
 				bucket[f] = true
@@ -445,19 +413,14 @@ func BenchmarkRotation(b *testing.B) {
 	}
 }
 
-// tableGens maps each live table's file name to the generation of its
-// smallest key (tables never span generations).
-func tableGens(tb testing.TB, s *Store) map[string]uint64 {
-	levels, err := s.db.SSTables()
-	if err != nil {
-		tb.Fatal(err)
-	}
+// runGens maps each live run's file name to its generation.
+func runGens(s *Store) map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make(map[string]uint64)
-	for _, l := range levels {
-		for _, t := range l {
-			if g, ok := keyGen(t.Smallest.UserKey); ok {
-				out[fmt.Sprintf("%06d.sst", uint64(t.BackingSSTNum))] = g
-			}
+	for g, rs := range s.runs {
+		for _, r := range rs {
+			out[r.name] = g
 		}
 	}
 	return out

@@ -15,16 +15,15 @@ import (
 )
 
 // snapshotsDir holds checkpoint directories inside the store's directory
-// (hard links to pebble's files: same file system, no copies).
+// (hard links to the run files: same file system, no copies).
 const snapshotsDir = "checkpoints"
 
 // File is one file of a checkpoint: its name inside the store directory,
 // its size and the SHA-256 of its bytes (hex). Two files with the same
 // name, size and digest have the same bytes, so a file that an earlier
 // checkpoint already uploaded is referenced instead of uploaded again
-// (NewFiles). Tables (*.sst) are immutable, which is why most of a
-// checkpoint is usually already in the bucket; the manifest, options and
-// marker files are small and change.
+// (NewFiles). Run files (*.run) never change; the manifest (MANIFEST) is
+// small and changes with every checkpoint.
 type File struct {
 	Name   string `json:"name"`
 	Size   int64  `json:"size"`
@@ -99,11 +98,11 @@ func NewFiles(cur, prev []File) []File {
 // after. Call it where the caller's own state is cut (after a processed
 // batch, with the input offset it covers).
 //
-// Adds and lookups go on during the checkpoint: while pebble flushes its
-// memtable and links the files (the cut, typically tens to hundreds of
-// milliseconds), adds are held in memory, visible to lookups, and applied
-// afterwards. Then the new files are hashed (tables once per store, the
-// small metadata files every time). One checkpoint runs at a time.
+// The cut writes the held adds as runs and hard-links the run files and a
+// manifest into a checkpoint directory; adds and lookups wait for it
+// (milliseconds to tens of milliseconds: one flush). Then the new files
+// are hashed while the store goes on (run files once per store, the
+// manifest every time). One checkpoint runs at a time.
 func (s *Store) Checkpoint(ctx context.Context) (*Snapshot, error) {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
@@ -118,32 +117,11 @@ func (s *Store) Checkpoint(ctx context.Context) (*Snapshot, error) {
 	s.cpSeq++
 	dir := filepath.Join(s.dir, snapshotsDir, fmt.Sprintf("%06d", s.cpSeq))
 	start := time.Now()
-	s.mu.Lock()
-	if err := s.applyLocked(); err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	s.cutting = true
-	sn := &Snapshot{Generations: slices.Clone(s.gens), Floor: s.floor, dir: dir}
-	s.mu.Unlock()
-
-	err := s.db.Flush()
-	if err == nil {
-		err = s.db.Checkpoint(dir)
-	}
-
-	s.mu.Lock()
-	s.cutting = false
-	if err != nil {
-		err = s.fail(fmt.Errorf("exact store checkpoint: %w", err))
-	} else {
-		err = s.applyLocked()
-	}
-	s.mu.Unlock()
+	sn, err := s.cut(dir)
 	s.m.cut.Observe(time.Since(start).Seconds())
 	if err != nil {
 		_ = os.RemoveAll(dir)
-		return nil, err
+		return nil, fmt.Errorf("exact store checkpoint: %w", err)
 	}
 	if sn.Files, err = s.describe(ctx, dir); err != nil {
 		_ = os.RemoveAll(dir)
@@ -152,16 +130,38 @@ func (s *Store) Checkpoint(ctx context.Context) (*Snapshot, error) {
 	return sn, nil
 }
 
-// describe lists dir's files with sizes and digests. Tables keep their
-// digest for the store's lifetime: pebble never reuses a file number while
-// the store is open, and tables never change.
+// cut flushes held adds and links the store's files into dir.
+func (s *Store) cut(dir string) (*Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.flushLocked(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	m := s.manifestLocked()
+	for _, r := range m.Runs {
+		if err := os.Link(filepath.Join(s.dir, r.Name), filepath.Join(dir, r.Name)); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeManifest(dir, m); err != nil {
+		return nil, err
+	}
+	return &Snapshot{Generations: slices.Clone(s.live), Floor: s.floor, dir: dir}, nil
+}
+
+// describe lists dir's files with sizes and digests. A run file keeps its
+// digest for the store's lifetime: run names are not reused while it
+// lives, and runs never change.
 func (s *Store) describe(ctx context.Context, dir string) ([]File, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	files := make([]File, 0, len(ents))
-	tables := make(map[string]File)
+	runs := make(map[string]File)
 	for _, e := range ents {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -174,22 +174,22 @@ func (s *Store) describe(ctx context.Context, dir string) ([]File, error) {
 			return nil, err
 		}
 		name := e.Name()
-		table := strings.HasSuffix(name, ".sst")
+		isRun := strings.HasSuffix(name, runExt)
 		f, ok := s.sums[name]
-		if !table || !ok || f.Size != info.Size() {
+		if !isRun || !ok || f.Size != info.Size() {
 			sum, n, err := hashFile(filepath.Join(dir, name))
 			if err != nil {
 				return nil, err
 			}
 			f = File{Name: name, Size: n, SHA256: sum}
 		}
-		if table {
-			tables[name] = f
+		if isRun {
+			runs[name] = f
 		}
 		files = append(files, f)
 	}
-	// Tables compacted away are never named again: forget them.
-	s.sums = tables
+	// Runs merged away are never named again: forget them.
+	s.sums = runs
 	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Name, b.Name) })
 	return files, nil
 }

@@ -41,7 +41,7 @@ func restoreT(t testing.TB, dir string, files []File, b *bucket, opts Options) *
 }
 
 func TestCheckpointRestore(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 1000})
 	fill(t, s, 3000, 1, 2, 3)
 	if err := s.DropBefore(2); err != nil {
 		t.Fatal(err)
@@ -87,15 +87,15 @@ func TestCheckpointRestore(t *testing.T) {
 }
 
 func TestSnapshotOutlivesCompaction(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 1000})
 	fill(t, s, 5000, 1)
 	sn := checkpointT(t, s)
-	// The store rewrites and deletes its tables; the snapshot's links stay.
+	// The store merges and deletes its runs; the snapshot's links stay.
 	fill(t, s, 5000, 2)
 	if err := s.DropBefore(2); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
+	if err := s.mergeAll(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	b := newBucket()
@@ -113,7 +113,7 @@ func TestSnapshotOutlivesCompaction(t *testing.T) {
 }
 
 func TestRestoreCorrupt(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 1000})
 	fill(t, s, 2000, 1)
 	good := checkpointT(t, s)
 	fill(t, s, 2000, 2)
@@ -122,14 +122,14 @@ func TestRestoreCorrupt(t *testing.T) {
 	b.upload(t, good)
 	b.upload(t, sn)
 
-	var table File
+	var runFile File
 	for _, f := range sn.Files {
-		if strings.HasSuffix(f.Name, ".sst") {
-			table = f
+		if strings.HasSuffix(f.Name, runExt) {
+			runFile = f
 		}
 	}
-	if table.Name == "" {
-		t.Fatal("checkpoint has no table")
+	if runFile.Name == "" {
+		t.Fatal("checkpoint has no run")
 	}
 	withObject := func(f File, data []byte) *bucket {
 		c := newBucket()
@@ -142,18 +142,13 @@ func TestRestoreCorrupt(t *testing.T) {
 	without := func(name string) []File {
 		return slices.DeleteFunc(slices.Clone(sn.Files), func(f File) bool { return f.Name == name })
 	}
-	flipped := bytes.Clone(b.objects[table])
+	flipped := bytes.Clone(b.objects[runFile])
 	flipped[len(flipped)/2] ^= 0x40
-	manifest := ""
-	for _, f := range sn.Files {
-		if strings.HasPrefix(f.Name, "MANIFEST-") {
-			manifest = f.Name
-		}
-	}
+	manifest := manifestName
 	renamed := slices.Clone(sn.Files)
 	for i := range renamed {
-		if renamed[i].Name == table.Name {
-			renamed[i].Name = "../" + table.Name
+		if renamed[i].Name == runFile.Name {
+			renamed[i].Name = "../" + runFile.Name
 		}
 	}
 
@@ -163,11 +158,11 @@ func TestRestoreCorrupt(t *testing.T) {
 		bucket  *bucket
 		corrupt bool // errors.Is(err, ErrCorrupt); else the bucket's not-found
 	}{
-		{"flipped bit in a table", sn.Files, withObject(table, flipped), true},
-		{"truncated table", sn.Files, withObject(table, b.objects[table][:table.Size-1]), true},
-		{"longer table", sn.Files, withObject(table, append(bytes.Clone(b.objects[table]), 0)), true},
-		{"table missing in the bucket", sn.Files, func() *bucket { c := withObject(table, nil); delete(c.objects, table); return c }(), false},
-		{"table missing from the list", without(table.Name), b, true},
+		{"flipped bit in a run", sn.Files, withObject(runFile, flipped), true},
+		{"truncated run", sn.Files, withObject(runFile, b.objects[runFile][:runFile.Size-1]), true},
+		{"longer run", sn.Files, withObject(runFile, append(bytes.Clone(b.objects[runFile]), 0)), true},
+		{"run missing in the bucket", sn.Files, func() *bucket { c := withObject(runFile, nil); delete(c.objects, runFile); return c }(), false},
+		{"run missing from the list", without(runFile.Name), b, true},
 		{"manifest missing from the list", without(manifest), b, true},
 		{"name leaving the directory", renamed, b, true},
 		{"empty list", nil, b, true},
@@ -201,7 +196,7 @@ func TestRestoreCorrupt(t *testing.T) {
 
 func TestRestoreReusesLocalFiles(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+	s, err := Open(dir, Options{FlushKeys: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +213,7 @@ func TestRestoreReusesLocalFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A stray file and a stale partial download are removed.
-	if err := os.WriteFile(filepath.Join(dir, "000999.sst.restoring"), []byte("x"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "0000000000000001-0000000999.run.restoring"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := restoreT(t, dir, sn.Files, b, Options{})
@@ -228,16 +223,16 @@ func TestRestoreReusesLocalFiles(t *testing.T) {
 	if !mustHas(t, r, 1, hashN(1, 4999)) {
 		t.Error("restore lost a checkpointed hash")
 	}
-	var tables int
+	var runs int
 	for _, f := range sn.Files {
-		if strings.HasSuffix(f.Name, ".sst") {
-			tables++
+		if strings.HasSuffix(f.Name, runExt) {
+			runs++
 		}
 	}
-	if b.gets >= len(sn.Files) || tables == 0 {
-		t.Errorf("restore read %d of %d files from the bucket (%d tables): want local tables reused", b.gets, len(sn.Files), tables)
+	if b.gets >= len(sn.Files) || runs == 0 {
+		t.Errorf("restore read %d of %d files from the bucket (%d runs): want local runs reused", b.gets, len(sn.Files), runs)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "000999.sst.restoring")); !errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, "0000000000000001-0000000999.run.restoring")); !errors.Is(err, fs.ErrNotExist) {
 		t.Error("stale partial download not removed")
 	}
 }
@@ -278,7 +273,7 @@ func TestRestoreCanceled(t *testing.T) {
 // at least every add that returned before Checkpoint was called, and no
 // add that started after it returned.
 func TestCheckpointWhileAdding(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20, BatchKeys: 100})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 100})
 	const (
 		total  = 20000
 		perGen = 8000
@@ -344,13 +339,13 @@ func TestCheckpointWhileAdding(t *testing.T) {
 }
 
 // TestSealedGenerationUploadedOnce: once a generation is no longer the
-// newest and its sealing compaction has run, its tables appear unchanged in
-// every later checkpoint until it is dropped, so they are uploaded once;
-// dropping an older generation does not rewrite them either.
+// newest and it has been merged into one run, that run appears unchanged in
+// every later checkpoint until it is dropped, so it is uploaded once;
+// dropping an older generation does not rewrite it either.
 func TestSealedGenerationUploadedOnce(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 1000})
 	const keep = 2                // generations in the window
-	sealed := map[string]uint64{} // table → generation, of sealed generations
+	sealed := map[string]uint64{} // run file → generation, of sealed generations
 	var prev []File
 	for gen := uint64(1); gen <= 5; gen++ {
 		// Rotation: gen is the newest from here on; the one before is
@@ -361,7 +356,7 @@ func TestSealedGenerationUploadedOnce(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := s.seal(context.Background(), gen); err != nil {
+		if err := s.mergeAll(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		for i := range 4 {
@@ -369,7 +364,7 @@ func TestSealedGenerationUploadedOnce(t *testing.T) {
 			sn := checkpointT(t, s)
 			for _, f := range NewFiles(sn.Files, prev) {
 				if g, ok := sealed[f.Name]; ok {
-					t.Errorf("generation %d, checkpoint %d: table %s of sealed generation %d uploaded again", gen, i, f.Name, g)
+					t.Errorf("generation %d, checkpoint %d: run %s of sealed generation %d uploaded again", gen, i, f.Name, g)
 				}
 			}
 			for name, g := range sealed {
@@ -377,18 +372,18 @@ func TestSealedGenerationUploadedOnce(t *testing.T) {
 					continue
 				}
 				if !slices.ContainsFunc(sn.Files, func(f File) bool { return f.Name == name }) {
-					t.Errorf("generation %d, checkpoint %d: table %s of sealed generation %d rewritten", gen, i, name, g)
+					t.Errorf("generation %d, checkpoint %d: run %s of sealed generation %d rewritten", gen, i, name, g)
 				}
 			}
 			prev = sn.Files
 			if i == 0 && gen > 1 {
-				for name := range tablesOf(t, s, gen-1) {
+				for name := range runsOf(s, gen-1) {
 					sealed[name] = gen - 1
 				}
 			}
 		}
 	}
 	if len(sealed) == 0 {
-		t.Fatal("no sealed tables observed")
+		t.Fatal("no sealed runs observed")
 	}
 }

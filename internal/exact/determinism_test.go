@@ -29,7 +29,7 @@ func (m *model) contains(h Hash, gens []uint64) bool {
 }
 
 // TestDeterminism applies one random sequence of adds, rotations and drops
-// to stores whose flushes, compactions, batch sizes and checkpoints differ
+// to stores whose flushes, merges and checkpoints differ
 // (one of them is replaced by a restore of its own checkpoint now and
 // then), and checks every answer against the model: answers depend on the
 // sequence only.
@@ -44,26 +44,29 @@ func checkDeterminism(t *testing.T, seed uint64) {
 	type variant struct {
 		name string
 		opts Options
-		// disturb runs between operations: flushes, compactions, restores.
+		// disturb runs between operations: flushes, merges, restores.
 		disturb func(t *testing.T, s **Store, rng *rand.Rand)
 	}
 	b := newBucket()
 	variants := []variant{
 		{"plain", Options{}, nil},
-		{"small batches, filters, flushes and compactions", Options{BatchKeys: 3, BloomBitsPerKey: 10, MemTableBytes: 1 << 20, CacheBytes: 4 << 20},
+		{"small flushes, extra flushes and full merges", Options{FlushKeys: 3},
 			func(t *testing.T, s **Store, rng *rand.Rand) {
 				switch rng.IntN(200) {
 				case 0:
-					if err := (*s).db.Flush(); err != nil {
+					(*s).mu.Lock()
+					err := (*s).flushLocked()
+					(*s).mu.Unlock()
+					if err != nil {
 						t.Fatal(err)
 					}
 				case 1:
-					if err := (*s).db.Compact(context.Background(), []byte{0}, metaPrefix, false); err != nil {
+					if err := (*s).mergeAll(context.Background()); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}},
-		{"restored from its checkpoints", Options{BatchKeys: 50, MemTableBytes: 1 << 20, CacheBytes: 4 << 20},
+		{"restored from its checkpoints", Options{FlushKeys: 50},
 			func(t *testing.T, s **Store, rng *rand.Rand) {
 				if rng.IntN(400) != 0 {
 					return
@@ -74,7 +77,7 @@ func checkDeterminism(t *testing.T, seed uint64) {
 					t.Fatal(err)
 				}
 				// A fresh directory each time: nothing local survives.
-				*s = restoreT(t, filepath.Join(t.TempDir(), "r"), sn.Files, b, Options{BatchKeys: 50, MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
+				*s = restoreT(t, filepath.Join(t.TempDir(), "r"), sn.Files, b, Options{FlushKeys: 50})
 			}},
 	}
 	stores := make([]*Store, len(variants))
@@ -137,7 +140,7 @@ func checkDeterminism(t *testing.T, seed uint64) {
 	var want []uint64 // generations ≥ floor that received an add
 	for _, g := range gens {
 		for k := range m.set {
-			if kg, _ := keyGen(k[:]); kg == g {
+			if k.gen() == g {
 				want = append(want, g)
 				break
 			}

@@ -1,42 +1,46 @@
 // Package exact is bloomgate's exact memory: a local, checkpointable set of
 // (generation, 128-bit key hash) pairs that confirms or refutes the Bloom
-// filter's "seen". It is a thin layer over pebble (CockroachDB's LSM
-// store) with a key layout made for the filter's window.
+// filter's "seen".
 //
 // Behaviour:
 //
-//   - Keys are the generation ID (8 bytes, big-endian) followed by the hash
-//     (16 bytes), values are empty. A generation is the filter's: the
-//     caller adds to the newest, checks with Has (one generation) or
-//     Contains (all), and drops what the filter dropped with DropBefore,
-//     one range deletion.
+//   - A generation is the filter's: the caller adds to the newest, checks
+//     with Has (one generation) or Contains (all, newest first), and drops
+//     what the filter dropped with DropBefore, which deletes those
+//     generations' files.
+//   - Adds are held in memory (visible at once) and written, FlushKeys at a
+//     time, as run files: a generation's hashes, sorted, 16 bytes each,
+//     checksummed, mapped read-only. A background merger merges the newest
+//     generation's runs four at a time by size, and seals every older
+//     generation into one run, which then never changes until it is
+//     dropped.
 //   - Answers are a pure function of the sequence of Add and DropBefore
-//     calls: never of flush, compaction or checkpoint timing, batch sizes
-//     or whether the store was restored in between (TestDeterminism). The
-//     files on disk are not: two stores with equal answers may hold
-//     different tables.
-//   - Durability comes from checkpoints only (no write-ahead log): what
-//     was added after the last checkpoint is lost with the process, and the
-//     caller replays it from its input, as it does for the filter. After a
-//     crash the local directory must not be trusted; Restore from the
-//     checkpoint (it reuses local files whose digest matches).
-//   - Checkpoint returns the files (pebble's tables, manifest, options and
-//     markers, with sizes and SHA-256) that reproduce the store exactly as
-//     of the call. Tables are immutable and split at generation
-//     boundaries; a generation that is no longer the newest is compacted
-//     once ("sealed") and its tables then stay the same in every later
-//     checkpoint, so they are uploaded once (NewFiles).
+//     calls: never of flush, merge or checkpoint timing, or of whether the
+//     store was restored in between (TestDeterminism). The files are not:
+//     two stores with equal answers may hold different runs.
+//   - Durability comes from checkpoints only: what was added after the last
+//     one is lost with the process, and the caller replays it from its
+//     input, as it does for the filter. A store that was not closed cannot
+//     be reopened (Open refuses it); Restore it from its checkpoint, which
+//     reuses local files whose digest matches.
+//   - Checkpoint returns the files (runs and a small manifest, with sizes
+//     and SHA-256) that reproduce the store exactly as of the call. A file
+//     an earlier checkpoint already uploaded is referenced, not uploaded
+//     again (NewFiles): runs never change, and a sealed generation's run is
+//     uploaded once.
 //   - "Exact" means exact up to the hash: two keys with equal 128-bit
 //     hashes are one key. For random keys that is ~n²/2¹²⁹ (10⁻²³ at 10⁸
-//     keys); see docs/exact.md for chosen keys.
+//     keys); see docs/exact.md for keys an adversary chooses.
 //
-// Cost (2 shared cores, details and commands in docs/exact.md): about
-// 17 bytes per key on disk after compaction; an insert costs one memtable
-// insert plus its share of flushes and compactions (a few µs of CPU); a
-// lookup that misses the block cache reads an index and a data block per
-// table whose key range holds the key (page cache). Memory is bounded by
-// Options.CacheBytes (block cache and memtables) plus pebble's per-table
-// metadata.
+// Cost (2 shared cores; figures and commands in docs/exact.md): 16 bytes
+// per key on disk plus 28 per run; an insert costs a map insert plus its
+// share of sorting, writing and merging (a few hundred ns of CPU); a
+// lookup binary-searches an in-memory index of 0.125 bytes per key, then
+// at most 2 KiB of each run of the generation in the mapped file (no
+// system call once the pages are mapped). Memory: the held adds (about 60
+// bytes each, FlushKeys of them), the indexes, and the pages of run files
+// that lookups touched (file-backed: the kernel reclaims them under
+// pressure).
 //
 // See docs/exact.md.
 package exact

@@ -3,7 +3,6 @@ package exact
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"io/fs"
@@ -122,30 +121,13 @@ func (b *bucket) open(_ context.Context, f File) (io.ReadCloser, error) {
 	return io.NopCloser(bytes.NewReader(data)), nil
 }
 
-// tablesOf returns the tables holding keys of generation gen (data or a
-// range deletion), by file name, with their sizes.
-func tablesOf(t testing.TB, s *Store, gen uint64) map[string]uint64 {
-	t.Helper()
-	levels, err := s.db.SSTables()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string]uint64)
-	for _, l := range levels {
-		for _, tb := range l {
-			lo := tb.Smallest.UserKey
-			if len(lo) >= 8 && binary.BigEndian.Uint64(lo) == gen {
-				out[fmt.Sprintf("%06d.sst", uint64(tb.BackingSSTNum))] = tb.Size
-			}
-		}
+// runsOf returns the run files of generation gen, by name, with sizes.
+func runsOf(s *Store, gen uint64) map[string]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int64)
+	for _, r := range s.runs[gen] {
+		out[r.name] = r.size
 	}
 	return out
-}
-
-func sizeOf(tables map[string]uint64) uint64 {
-	var n uint64
-	for _, size := range tables {
-		n += size
-	}
-	return n
 }

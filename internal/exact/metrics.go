@@ -16,48 +16,53 @@ type metrics struct {
 	reg        prometheus.Registerer
 	collectors []prometheus.Collector
 
-	found, absent, failed prometheus.Counter
-	latency               prometheus.Observer
-	inserts               prometheus.Counter
-	cut                   prometheus.Observer
+	found, absent prometheus.Counter
+	latency       prometheus.Observer
+	inserts       prometheus.Counter
+	written       prometheus.Counter
+	cut           prometheus.Observer
 }
 
 func newMetrics(reg prometheus.Registerer, s *Store) (*metrics, error) {
 	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "bloomgate_exact_lookups_total",
-		Help: "Exact-store lookups (Has, Contains) by result: found, absent, error.",
+		Help: "Exact-store lookups (Has, Contains) by result: found, absent.",
 	}, []string{"result"})
 	latency := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "bloomgate_exact_lookup_seconds",
 		Help:    "Wall time of exact-store lookups (Has, Contains).",
-		Buckets: []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 1e-3, 1e-2, 0.1},
+		Buckets: []float64{2.5e-7, 5e-7, 1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 1e-4, 1e-3, 1e-2},
 	})
 	inserts := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "bloomgate_exact_inserts_total",
 		Help: "Hashes added to the exact store (including ones already present).",
 	})
+	written := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bloomgate_exact_written_bytes_total",
+		Help: "Bytes of run files written (flushes and merges): the store's write amplification against 16 bytes per insert.",
+	})
 	cut := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "bloomgate_exact_checkpoint_cut_seconds",
-		Help:    "Time a checkpoint held adds in memory while pebble flushed and linked its files.",
+		Help:    "Time a checkpoint held adds and lookups back while it flushed held adds and linked the run files.",
 		Buckets: []float64{.001, .005, .01, .05, .1, .25, .5, 1, 2.5, 5, 10},
 	})
 	disk := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "bloomgate_exact_disk_bytes",
-		Help: "Bytes of the exact store's directory (tables, manifest, unreleased checkpoint links).",
+		Help: "Bytes of the exact store's live run files.",
 	}, s.diskBytes)
 	m := &metrics{
 		reg:     reg,
 		found:   lookups.WithLabelValues("found"),
 		absent:  lookups.WithLabelValues("absent"),
-		failed:  lookups.WithLabelValues("error"),
 		latency: latency,
 		inserts: inserts,
+		written: written,
 		cut:     cut,
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{lookups, latency, inserts, cut, disk} {
+	for _, c := range []prometheus.Collector{lookups, latency, inserts, written, cut, disk} {
 		if err := reg.Register(c); err != nil {
 			m.unregister()
 			var are prometheus.AlreadyRegisteredError
@@ -71,14 +76,11 @@ func newMetrics(reg prometheus.Registerer, s *Store) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observe(start time.Time, found bool, err error) {
+func (m *metrics) observe(start time.Time, found bool) {
 	m.latency.Observe(time.Since(start).Seconds())
-	switch {
-	case err != nil:
-		m.failed.Inc()
-	case found:
+	if found {
 		m.found.Inc()
-	default:
+	} else {
 		m.absent.Inc()
 	}
 }

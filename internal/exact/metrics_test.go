@@ -68,8 +68,8 @@ func TestMetrics(t *testing.T) {
 	if got := count("bloomgate_exact_lookups_total", append(p0, "result", "absent")...); got != 1 {
 		t.Errorf("absent lookups = %v, want 1", got)
 	}
-	if got := count("bloomgate_exact_lookups_total", append(p0, "result", "error")...); got != 0 {
-		t.Errorf("failed lookups = %v, want 0", got)
+	if got := count("bloomgate_exact_written_bytes_total", p0...); got != 16+10*16+12 {
+		t.Errorf("written bytes = %v, want one run of 10 hashes (%d)", got, 16+10*16+12)
 	}
 	if got := count("bloomgate_exact_lookup_seconds", p0...); got != 3 {
 		t.Errorf("lookup latency samples = %v, want 3", got)

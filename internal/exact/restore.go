@@ -10,9 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ErrCorrupt means a checkpoint cannot be restored: a file's size or digest
@@ -25,9 +22,6 @@ type OpenFunc func(ctx context.Context, f File) (io.ReadCloser, error)
 
 // restoreConcurrency bounds parallel downloads during Restore.
 const restoreConcurrency = 4
-
-// lockFile is pebble's directory lock; Restore holds it while it works.
-const lockFile = "LOCK"
 
 // Restore makes dir hold exactly the checkpoint described by files and
 // opens it. A file already in dir with the described size and digest is
@@ -50,9 +44,9 @@ func Restore(ctx context.Context, dir string, files []File, open OpenFunc, opts 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("restoring exact store: %w", err)
 	}
-	lock, err := pebble.LockDirectory(dir, vfs.Default)
+	lock, err := lockDir(dir)
 	if err != nil {
-		return nil, fmt.Errorf("restoring exact store: %s is in use: %w", dir, err)
+		return nil, fmt.Errorf("restoring exact store: %w", err)
 	}
 	missing, err := prune(dir, want)
 	if err == nil {
@@ -100,9 +94,8 @@ func checkFiles(files []File) (map[string]File, error) {
 	return want, nil
 }
 
-// validName accepts pebble's file names (000012.sst, MANIFEST-000001,
-// marker.manifest.000001.MANIFEST-000001, …): no separators, no "..",
-// nothing Restore uses itself.
+// validName accepts the store's file names (MANIFEST, run files): no
+// separators, no "..", nothing the store or Restore use themselves.
 func validName(name string) bool {
 	if name == "" || len(name) > 255 || name[0] == '.' || name == lockFile || name == snapshotsDir || filepath.Ext(name) == restoringExt {
 		return false

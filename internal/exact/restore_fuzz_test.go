@@ -7,7 +7,7 @@ import (
 
 // FuzzValidName: a name Restore accepts from a checkpoint's description
 // always lands directly inside the store directory and never on a file
-// Restore or pebble use for themselves.
+// Restore or the store use for themselves.
 func FuzzValidName(f *testing.F) {
 	for _, s := range []string{"000012.sst", "MANIFEST-000001", "marker.manifest.000001.MANIFEST-000001", "OPTIONS-000003",
 		"../x", "a/b", ".", "..", "LOCK", "checkpoints", "x.restoring", "", "a\x00b", `a\b`} {

@@ -1,19 +1,18 @@
 package exact
 
 import (
+	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
 
 func TestAddHas(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{BatchKeys: 10})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 10})
 	for g := uint64(10); g < 13; g++ {
 		for i := range uint64(100) {
 			mustAdd(t, s, g, hashN(g, i))
@@ -47,7 +46,7 @@ func TestAddHas(t *testing.T) {
 }
 
 func TestAddBatch(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{BatchKeys: 64})
+	s := openT(t, t.TempDir(), Options{FlushKeys: 64})
 	hs := make([]Hash, 1000)
 	for i := range hs {
 		hs[i] = hashN(1, uint64(i))
@@ -64,9 +63,6 @@ func TestAddBatch(t *testing.T) {
 
 func TestAddRefused(t *testing.T) {
 	s := openT(t, t.TempDir(), Options{})
-	if err := s.Add(MaxGeneration+1, Hash{}); err == nil {
-		t.Error("Add to the reserved generation: want an error")
-	}
 	mustAdd(t, s, 5, hashN(0, 1))
 	if err := s.DropBefore(5); err != nil {
 		t.Fatal(err)
@@ -81,7 +77,7 @@ func TestAddRefused(t *testing.T) {
 
 func TestDropBefore(t *testing.T) {
 	dir := t.TempDir()
-	s, err := Open(dir, Options{BatchKeys: 7})
+	s, err := Open(dir, Options{FlushKeys: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,46 +123,33 @@ func TestDropBefore(t *testing.T) {
 	}
 }
 
-// TestDropFreesDisk checks that dropping generations deletes their tables
-// (delete-only compactions) rather than leaving them to a later rewrite.
+// TestDropFreesDisk: dropping generations deletes their run files at once.
 func TestDropFreesDisk(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{MemTableBytes: 1 << 20, CacheBytes: 4 << 20})
-	const perGen = 20000
-	for g := uint64(1); g <= 4; g++ {
-		hs := make([]Hash, perGen)
-		for i := range hs {
-			hs[i] = hashN(g, uint64(i))
-		}
-		if err := s.AddBatch(g, hs); err != nil {
-			t.Fatal(err)
+	s := openT(t, t.TempDir(), Options{FlushKeys: 1000})
+	fill(t, s, 20000, 1, 2, 3, 4)
+	var files []string
+	for _, g := range []uint64{1, 2} {
+		for name := range runsOf(s, g) {
+			files = append(files, filepath.Join(s.dir, name))
 		}
 	}
-	if err := s.db.Flush(); err != nil {
-		t.Fatal(err)
+	if len(files) == 0 {
+		t.Fatal("no runs for generations 1 and 2")
 	}
-	dropped := func() uint64 { return sizeOf(tablesOf(t, s, 1)) + sizeOf(tablesOf(t, s, 2)) }
-	before := dropped()
-	if before == 0 {
-		t.Fatal("no tables for generations 1 and 2")
-	}
+	before := s.Stats().DiskBytes
 	if err := s.DropBefore(3); err != nil {
 		t.Fatal(err)
 	}
-	// What may stay is the two small tables holding the range deletions
-	// themselves, until a compaction elides them.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		left := dropped()
-		if left < 8<<10 {
-			break
+	for _, f := range files {
+		if _, err := os.Stat(f); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("run %s of a dropped generation: stat err = %v, want not exist", f, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d bytes of tables of dropped generations still live after 20 s", left, before)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	if n := len(tablesOf(t, s, 3)); n == 0 {
-		t.Error("generation 3 lost its tables")
+	if after := s.Stats().DiskBytes; after >= before*3/5 {
+		t.Errorf("disk bytes %d after dropping half the generations, %d before", after, before)
+	}
+	if len(runsOf(s, 3)) == 0 {
+		t.Error("generation 3 lost its runs")
 	}
 }
 
@@ -201,32 +184,56 @@ func TestOpenRefuses(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("hi"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if s, err := Open(dir, Options{}); err == nil {
-			s.Close()
-			t.Fatal("Open of a directory with foreign files: want an error")
-		}
-	})
-	t.Run("pebble store of another layout", func(t *testing.T) {
-		dir := t.TempDir()
-		db, err := pebble.Open(dir, &pebble.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Set([]byte("some key"), []byte("v"), pebble.Sync); err != nil {
-			t.Fatal(err)
-		}
-		db.Close()
 		s, err := Open(dir, Options{})
 		if err == nil {
 			s.Close()
-			t.Fatal("Open of a foreign pebble store: want an error")
+			t.Fatal("Open of a directory with foreign files: want an error")
 		}
-		if !strings.Contains(err.Error(), "not an exact store") {
-			t.Errorf("error %q does not say what is wrong", err)
+		if _, err := os.Stat(filepath.Join(dir, "notes.txt")); err != nil {
+			t.Errorf("Open removed a foreign file: %v", err)
+		}
+	})
+	t.Run("not closed", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openT(t, dir, Options{FlushKeys: 10})
+		fill(t, s, 100, 1) // runs on disk, no manifest until Close
+		s2, err := Open(dir, Options{})
+		if err == nil {
+			s2.Close()
+			t.Fatal("Open of a directory in use: want an error")
+		}
+		// A process that died with the store open: no lock, no manifest.
+		s.lock.Close()
+		s2, err = Open(dir, Options{})
+		if err == nil {
+			s2.Close()
+			t.Fatal("Open of a store that was not closed: want an error")
+		}
+		if !strings.Contains(err.Error(), "restore it from a checkpoint") {
+			t.Errorf("error %q does not say what to do", err)
+		}
+	})
+	t.Run("other layout", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openT(t, dir, Options{})
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, manifestName)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, bytes.Replace(b, []byte(LayoutName), []byte("bloomgate-exact-runs-v0"), 1), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := Open(dir, Options{}); err == nil {
+			s.Close()
+			t.Fatal("Open of another layout: want an error")
 		}
 	})
 	t.Run("bad options", func(t *testing.T) {
-		if _, err := Open(t.TempDir(), Options{BloomBitsPerKey: 99}); err == nil {
+		if _, err := Open(t.TempDir(), Options{FlushKeys: -1}); err == nil {
 			t.Fatal("want an error")
 		}
 	})
@@ -239,14 +246,9 @@ func TestOptionsValidate(t *testing.T) {
 		ok   bool
 	}{
 		{"zero value", Options{}, true},
-		{"bloom filters", Options{BloomBitsPerKey: 10}, true},
-		{"negative cache", Options{CacheBytes: -1}, false},
-		{"tiny memtable", Options{MemTableBytes: 1000}, false},
-		{"huge memtable", Options{MemTableBytes: 2 << 30}, false},
-		{"cache below two memtables", Options{CacheBytes: 8 << 20, MemTableBytes: 8 << 20}, false},
-		{"shared cache ignores cache bytes", Options{Cache: &Cache{}, MemTableBytes: 64 << 20}, true},
-		{"bloom bits out of range", Options{BloomBitsPerKey: 33}, false},
-		{"negative batch", Options{BatchKeys: -1}, false},
+		{"small flushes", Options{FlushKeys: 1}, true},
+		{"negative flush keys", Options{FlushKeys: -1}, false},
+		{"huge flush keys", Options{FlushKeys: 1 << 30}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,17 +259,40 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
-func TestSharedCache(t *testing.T) {
-	c, err := NewCache(16 << 20)
-	if err != nil {
+// TestMerges: runs of the newest generation are merged by size class, the
+// others into one run each; answers do not change.
+func TestMerges(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{FlushKeys: 100})
+	add := func(gen, from, n uint64) {
+		t.Helper()
+		for i := from; i < from+n; i++ {
+			mustAdd(t, s, gen, hashN(gen, i))
+		}
+	}
+	add(1, 0, 4000)  // 40 flushes
+	add(1, 1000, 50) // again, into other runs
+	if err := s.mergeAll(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	a := openT(t, t.TempDir(), Options{Cache: c, MemTableBytes: 1 << 20})
-	b := openT(t, t.TempDir(), Options{Cache: c, MemTableBytes: 1 << 20})
-	mustAdd(t, a, 1, hashN(0, 1))
-	mustAdd(t, b, 1, hashN(0, 2))
-	if !mustHas(t, a, 1, hashN(0, 1)) || mustHas(t, a, 1, hashN(0, 2)) || !mustHas(t, b, 1, hashN(0, 2)) {
-		t.Error("stores sharing a cache see each other's keys or lose their own")
+	if n := len(runsOf(s, 1)); n > 3*3 {
+		t.Errorf("newest generation has %d runs after merging, want at most 9", n)
+	}
+	add(2, 0, 100)
+	if err := s.mergeAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(runsOf(s, 1)); n != 1 {
+		t.Errorf("sealed generation has %d runs, want 1", n)
+	}
+	for i := range uint64(4000) {
+		if !mustHas(t, s, 1, hashN(1, i)) {
+			t.Fatalf("hash %d lost in merges", i)
+		}
+	}
+	if mustHas(t, s, 1, hashN(1, 4000)) {
+		t.Error("merges invented a hash")
+	}
+	if st := s.Stats(); st.Keys != 4000+100 {
+		t.Errorf("Stats().Keys = %d, want 4100 (duplicates merged away)", st.Keys)
 	}
 }
