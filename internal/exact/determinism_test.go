@@ -11,12 +11,12 @@ import (
 // model is the specification: a set of (generation, hash) with a floor.
 type model struct {
 	floor uint64
-	set   map[dataKey]bool
+	set   map[entry]bool
 }
 
-func (m *model) add(g uint64, h Hash) { m.set[makeKey(g, h)] = true }
+func (m *model) add(g uint64, h Hash) { m.set[makeEntry(g, h)] = true }
 func (m *model) has(g uint64, h Hash) bool {
-	return g >= m.floor && m.set[makeKey(g, h)]
+	return g >= m.floor && m.set[makeEntry(g, h)]
 }
 
 func (m *model) contains(h Hash, gens []uint64) bool {
@@ -84,7 +84,7 @@ func checkDeterminism(t *testing.T, seed uint64) {
 	for i, v := range variants {
 		stores[i] = openT(t, t.TempDir(), v.opts)
 	}
-	m := &model{set: make(map[dataKey]bool)}
+	m := &model{set: make(map[entry]bool)}
 	const G = 4
 	gen := uint64(1000)
 	gens := []uint64{gen}
@@ -140,7 +140,7 @@ func checkDeterminism(t *testing.T, seed uint64) {
 	var want []uint64 // generations ≥ floor that received an add
 	for _, g := range gens {
 		for k := range m.set {
-			if k.gen() == g {
+			if k.gen == g {
 				want = append(want, g)
 				break
 			}

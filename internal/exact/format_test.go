@@ -25,7 +25,7 @@ func goldenRun(t *testing.T) []byte {
 	}
 	sortHashes(hs)
 	for _, h := range hs {
-		if err := w.add(h); err != nil {
+		if err := w.add(h.halves()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -171,7 +171,7 @@ func TestRunLookupEdges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, h := range hs {
-		if err := w.add(h); err != nil {
+		if err := w.add(h.halves()); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,16 +16,27 @@ func HashOf(h1, h2 uint64) Hash {
 	return h
 }
 
-// dataKey is a pending add: generation (big-endian, so that sorting
-// groups generations) and hash.
-type dataKey [8 + len(Hash{})]byte
-
-func makeKey(gen uint64, h Hash) dataKey {
-	var k dataKey
-	binary.BigEndian.PutUint64(k[:8], gen)
-	copy(k[8:], h[:])
-	return k
+// halves returns the hash's two halves (HashOf's arguments).
+func (h Hash) halves() (hi, lo uint64) {
+	return binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])
 }
 
-func (k *dataKey) gen() uint64 { return binary.BigEndian.Uint64(k[:8]) }
-func (k *dataKey) hash() Hash  { return Hash(k[8:]) }
+// entry is a pending add: generation and the two halves of the hash, so
+// that sorting compares integers.
+type entry struct{ gen, hi, lo uint64 }
+
+func makeEntry(gen uint64, h Hash) entry {
+	return entry{gen, binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])}
+}
+
+func (e entry) hash() Hash { return HashOf(e.hi, e.lo) }
+
+func cmpEntry(a, b entry) int {
+	switch {
+	case a.gen < b.gen:
+		return -1
+	case a.gen > b.gen:
+		return 1
+	}
+	return cmp128(a.hi, a.lo, b.hi, b.lo)
+}

@@ -8,15 +8,15 @@ import (
 )
 
 // DefaultFlushKeys is Options.FlushKeys' default.
-const DefaultFlushKeys = 1 << 17
+const DefaultFlushKeys = 1 << 16
 
 // Options configure a Store. The zero value is valid: it means the defaults.
 type Options struct {
 	// FlushKeys is how many adds are held in memory before they are
 	// written as a run file. Memory: about 60 bytes per held add (a map
-	// entry and a slice entry), 8 MiB at the default of 131072. Fewer
+	// entry and a slice entry), 4 MiB at the default of 65536. Fewer
 	// means more, smaller runs: more merging (CPU, disk writes, uploads)
-	// and more runs per lookup until they are merged.
+	// and more runs per lookup until they are merged (docs/exact.md).
 	FlushKeys int
 
 	// Logger receives merge failures (Warn) and merge activity (Debug).

@@ -1,7 +1,6 @@
 package exact
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -47,15 +46,15 @@ type Store struct {
 	// unmapped only after it left gens, under mu, and no lookup can be
 	// inside it then.
 	mu      sync.Mutex
-	pending map[dataKey]struct{} // adds not yet in a run
-	order   []dataKey            // pending in arrival order, sorted on flush
-	live    []uint64             // generations that may hold keys, ascending, all ≥ floor
-	runs    map[uint64][]*run    // each generation's runs, smallest first
-	floor   uint64               // generations below it are dropped
-	nextSeq uint64               // numbers the next run file
-	disk    int64                // bytes of the runs
-	err     error                // sticky write failure
-	merging bool                 // a merge is running (outside mu)
+	pending map[entry]struct{} // adds not yet in a run
+	order   []entry            // pending in arrival order, sorted on flush
+	live    []uint64           // generations that may hold keys, ascending, all ≥ floor
+	runs    map[uint64][]*run  // each generation's runs, smallest first
+	floor   uint64             // generations below it are dropped
+	nextSeq uint64             // numbers the next run file
+	disk    int64              // bytes of the runs
+	err     error              // sticky write failure
+	merging bool               // a merge is running (outside mu)
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -92,7 +91,7 @@ func openStore(dir string, opts Options, known map[string]File, mustExist bool) 
 	}
 	s := &Store{
 		dir: dir, opts: opts, log: opts.Logger, lock: lock,
-		pending: make(map[dataKey]struct{}, opts.FlushKeys),
+		pending: make(map[entry]struct{}, opts.FlushKeys),
 		runs:    make(map[uint64][]*run),
 		nextSeq: 1,
 		wake:    make(chan struct{}, 1),
@@ -227,7 +226,7 @@ func (s *Store) Add(gen uint64, h Hash) error {
 	if err := s.admitLocked(gen); err != nil {
 		return err
 	}
-	s.addLocked(makeKey(gen, h))
+	s.addLocked(makeEntry(gen, h))
 	s.m.inserts.Inc()
 	return s.maybeFlushLocked()
 }
@@ -246,7 +245,7 @@ func (s *Store) AddBatch(gen uint64, hs []Hash) error {
 		return err
 	}
 	for _, h := range hs {
-		s.addLocked(makeKey(gen, h))
+		s.addLocked(makeEntry(gen, h))
 	}
 	s.m.inserts.Add(float64(len(hs)))
 	return s.maybeFlushLocked()
@@ -272,7 +271,7 @@ func (s *Store) admitLocked(gen uint64) error {
 	return nil
 }
 
-func (s *Store) addLocked(k dataKey) {
+func (s *Store) addLocked(k entry) {
 	if _, ok := s.pending[k]; ok {
 		return
 	}
@@ -292,11 +291,11 @@ func (s *Store) flushLocked() error {
 	if s.err != nil || len(s.order) == 0 {
 		return s.err
 	}
-	slices.SortFunc(s.order, func(a, b dataKey) int { return bytes.Compare(a[:], b[:]) })
+	slices.SortFunc(s.order, cmpEntry)
 	for i := 0; i < len(s.order); {
-		gen := s.order[i].gen()
+		gen := s.order[i].gen
 		j := i + 1
-		for j < len(s.order) && s.order[j].gen() == gen {
+		for j < len(s.order) && s.order[j].gen == gen {
 			j++
 		}
 		if gen >= s.floor { // else added before its generation was dropped
@@ -312,7 +311,7 @@ func (s *Store) flushLocked() error {
 	return nil
 }
 
-func (s *Store) writeRunLocked(gen uint64, keys []dataKey) error {
+func (s *Store) writeRunLocked(gen uint64, keys []entry) error {
 	name := runName(gen, s.nextSeq)
 	s.nextSeq++
 	path := filepath.Join(s.dir, name)
@@ -321,7 +320,7 @@ func (s *Store) writeRunLocked(gen uint64, keys []dataKey) error {
 		return err
 	}
 	for _, k := range keys {
-		if err := w.add(k.hash()); err != nil {
+		if err := w.add(k.hi, k.lo); err != nil {
 			w.abort()
 			return err
 		}
@@ -363,7 +362,7 @@ func (s *Store) hasLocked(gen uint64, h Hash) bool {
 	if gen < s.floor {
 		return false
 	}
-	if _, ok := s.pending[makeKey(gen, h)]; ok {
+	if _, ok := s.pending[makeEntry(gen, h)]; ok {
 		return true
 	}
 	for _, r := range s.runs[gen] {
