@@ -296,3 +296,60 @@ func TestMerges(t *testing.T) {
 		t.Errorf("Stats().Keys = %d, want 4100 (duplicates merged away)", st.Keys)
 	}
 }
+
+// TestLookupsDuringMergesAndDrops: lookups from another goroutine while
+// small flushes keep the merger busy and generations are dropped under it.
+// A lookup reading a run that a merge or a drop unmapped would crash.
+func TestLookupsDuringMergesAndDrops(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{FlushKeys: 50})
+	const gens, perGen = 12, 3000
+	done := make(chan struct{})
+	var lookups int
+	go func() {
+		defer close(done)
+		for i := uint64(0); ; i++ {
+			select {
+			case <-t.Context().Done():
+				return
+			default:
+			}
+			g := s.Floor()
+			if _, err := s.Contains(hashN(g, i%perGen)); err != nil {
+				if errors.Is(err, ErrClosed) {
+					return
+				}
+				t.Error(err)
+				return
+			}
+			if _, err := s.Has(g, hashN(g, i%perGen)); err != nil {
+				t.Error(err)
+				return
+			}
+			lookups++
+			if g == gens {
+				return
+			}
+		}
+	}()
+	for g := uint64(1); g <= gens; g++ {
+		fill(t, s, perGen, g)
+		if g > 2 {
+			if err := s.DropBefore(g - 1); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.DropBefore(gens); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if err := s.mergeAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range uint64(perGen) {
+		if !mustHas(t, s, gens, hashN(gens, i)) {
+			t.Fatalf("hash %d of the last generation lost", i)
+		}
+	}
+	t.Logf("%d lookups ran alongside the merges and drops", lookups)
+}
