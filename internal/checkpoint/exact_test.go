@@ -272,3 +272,27 @@ func TestExactManifestValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestLoaderLocalFailure: a loader failing for a local reason (ErrLocal)
+// ends Restore at once; older manifests are not tried.
+func TestLoaderLocalFailure(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, "mem://local-failure", testOptions(nil))
+	p := s.Partition("g", "t", 0)
+	if err := p.Claim(ctx, "w"); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{10, 20} {
+		if _, err := p.Commit(ctx, state{offset: off, gens: []Generation{gen(1, false, 1, 100)}}.checkpoint()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	calls := 0
+	_, err := s.Partition("g", "t", 0).Restore(ctx, func(*Manifest, func(context.Context, GenerationRef) (io.ReadCloser, error)) error {
+		calls++
+		return fmt.Errorf("%w: disk full", ErrLocal)
+	})
+	if !errors.Is(err, ErrLocal) || errors.Is(err, ErrNoUsableCheckpoint) || calls != 1 {
+		t.Fatalf("Restore: %v after %d loads, want ErrLocal after one", err, calls)
+	}
+}
