@@ -236,24 +236,26 @@ func (x *exactState) settle(sh *bloom.Shard, h bloom.Hash, seen bool) bool {
 		return seen // untrusted either way: the worker checks Err
 	}
 	eh := exact.HashOf(h.H1, h.H2)
+	inNewest := false
 	if seen {
 		// Earlier records of the batch may be this key.
 		if x.flush() != nil {
 			return seen
 		}
-		seen = x.confirm(sh, h, eh)
+		seen, inNewest = x.confirm(sh, h, eh)
 	}
-	if x.newest() != 0 {
+	if x.newest() != 0 && !inNewest { // a hash the newest holds needs no add
 		x.adds = append(x.adds, eh)
 	}
 	return seen
 }
 
 // confirm checks a filter positive in the store generations of the
-// generations that report h, newest first.
-func (x *exactState) confirm(sh *bloom.Shard, h bloom.Hash, eh exact.Hash) bool {
+// generations that report h, newest first; inNewest: found in the newest.
+func (x *exactState) confirm(sh *bloom.Shard, h bloom.Hash, eh exact.Hash) (seen, inNewest bool) {
 	x.match = sh.Matching(h, x.match[:0])
 	unverifiable := false
+	newest := len(x.gens) - 1
 	for _, pos := range x.match {
 		g := x.gens[pos]
 		if g == 0 {
@@ -263,21 +265,21 @@ func (x *exactState) confirm(sh *bloom.Shard, h bloom.Hash, eh exact.Hash) bool 
 		found, err := x.st.Has(g, eh)
 		if err != nil {
 			x.fail(err)
-			return true
+			return true, false
 		}
 		if found {
 			x.mConfirmed.Inc()
-			return true
+			return true, pos == newest
 		}
 	}
 	if unverifiable {
 		x.unverified++
 		x.mUnverified.Inc()
-		return true
+		return true, false
 	}
 	x.refuted++
 	x.mRefuted.Inc()
-	return false
+	return false, false
 }
 
 // flush adds the queued hashes to the newest store generation.
