@@ -18,9 +18,16 @@
 //     /proc/<pid>/stat (utime+stime);
 //   - peak RSS: VmHWM from /proc/<pid>/status at the end.
 //
+// With -compare exact the two processes of each setting are `bloomgate
+// run` filter only and `bloomgate run --exact` (the exact store in a fresh
+// local directory), instead of the pipe and bloomgate; the table then also
+// shows RssAnon and RssFile at the end (the exact store's mapped files
+// count as RssFile) and the exact directory's size.
+//
 // Usage (from the bench directory):
 //
 //	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:1ms,2000:5ms
+//	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:5ms -compare exact -reps 3 -run concurrent
 package main
 
 import (
@@ -59,6 +66,7 @@ func main() {
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
+	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the pass-through pipe against bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
 	flag.StringVar(&p.input, "input", "", "pipe: input topic")
@@ -95,6 +103,18 @@ type benchConfig struct {
 	extraArgs  string
 	perf       string // directory for perf profiles of the bloomgate passes
 	mode       string // sequential or concurrent
+	compare    string // pipe or exact
+}
+
+// systems are the two processes compared per setting: the baseline first.
+func (c benchConfig) systems() ([2]string, error) {
+	switch c.compare {
+	case "pipe":
+		return [2]string{"pipe", "bloomgate"}, nil
+	case "exact":
+		return [2]string{"bloomgate", "exact"}, nil
+	}
+	return [2]string{}, fmt.Errorf("-compare %q: pipe or exact", c.compare)
 }
 
 type setting struct {
@@ -134,10 +154,18 @@ type result struct {
 	cpuTotalS  float64 // whole process life, startup included
 	brokerPerM float64 // broker CPU seconds per million input events, same span
 	warnings   int     // WARN/ERROR log lines of the process
+	// At the end: anonymous and file-backed resident memory (MiB), and
+	// the exact store directory's size (bytes; exact only).
+	rssAnon, rssFile float64
+	exactBytes       int64
 }
 
 func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	sets, err := parseSettings(cfg.settings)
+	if err != nil {
+		return err
+	}
+	systems, err := cfg.systems()
 	if err != nil {
 		return err
 	}
@@ -199,9 +227,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	pass := 0
 	for _, s := range sets {
 		for rep := 0; rep < cfg.reps; rep++ {
-			order := []string{"pipe", "bloomgate"}
+			order := []string{systems[0], systems[1]}
 			if rep%2 == 1 {
-				order = []string{"bloomgate", "pipe"}
+				order = []string{systems[1], systems[0]}
 			}
 			var jobs []job
 			for _, system := range order {
@@ -222,6 +250,10 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 						"--batch-size", strconv.Itoa(s.batchSize), "--batch-timeout", s.batchTimeout.String()}
 					if cfg.extraArgs != "" {
 						j.args = append(j.args, strings.Fields(cfg.extraArgs)...)
+					}
+					if system == "exact" {
+						j.exactDir = filepath.Join(tmp, "exact-"+strconv.Itoa(pass))
+						j.args = append(j.args, "--exact", "--exact-dir", j.exactDir)
 					}
 					if slices.Contains(j.args, "--repartition") {
 						// The dedup stage reads <group>-repartition, which
@@ -247,15 +279,16 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				}
 				for _, r := range rs {
 					r.set = s
-					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB (output %d records, span %s, %d warnings)",
-						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.output, r.span.Round(time.Millisecond), r.warnings)
+					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records, span %s, %d warnings)",
+						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.rssAnon, r.rssFile, float64(r.exactBytes)/(1<<20),
+						r.output, r.span.Round(time.Millisecond), r.warnings)
 					results = append(results, r)
 				}
 			}
 		}
 	}
 	brokerCPU := procCPU(brk.cmd.Process.Pid)
-	writeTable(out, cfg, valueBytes, results, brokerCPU)
+	writeTable(out, cfg, systems, valueBytes, results, brokerCPU)
 	fmt.Fprintf(out, "load average at start: %s; at end: %s (other work on this machine shares the CPUs)\n", loadStart, loadavg())
 	return nil
 }
@@ -291,14 +324,17 @@ type job struct {
 	args         []string
 	group, topic string
 	perfOut      string
+	exactDir     string // exact: the store directory
 }
 
 type running struct {
 	job
-	p        *proc
-	samples  []sample
-	finished bool
-	hwm, cpu float64
+	p                *proc
+	samples          []sample
+	finished         bool
+	hwm, cpu         float64
+	rssAnon, rssFile float64
+	exactBytes       int64
 }
 
 // measure runs the jobs at the same time (one job: alone) until each job's
@@ -368,6 +404,10 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 				if c, err := pr.committed(ctx, r.group, topic, partitions); err == nil && c >= events {
 					r.finished = true
 					r.hwm, r.cpu = procHWM(pid), procCPU(pid)
+					r.rssAnon, r.rssFile = procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")
+					if r.exactDir != "" {
+						r.exactBytes = dirBytes(r.exactDir)
+					}
 					left--
 				}
 			}
@@ -420,6 +460,9 @@ func summarize(r *running, events int64) (result, error) {
 		cpuTotalS:  r.cpu,
 		warnings:   warnings,
 		brokerPerM: (samples[done].brokerCPU - samples[first].brokerCPU) / inInSpan * 1e6,
+		rssAnon:    r.rssAnon,
+		rssFile:    r.rssFile,
+		exactBytes: r.exactBytes,
 	}, nil
 }
 
@@ -447,7 +490,10 @@ func procCPU(pid int) float64 {
 }
 
 // procHWM is the peak resident set size of pid in MiB.
-func procHWM(pid int) float64 {
+func procHWM(pid int) float64 { return procStatusMiB(pid, "VmHWM") }
+
+// procStatusMiB is a kB field of /proc/<pid>/status in MiB.
+func procStatusMiB(pid int, field string) float64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -455,7 +501,7 @@ func procHWM(pid int) float64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
 			return kb / 1024
 		}
@@ -463,11 +509,22 @@ func procHWM(pid int) float64 {
 	return 0
 }
 
-func writeTable(w io.Writer, cfg benchConfig, valueBytes float64, rs []result, brokerCPU float64) {
+// dirBytes is the size of the regular files below dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+func writeTable(w io.Writer, cfg benchConfig, systems [2]string, valueBytes float64, rs []result, brokerCPU float64) {
 	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
 		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.mode, cfg.reps)
-	fmt.Fprintln(w, "| batch size / timeout | pipe events/s | bloomgate events/s | ratio | pipe CPU s / 1M | bloomgate CPU s / 1M | broker CPU s / 1M (pipe / bloomgate) | pipe peak RSS | bloomgate peak RSS |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	a, b := systems[0], systems[1]
 	var order []setting
 	by := map[setting]map[string][]result{}
 	for _, r := range rs {
@@ -477,14 +534,29 @@ func writeTable(w io.Writer, cfg benchConfig, valueBytes float64, rs []result, b
 		}
 		by[r.set][r.system] = append(by[r.set][r.system], r)
 	}
+	fmt.Fprintf(w, "| batch size / timeout | %s events/s | %s events/s | ratio | %s CPU s / 1M | %s CPU s / 1M | broker CPU s / 1M (%s / %s) | %s peak RSS | %s peak RSS |\n", a, b, a, b, a, b, a, b)
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range order {
-		p, b := by[s]["pipe"], by[s]["bloomgate"]
-		pr, br := median(p, func(r result) float64 { return r.rate }), median(b, func(r result) float64 { return r.rate })
+		p, q := by[s][a], by[s][b]
+		pr, qr := median(p, func(r result) float64 { return r.rate }), median(q, func(r result) float64 { return r.rate })
 		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f / %.2f | %.0f MiB | %.0f MiB |\n",
-			s.batchSize, s.batchTimeout, pr, br, br/pr,
-			median(p, func(r result) float64 { return r.cpuPerM }), median(b, func(r result) float64 { return r.cpuPerM }),
-			median(p, func(r result) float64 { return r.brokerPerM }), median(b, func(r result) float64 { return r.brokerPerM }),
-			maxOf(p, func(r result) float64 { return r.hwmMiB }), maxOf(b, func(r result) float64 { return r.hwmMiB }))
+			s.batchSize, s.batchTimeout, pr, qr, qr/pr,
+			median(p, func(r result) float64 { return r.cpuPerM }), median(q, func(r result) float64 { return r.cpuPerM }),
+			median(p, func(r result) float64 { return r.brokerPerM }), median(q, func(r result) float64 { return r.brokerPerM }),
+			maxOf(p, func(r result) float64 { return r.hwmMiB }), maxOf(q, func(r result) float64 { return r.hwmMiB }))
+	}
+	if cfg.compare == "exact" {
+		fmt.Fprintf(w, "\nMemory at the end (median): RssAnon and RssFile (the exact store's mapped run files are file-backed), and the exact store on disk\n\n")
+		fmt.Fprintf(w, "| batch size / timeout | %s RssAnon | %s RssFile | %s RssAnon | %s RssFile | RssAnon ratio | VmHWM ratio | exact store on disk |\n", a, a, b, b)
+		fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|")
+		for _, s := range order {
+			p, q := by[s][a], by[s][b]
+			anonA, anonB := median(p, func(r result) float64 { return r.rssAnon }), median(q, func(r result) float64 { return r.rssAnon })
+			hwmA, hwmB := median(p, func(r result) float64 { return r.hwmMiB }), median(q, func(r result) float64 { return r.hwmMiB })
+			fmt.Fprintf(w, "| %d / %s | %.0f MiB | %.0f MiB | %.0f MiB | %.0f MiB | %.2f | %.2f | %.1f MiB |\n", s.batchSize, s.batchTimeout,
+				anonA, median(p, func(r result) float64 { return r.rssFile }), anonB, median(q, func(r result) float64 { return r.rssFile }),
+				anonB/anonA, hwmB/hwmA, median(q, func(r result) float64 { return float64(r.exactBytes) })/(1<<20))
+		}
 	}
 	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
 }

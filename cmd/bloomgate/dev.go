@@ -236,11 +236,12 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	w, store, err := newWorker(ctx, &cfg, logger, reg)
+	w, store, state, err := newWorker(ctx, &cfg, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	defer closeState(state, logger)
 
 	d := &demo{
 		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),

@@ -33,7 +33,9 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 Shows the checkpoints stored at a location: for every group / topic /
 partition the newest manifest (sequence, age, owner, input offset, output
 offsets), the filter settings and each generation (event-time span,
-estimated keys, fill, estimated false-positive rate, bytes).
+estimated keys, fill, estimated false-positive rate, bytes), and in exact
+mode the exact store (keys, files, bytes, the store generation of each
+filter generation).
 
   bloomgate inspect file://./.bloomgate/checkpoints
   bloomgate inspect --json 's3://bucket/prefix?endpoint=http://127.0.0.1:7070&region=us-east-1'
@@ -131,17 +133,44 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 		kv("keyed hash", "%v", p.KeyedHash)
 		kv("estimate", "%d keys, fpr %.3g", p.EstKeys, p.EstFPR)
 		kv("bytes", "%s referenced, %s stored in %d objects", byteSize(p.Bytes), byteSize(p.StoredBytes), p.Objects)
+		if e := p.Exact; e != nil {
+			kv("exact store", "%d keys in %d files, %s; store generations from %d, next %d", e.Keys, len(e.Files), byteSize(p.ExactBytes), e.Floor, e.NextGen)
+		}
 		tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
-		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes\n")
+		exactCol := ""
+		if p.Exact != nil {
+			exactCol = "\texact"
+		}
+		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes%s\n", exactCol)
 		for _, g := range p.Generations {
 			state := "live"
 			if g.Sealed {
 				state = "sealed"
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s\n", g.ID, state,
-				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, byteSize(g.Bytes))
+			exactGen := ""
+			if p.Exact != nil {
+				// 0: filled before exact mode; its positives are unverified.
+				exactGen = "\t-"
+				if g.ExactGen != 0 {
+					exactGen = fmt.Sprintf("\t%d", g.ExactGen)
+				}
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s%s\n", g.ID, state,
+				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, byteSize(g.Bytes), exactGen)
 		}
 		tw.Flush()
+		if e := p.Exact; e != nil {
+			tw := tabwriter.NewWriter(bw, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "  exact file\tbytes\tsha256\tuploaded for\n")
+			for _, f := range e.Files {
+				sum := f.SHA256
+				if len(sum) > 16 {
+					sum = sum[:16] + "…"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\tseq %d\n", f.Name, byteSize(f.Size), sum, f.Seq)
+			}
+			tw.Flush()
+		}
 	}
 	return bw.err
 }

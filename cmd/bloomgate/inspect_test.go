@@ -96,11 +96,13 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 // --json prints them. The first is checkpoint's own golden report, so
 // store, data and text are pinned end to end; the second covers what it
 // lacks: a key identity, output offsets of several partitions, an empty
-// claim, a corrupt manifest, sizes from bytes to PiB.
+// claim, a corrupt manifest, sizes from bytes to PiB; the third an exact
+// store, with a generation from before exact mode.
 func TestInspectTextGolden(t *testing.T) {
 	for _, tc := range []struct{ report, golden string }{
 		{filepath.Join("..", "..", "internal", "checkpoint", "testdata", "inspect.json"), "inspect.txt"},
 		{filepath.Join("testdata", "inspect-states.json"), "inspect-states.txt"},
+		{filepath.Join("testdata", "inspect-exact.json"), "inspect-exact.txt"},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			b, err := os.ReadFile(tc.report)

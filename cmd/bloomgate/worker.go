@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,11 +41,12 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 			return err
 		}
 	}
-	w, store, err := newWorker(ctx, cfg, logger, reg)
+	w, store, state, err := newWorker(ctx, cfg, logger, reg)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
+	defer closeState(state, logger)
 
 	if cfg.MetricsAddr != "" {
 		srv, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)
@@ -125,25 +127,26 @@ func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, r
 	return hop, nil
 }
 
-// newWorker builds the worker and its checkpoint store from the settings.
-// The caller closes the store after Run returns.
-func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg prometheus.Registerer) (*worker.Worker, *checkpoint.Store, error) {
+// newWorker builds the worker, its checkpoint store and its state store
+// from the settings. The caller closes the state store (closeState) and
+// then the checkpoint store after Run returns.
+func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg prometheus.Registerer) (_ *worker.Worker, _ *checkpoint.Store, _ *memory.Store, err error) {
 	ex, err := cfg.Extractor()
 	if err != nil {
-		return nil, nil, usageError{fmt.Errorf("key: %w", err)}
+		return nil, nil, nil, usageError{fmt.Errorf("key: %w", err)}
 	}
 	keyID := checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
 	if cfg.Repartition {
 		// The first hop keys every record by the hash of its canonical key
 		// (the worker reads the hop's topic: WorkerConfig).
 		if ex, err = keys.NewExtractor("key", "none", 0); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		keyID.Spec = "repartition(" + cfg.Key + ")"
 	}
 	wcfg, err := cfg.WorkerConfig()
 	if err != nil {
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
 	}
 	store, err := checkpoint.Open(ctx, cfg.CheckpointURL, checkpoint.Options{
 		Logger:     logger.With("component", "checkpoint"),
@@ -155,18 +158,29 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		Compression: "none",
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("opening checkpoint store %s: %w", checkpoint.RedactURL(cfg.CheckpointURL), err)
+		return nil, nil, nil, fmt.Errorf("opening checkpoint store %s: %w", checkpoint.RedactURL(cfg.CheckpointURL), err)
 	}
+	defer func() {
+		if err != nil {
+			store.Close()
+		}
+	}()
 	state := memory.New(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
 	state.Key = keyID
 	state.Isolation = worker.IsolationLevel(cfg.IsolationLevel)
+	if cfg.Exact {
+		state.Exact = memory.ExactOptions{Dir: cfg.ExactDir, Registerer: reg, Logger: logger.With("component", "exact")}
+		if err := os.MkdirAll(cfg.ExactDir, 0o755); err != nil {
+			return nil, nil, nil, usageError{fmt.Errorf("exact-dir: %w", err)}
+		}
+		logger.Info("exact mode: the filter's positives are confirmed in a local store of key hashes", "exact_dir", cfg.ExactDir)
+	}
 	var seedEx worker.Extractor
 	if cfg.SeedTopic != "" {
 		sx, err := cfg.SeedExtractor()
 		if err != nil {
-			store.Close()
-			return nil, nil, usageError{fmt.Errorf("seed-key: %w", err)}
+			return nil, nil, nil, usageError{fmt.Errorf("seed-key: %w", err)}
 		}
 		seedEx = sx
 	}
@@ -178,14 +192,19 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 		SeedExtractor: seedEx,
 	})
 	if err != nil {
-		store.Close()
-		return nil, nil, usageError{err}
+		return nil, nil, nil, usageError{err}
 	}
 	if err := checkCreateOnly(ctx, store, cfg.CheckpointSkipCreateOnlyCheck, createOnlyCheckTimeout, logger); err != nil {
-		store.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return w, store, nil
+	return w, store, state, nil
+}
+
+// closeState closes the partitions' exact stores (exact mode).
+func closeState(state *memory.Store, logger *slog.Logger) {
+	if err := state.Close(); err != nil {
+		logger.Warn("closing exact stores", "err", err)
+	}
 }
 
 // createOnlyCheckTimeout bounds the start-up check of the checkpoint store

@@ -287,7 +287,7 @@ func testCrashBeforeManifest(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	// The crash: data of the next checkpoint uploaded, manifest never written.
-	orphan, err := p.upload(ctx, gen(1, false, 2, 40_000), p.objectKey(1, p.seq+1, ""), p.seq+1)
+	orphan, err := p.upload(ctx, gen(1, false, 2, 40_000), p.objectKey(1, p.seq+1, ""), p.seq+1, p.s.opts.Compression)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"hash/crc32"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -33,9 +34,34 @@ type Generation struct {
 	Fill    float64
 	EstFPR  float64
 	Stacks  int
+	// ExactGen is the exact store's generation holding this generation's
+	// keys (GenerationRef.ExactGen; 0: none).
+	ExactGen uint64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored.
 	Source GenerationSource
+}
+
+// ExactCheckpoint is the partition's exact store handed to Commit, cut at
+// the same input offset as the generations (Manifest.Exact).
+type ExactCheckpoint struct {
+	Layout  string
+	Floor   uint64
+	NextGen uint64
+	Keys    int64
+	Files   []ExactSource
+}
+
+// ExactSource is one file of an exact store's checkpoint, described by its
+// name, size and SHA-256, and readable through Open. Commit uploads it
+// unless the last manifest of this handle (written or restored) lists a
+// file with the same name, size and digest; it checks that the bytes it
+// read match the description.
+type ExactSource struct {
+	Name   string
+	Size   int64
+	SHA256 string
+	Open   func() (io.ReadCloser, error)
 }
 
 // Checkpoint is the state of one partition at one moment.
@@ -57,6 +83,8 @@ type Checkpoint struct {
 	EventTime int64
 	// Seed is the position of an unfinished seeding read (Manifest.Seed).
 	Seed *SeedProgress
+	// Exact is the exact store (nil: filter only).
+	Exact *ExactCheckpoint
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -188,6 +216,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	var uploaded int64
 	for i, g := range cp.Generations {
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed {
+			ref.ExactGen = g.ExactGen
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
@@ -199,12 +228,20 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 			rel = p.objectKey(g.ID, seq, fmt.Sprintf("-%d", i))
 		}
 		names[rel] = true
-		ref, err := p.upload(ctx, g, rel, seq)
+		ref, err := p.upload(ctx, g, rel, seq, p.s.opts.Compression)
 		if err != nil {
 			return nil, fmt.Errorf("uploading generation %d: %w", g.ID, err)
 		}
 		uploaded += ref.Bytes
 		m.Generations = append(m.Generations, ref)
+	}
+	if cp.Exact != nil {
+		ex, n, err := p.commitExact(ctx, cp.Exact, seq)
+		if err != nil {
+			return nil, err
+		}
+		m.Exact = ex
+		uploaded += n
 	}
 	if err := p.writeManifest(ctx, m); err != nil {
 		return nil, err
@@ -298,10 +335,73 @@ func (p *Partition) objectKey(id, seq uint64, suffix string) string {
 	return fmt.Sprintf("gens/%020d-%020d-%s%s.gen", id, seq, p.writer, suffix)
 }
 
+// commitExact uploads the exact store's files that the handle's last
+// manifest does not list (same name, size and digest) and returns the
+// manifest's exact section and the bytes uploaded. Objects are named by
+// their digest, so a file uploaded again (by a new owner, or after a
+// failed commit) lands on the same object with the same bytes.
+func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq uint64) (*ExactState, int64, error) {
+	type desc struct {
+		name string
+		size int64
+		sum  string
+	}
+	stored := map[desc]ExactFile{}
+	if p.last != nil && p.last.Exact != nil {
+		for _, f := range p.last.Exact.Files {
+			stored[desc{f.Name, f.Size, f.SHA256}] = f
+		}
+	}
+	ex := &ExactState{Layout: ec.Layout, Floor: ec.Floor, NextGen: ec.NextGen, Keys: ec.Keys, Files: make([]ExactFile, 0, len(ec.Files))}
+	done := map[string]uint64{} // objects uploaded by this commit
+	var uploaded int64
+	for _, f := range ec.Files {
+		if ref, ok := stored[desc{f.Name, f.Size, f.SHA256}]; ok {
+			ex.Files = append(ex.Files, ref)
+			continue
+		}
+		if len(f.SHA256) != 64 || strings.Trim(f.SHA256, "0123456789abcdef") != "" {
+			return nil, 0, fmt.Errorf("exact store file %s: digest %q is not 64 lower-case hex digits", f.Name, f.SHA256)
+		}
+		ref := ExactFile{Name: f.Name, Size: f.Size, SHA256: f.SHA256, Key: exactDir + f.SHA256, Seq: seq}
+		if s, ok := done[ref.Key]; ok {
+			ref.Seq = s
+			ex.Files = append(ex.Files, ref)
+			continue
+		}
+		if f.Open == nil {
+			return nil, 0, fmt.Errorf("exact store file %s: no source and not stored before", f.Name)
+		}
+		g, err := p.upload(ctx, Generation{Source: fileSource(f.Open)}, ref.Key, seq, encodingNone)
+		if err != nil {
+			return nil, 0, fmt.Errorf("uploading exact store file %s: %w", f.Name, err)
+		}
+		if g.Bytes != f.Size || g.SHA256 != f.SHA256 {
+			return nil, 0, fmt.Errorf("uploading exact store file %s: read %d bytes with sha256 %s, described as %d bytes with %s",
+				f.Name, g.Bytes, g.SHA256, f.Size, f.SHA256)
+		}
+		done[ref.Key] = seq
+		uploaded += g.Bytes
+		ex.Files = append(ex.Files, ref)
+	}
+	return ex, uploaded, nil
+}
+
+// fileSource streams what open returns.
+type fileSource func() (io.ReadCloser, error)
+
+func (open fileSource) WriteTo(w io.Writer) (int64, error) {
+	rc, err := open()
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(w, rc)
+}
+
 // upload streams one generation into the new object rel (relative to the
-// partition's directory) and returns its ref.
-func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq uint64) (GenerationRef, error) {
-	enc := p.s.opts.Compression
+// partition's directory), encoded with enc, and returns its ref.
+func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq uint64, enc string) (GenerationRef, error) {
 	crc := crc32.New(castagnoli)
 	sha := sha256.New()
 	counted := &countingWriter{}
@@ -332,7 +432,7 @@ func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq ui
 	}
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
-		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks,
+		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
 		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
 		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
 	}, nil

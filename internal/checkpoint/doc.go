@@ -9,11 +9,14 @@
 //
 //	<group>/<topic>/<partition>/manifests/<seq, 20 digits>.json
 //	<group>/<topic>/<partition>/gens/<generation id>-<uploaded seq>-<writer>.gen
+//	<group>/<topic>/<partition>/exact/<sha256>   (exact mode: the exact store's files)
 //	_probe/create-only-<random>.json   (VerifyCreateOnly; deleted after)
 //
 // Group and topic are path-escaped. A manifest names the input offset the
 // state covers, the output offsets at that moment, the filter parameters,
-// and per generation its object, size, SHA-256 and CRC-32C and statistics.
+// and per generation its object, size, SHA-256 and CRC-32C and statistics;
+// in exact mode also the exact store's files (opaque here, uploaded once
+// like sealed generations, named by their digest) at the same input offset.
 // It is JSON inside an envelope carrying the SHA-256 of its compact form.
 //
 // # Protocol

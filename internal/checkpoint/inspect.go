@@ -47,8 +47,13 @@ type PartitionReport struct {
 	// EstFPR combines the generations' estimated rates: 1-Π(1-p_i).
 	EstFPR  float64 `json:"estimated_fpr"`
 	EstKeys uint64  `json:"estimated_keys"`
-	// Bytes is what the newest manifest references; StoredBytes is
-	// everything under the partition (older manifests, orphans included).
+	// Exact is the newest manifest's exact store (nil: filter only):
+	// its files, keys and generations; ExactBytes is the size of its files.
+	Exact      *ExactState `json:"exact,omitempty"`
+	ExactBytes int64       `json:"exact_bytes,omitempty"`
+	// Bytes is what the newest manifest references (generations and exact
+	// store files); StoredBytes is everything under the partition (older
+	// manifests, orphans included).
 	Bytes       int64 `json:"bytes"`
 	StoredBytes int64 `json:"stored_bytes"`
 	Objects     int   `json:"objects"`
@@ -75,9 +80,9 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 	}
 	parts := map[string]*part{}
 	for _, o := range objs {
-		// <group>/<topic>/<partition>/(manifests|gens)/<name>
+		// <group>/<topic>/<partition>/(manifests|gens|exact)/<name>
 		f := strings.Split(o.Key, "/")
-		if len(f) != 5 || (f[3] != "manifests" && f[3] != "gens") {
+		if len(f) != 5 || (f[3] != "manifests" && f[3]+"/" != gensDir && f[3]+"/" != exactDir) {
 			continue
 		}
 		n, err := strconv.Atoi(f[2])
@@ -128,6 +133,9 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 			pr.Key, pr.KeyedHash = m.Key, m.HashSeed != ""
 			pr.Generations = m.Generations
 			pr.Bytes = m.Bytes()
+			if m.Exact != nil {
+				pr.Exact, pr.ExactBytes = m.Exact, m.Exact.Bytes()
+			}
 			miss := 1.0
 			for _, g := range m.Generations {
 				miss *= 1 - g.EstFPR

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -95,6 +96,53 @@ type GenerationRef struct {
 	SHA256   string `json:"sha256"`
 	// Seq is the manifest sequence the object was uploaded for.
 	Seq uint64 `json:"uploaded_seq"`
+	// ExactGen is the generation of the exact store (Manifest.Exact) that
+	// holds this generation's keys; 0: none (filter only, or a generation
+	// filled at least in part before exact mode was on).
+	ExactGen uint64 `json:"exact_generation,omitempty"`
+}
+
+// ExactState is the partition's exact store (exact mode) at the manifest's
+// input offset: the files that restore it and what it holds. The files are
+// opaque here (internal/exact's runs and manifest); each is one object,
+// stored as is and named by its content ("exact/<sha256>"), uploaded once
+// and referenced by every later manifest that lists it.
+type ExactState struct {
+	Layout string `json:"layout"`
+	// Floor: store generations below it are dropped.
+	Floor uint64 `json:"floor"`
+	// NextGen is the store generation the filter's next new generation
+	// gets.
+	NextGen uint64      `json:"next_generation"`
+	Keys    int64       `json:"keys"`
+	Files   []ExactFile `json:"files"`
+}
+
+// ExactFile is one stored file of an exact store's checkpoint.
+type ExactFile struct {
+	Name   string `json:"name"` // in the store's directory
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Key is the object key relative to the partition's directory
+	// ("exact/<sha256>").
+	Key string `json:"key"`
+	// Seq is the manifest sequence the object was uploaded for.
+	Seq uint64 `json:"uploaded_seq"`
+}
+
+// Ref is the GenerationRef under which Restore's open reads the file:
+// stored as is, verified by size and SHA-256 as it is read.
+func (f ExactFile) Ref() GenerationRef {
+	return GenerationRef{Key: f.Key, Encoding: encodingNone, Bytes: f.Size, RawBytes: f.Size, SHA256: f.SHA256, Seq: f.Seq}
+}
+
+// Bytes is the total size of the store's files.
+func (e *ExactState) Bytes() int64 {
+	var n int64
+	for _, f := range e.Files {
+		n += f.Size
+	}
+	return n
 }
 
 // Manifest is one checkpoint of a partition: what state it covers and the
@@ -138,6 +186,8 @@ type Manifest struct {
 	// Seed is how far a new memory has read the topic it is seeded from
 	// (--seed-topic); nil when there is none or it was read to its end.
 	Seed *SeedProgress `json:"seed,omitempty"`
+	// Exact is the exact store behind the filter (nil: filter only).
+	Exact *ExactState `json:"exact,omitempty"`
 }
 
 // SeedProgress is the position of a seeding read of another topic: the
@@ -149,11 +199,15 @@ type SeedProgress struct {
 	End       int64  `json:"end_offset"`
 }
 
-// Bytes is the total stored size of the generation objects m references.
+// Bytes is the total stored size of the objects m references: generation
+// objects and the exact store's files.
 func (m *Manifest) Bytes() int64 {
 	var n int64
 	for _, g := range m.Generations {
 		n += g.Bytes
+	}
+	if m.Exact != nil {
+		n += m.Exact.Bytes()
 	}
 	return n
 }
@@ -241,14 +295,36 @@ func (m *Manifest) validate() error {
 			return fmt.Errorf("generation %d: %w", i, err)
 		}
 	}
+	if e := m.Exact; e != nil {
+		for i, f := range e.Files {
+			if f.Name == "" || f.Size < 0 || len(f.SHA256) != 64 {
+				return fmt.Errorf("exact store file %d: missing name, negative size or bad sha256", i)
+			}
+			if err := validRelKey(f.Key); err != nil || !strings.HasPrefix(f.Key, exactDir) {
+				return fmt.Errorf("exact store file %d: object key %q outside %s", i, f.Key, exactDir)
+			}
+		}
+	}
 	return nil
 }
 
+// Object directories under a partition's directory.
+const (
+	gensDir  = "gens/"
+	exactDir = "exact/"
+)
+
+// validRelKey accepts the object keys a manifest may name: gens/… and
+// exact/…, lower-case letters, digits, '-' and '.'.
 func validRelKey(k string) error {
-	if len(k) > 512 || !bytes.HasPrefix([]byte(k), []byte("gens/")) {
-		return fmt.Errorf("object key %q outside gens/", k)
+	rest, ok := strings.CutPrefix(k, gensDir)
+	if !ok {
+		rest, ok = strings.CutPrefix(k, exactDir)
 	}
-	for _, c := range []byte(k[len("gens/"):]) {
+	if len(k) > 512 || !ok || rest == "" {
+		return fmt.Errorf("object key %q outside %s and %s", k, gensDir, exactDir)
+	}
+	for _, c := range []byte(rest) {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
 			return fmt.Errorf("object key %q has unexpected characters", k)
 		}

@@ -129,6 +129,53 @@ func TestManifestSettingsGolden(t *testing.T) {
 	}
 }
 
+// exactManifest is a manifest of exact mode: every generation names the
+// exact store generation holding its keys (the legacy one none: it was
+// filled before exact mode was on), and the exact section lists the
+// store's files.
+func exactManifest() *Manifest {
+	m := settingsManifest()
+	m.Seq = 44
+	m.Generations[1].ExactGen = 3
+	m.Exact = &ExactState{
+		Layout: "bloomgate-exact-runs-v1", Floor: 3, NextGen: 4, Keys: 1000,
+		Files: []ExactFile{
+			{Name: "0000000000000003-0000000007.run", Size: 16028, SHA256: strings.Repeat("12", 32), Key: "exact/" + strings.Repeat("12", 32), Seq: 43},
+			{Name: "MANIFEST", Size: 143, SHA256: strings.Repeat("34", 32), Key: "exact/" + strings.Repeat("34", 32), Seq: 44},
+		},
+	}
+	return m
+}
+
+// TestManifestExactGolden pins the exact section and the generations'
+// exact_generation.
+func TestManifestExactGolden(t *testing.T) {
+	path := filepath.Join("testdata", "manifest-v1-exact.json")
+	got, err := encodeManifest(exactManifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
+	}
+	m, err := decodeManifest(want)
+	if err != nil {
+		t.Fatalf("decoding golden manifest: %v", err)
+	}
+	if !reflect.DeepEqual(m, exactManifest()) {
+		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, exactManifest())
+	}
+}
+
 func TestManifestEmptyClaimGolden(t *testing.T) {
 	path := filepath.Join("testdata", "manifest-v1-empty-claim.json")
 	m := &Manifest{Version: ManifestVersion, Seq: 1, CreatedAt: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC),
@@ -185,6 +232,9 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	if ex, err := os.ReadFile(filepath.Join("testdata", "manifest-v1-exact.json")); err == nil {
+		f.Add(ex)
+	}
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"bloomgate-checkpoint-manifest","version":1,"sha256":"","manifest":{}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

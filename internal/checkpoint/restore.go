@@ -28,8 +28,9 @@ import (
 // If a manifest or its objects are corrupt or missing, or load fails, the
 // failure is logged, counted in bloomgate_checkpoint_restore_fallbacks_total,
 // and the previous manifest is tried. If the store is unreachable (errors
-// wrapping ErrUnavailable), refuses access, or ctx ends, Restore returns
-// that error at once: an outage is not a reason to fall back to older state.
+// wrapping ErrUnavailable), refuses access, load fails locally (ErrLocal),
+// or ctx ends, Restore returns that error at once: an outage is not a
+// reason to fall back to older state.
 //
 // A load error wrapping ErrIncompatible (the state was written with
 // settings that cannot be carried over) is returned at once, wrapped in
@@ -84,7 +85,7 @@ func (p *Partition) Restore(ctx context.Context,
 			return nil, ctx.Err()
 		}
 		var se *storageError
-		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLocal) || errors.Is(err, context.Canceled) {
 			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 		}
 		if errors.Is(err, ErrIncompatible) {

@@ -36,6 +36,13 @@ var (
 	// written with settings that cannot be carried over (a different key
 	// definition). Restore does not fall back to older manifests for it.
 	ErrIncompatible = errors.New("checkpoint incompatible with the settings")
+	// ErrLocal: a loader failed for a reason of its own machine, not of
+	// the checkpoint (a local disk full, a directory still in use).
+	// Restore returns it at once, without falling back to older
+	// manifests: they would fail alike, and a caller whose policy on "no
+	// usable checkpoint" is to start empty would lose a sound memory. The
+	// caller retries later.
+	ErrLocal = errors.New("local failure while loading a checkpoint")
 )
 
 // Encodings of stored generation objects.

@@ -31,6 +31,10 @@ import (
 // EnvPrefix prefixes every environment variable.
 const EnvPrefix = "BLOOMGATE"
 
+// DefaultExactDir is where exact mode keeps its stores by default, beside
+// the default file:// checkpoints.
+const DefaultExactDir = "./.bloomgate/exact"
+
 // Enumerated values. Those the worker takes are its own.
 const (
 	OnMissingDeadLetter = string(worker.MissingKeyDeadLetter)
@@ -132,6 +136,11 @@ type Run struct {
 	FPR         float64
 	MaxTimeJump time.Duration // 0: unbounded
 
+	// Exact mode: an exact store of the keys' hashes per partition, in a
+	// subdirectory of ExactDir, confirms the filter's positives.
+	Exact    bool
+	ExactDir string // after Load, absolute
+
 	// Checkpoints.
 	CheckpointURL      string // after Load, a file URL is absolute
 	CheckpointInterval time.Duration
@@ -184,6 +193,7 @@ func Default() Run {
 		Capacity:               10_000_000,
 		FPR:                    0.01,
 		MaxTimeJump:            time.Hour,
+		ExactDir:               DefaultExactDir,
 		CheckpointURL:          "file://./.bloomgate/checkpoints",
 		CheckpointInterval:     worker.DefaultCheckpointInterval,
 		CheckpointRetain:       3,
@@ -275,6 +285,11 @@ func Parse(args []string, out io.Writer) (*Run, error) {
 		return nil, fmt.Errorf("reading settings: %w", err)
 	}
 	cfg.CheckpointURL = AbsFileURL(cfg.CheckpointURL)
+	if cfg.ExactDir != "" {
+		if abs, err := filepath.Abs(cfg.ExactDir); err == nil {
+			cfg.ExactDir = abs
+		}
+	}
 	return &cfg, nil
 }
 

@@ -178,6 +178,7 @@ func TestValidationErrors(t *testing.T) {
 		{"checkpoint retain", []string{"--checkpoint-retain", "0"}, "checkpoint-retain", "at least 1"},
 		{"staleness below interval", []string{"--max-checkpoint-staleness", "10s"}, "max-checkpoint-staleness", "shorter than --checkpoint-interval"},
 		{"on restore failure", []string{"--on-restore-failure", "ignore"}, "on-restore-failure", "fail, empty"},
+		{"exact without directory", []string{"--exact", "--exact-dir", ""}, "exact-dir", "needs a local directory"},
 		{"metrics addr", []string{"--metrics-addr", "9464"}, "metrics-addr", "host:port"},
 		{"shutdown timeout", []string{"--shutdown-timeout", "0s"}, "shutdown-timeout", "positive"},
 		{"log format", []string{"--log-format", "xml"}, "log-format", "text, json"},
@@ -292,6 +293,42 @@ func TestAbsFileURL(t *testing.T) {
 	}
 }
 
+// TestExactSettings: --exact is off by default, its directory defaults
+// beside the checkpoints and is made absolute, and both come from the
+// environment and the file like every setting.
+func TestExactSettings(t *testing.T) {
+	cfg, err := Load(minimal, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	if cfg.Exact || cfg.ExactDir != filepath.Join(wd, ".bloomgate", "exact") {
+		t.Errorf("defaults: exact %v in %q", cfg.Exact, cfg.ExactDir)
+	}
+	t.Setenv("BLOOMGATE_EXACT", "true")
+	t.Setenv("BLOOMGATE_EXACT_DIR", "/var/lib/bloomgate/exact")
+	if cfg, err = Load(minimal, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Exact || cfg.ExactDir != "/var/lib/bloomgate/exact" {
+		t.Errorf("from the environment: exact %v in %q", cfg.Exact, cfg.ExactDir)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("exact: false\nexact-dir: rel/x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("BLOOMGATE_EXACT", "")
+	t.Setenv("BLOOMGATE_EXACT_DIR", "")
+	os.Unsetenv("BLOOMGATE_EXACT")
+	os.Unsetenv("BLOOMGATE_EXACT_DIR")
+	if cfg, err = Load(append([]string{"--config", file, "--exact"}, minimal...), &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Exact || cfg.ExactDir != filepath.Join(wd, "rel", "x") {
+		t.Errorf("file and flag: exact %v in %q", cfg.Exact, cfg.ExactDir)
+	}
+}
+
 // TestExampleFile: the example file names every setting and, apart from the
 // example values, holds the defaults.
 func TestExampleFile(t *testing.T) {
@@ -308,6 +345,7 @@ func TestExampleFile(t *testing.T) {
 	want.ConfigFile = file
 	want.OnMissingKey = OnMissingForward
 	want.CheckpointURL = AbsFileURL(want.CheckpointURL)
+	want.ExactDir, _ = filepath.Abs(want.ExactDir)
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("example file:\n got %+v\nwant %+v", *cfg, want)
 	}

@@ -19,7 +19,7 @@ var sections = []section{
 	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
-	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump"}},
+	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
 	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "max-replay", "checkpoint-skip-create-only-check"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
 }
@@ -73,6 +73,9 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	CountVar(fs, &c.Capacity, "capacity", c.Capacity, "expected distinct keys per window for the whole input topic; a plan needing more than 1 TiB of filter memory is refused (README, Settings)")
 	RateVar(fs, &c.FPR, "fpr", c.FPR, "target false-positive rate, a fraction or a percentage in (0,1): 0.01 or 1%")
 	DurationVar(fs, &c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)")
+
+	fs.BoolVar(&c.Exact, "exact", c.Exact, "exact mode: confirm every positive of the filter in a local store of the keys' 128-bit hashes (16 B per key on disk, checkpointed with the filter); a refuted one (a false positive) is forwarded: no false positives")
+	fs.StringVar(&c.ExactDir, "exact-dir", c.ExactDir, "local `directory` of exact mode's stores, one subdirectory per group/topic/partition; a cache of the checkpoints (rebuilt from them when lost); one per worker process")
 
 	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir, mem://name")
 	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")

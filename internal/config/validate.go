@@ -167,6 +167,10 @@ func (c *Run) Validate() error {
 		c.validatePlan(bad)
 	}
 
+	if c.Exact && c.ExactDir == "" {
+		bad("exact-dir", "empty: exact mode needs a local directory for its stores (e.g. %s)", DefaultExactDir)
+	}
+
 	// Checkpoints.
 	if err := checkCheckpointURL(c.CheckpointURL); err != nil {
 		bad("checkpoint-url", "%v", err)

@@ -41,8 +41,12 @@ type Snapshot struct {
 	// have returned them at the checkpoint.
 	Generations []uint64
 	Floor       uint64
+	// Keys counts the hashes in the snapshot's runs (a hash in two runs of
+	// a generation not merged yet counts twice).
+	Keys int64
 
-	dir string
+	dir   string
+	store *Store // describes the files
 }
 
 // Bytes is the total size of the snapshot's files.
@@ -96,23 +100,42 @@ func NewFiles(cur, prev []File) []File {
 // Checkpoint captures the store as it is when Checkpoint is called: every
 // Add and DropBefore that returned before is in it, none that starts
 // after. Call it where the caller's own state is cut (after a processed
-// batch, with the input offset it covers).
+// batch, with the input offset it covers). It is Cut followed by
+// Describe.
 //
 // The cut writes the held adds as runs and hard-links the run files and a
 // manifest into a checkpoint directory; adds and lookups wait for it
 // (milliseconds to tens of milliseconds: one flush). Then the new files
 // are hashed while the store goes on (run files once per store, the
-// manifest every time). One checkpoint runs at a time.
+// manifest every time).
 func (s *Store) Checkpoint(ctx context.Context) (*Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	sn, err := s.Cut()
+	if err != nil {
+		return nil, err
+	}
+	if err := sn.Describe(ctx); err != nil {
+		_ = sn.Release()
+		return nil, err
+	}
+	return sn, nil
+}
+
+// Cut is the part of Checkpoint that must happen where the caller's state
+// is cut: it captures the store (the same prefix of adds and drops as
+// Checkpoint) and returns a snapshot whose Files are not known yet. Call
+// Describe before reading Files or opening them; it may run on another
+// goroutine while the store goes on (the owner of a partition cuts, its
+// uploader describes).
+func (s *Store) Cut() (*Snapshot, error) {
 	s.cpMu.Lock()
 	defer s.cpMu.Unlock()
 	s.life.RLock()
 	defer s.life.RUnlock()
 	if s.closed {
 		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
 	}
 	s.cpSeq++
 	dir := filepath.Join(s.dir, snapshotsDir, fmt.Sprintf("%06d", s.cpSeq))
@@ -123,11 +146,26 @@ func (s *Store) Checkpoint(ctx context.Context) (*Snapshot, error) {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("exact store checkpoint: %w", err)
 	}
-	if sn.Files, err = s.describe(ctx, dir); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("exact store checkpoint: %w", err)
-	}
+	sn.store = s
 	return sn, nil
+}
+
+// Describe lists the snapshot's files with their sizes and digests in
+// Files. A snapshot from Checkpoint is described already; describing again
+// changes nothing.
+func (sn *Snapshot) Describe(ctx context.Context) error {
+	if sn.Files != nil {
+		return nil
+	}
+	if sn.dir == "" {
+		return errors.New("exact store checkpoint already released")
+	}
+	files, err := sn.store.describe(ctx, sn.dir)
+	if err != nil {
+		return fmt.Errorf("exact store checkpoint: %w", err)
+	}
+	sn.Files = files
+	return nil
 }
 
 // cut flushes held adds and links the store's files into dir.
@@ -141,21 +179,25 @@ func (s *Store) cut(dir string) (*Snapshot, error) {
 		return nil, err
 	}
 	m := s.manifestLocked()
+	keys := int64(0)
 	for _, r := range m.Runs {
 		if err := os.Link(filepath.Join(s.dir, r.Name), filepath.Join(dir, r.Name)); err != nil {
 			return nil, err
 		}
+		keys += int64(r.Keys)
 	}
 	if err := writeManifest(dir, m); err != nil {
 		return nil, err
 	}
-	return &Snapshot{Generations: slices.Clone(s.live), Floor: s.floor, dir: dir}, nil
+	return &Snapshot{Generations: slices.Clone(s.live), Floor: s.floor, Keys: keys, dir: dir}, nil
 }
 
 // describe lists dir's files with sizes and digests. A run file keeps its
 // digest for the store's lifetime: run names are not reused while it
-// lives, and runs never change.
+// lives, and runs never change. Describes run one at a time.
 func (s *Store) describe(ctx context.Context, dir string) ([]File, error) {
+	s.sumsMu.Lock()
+	defer s.sumsMu.Unlock()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err

@@ -387,3 +387,52 @@ func TestSealedGenerationUploadedOnce(t *testing.T) {
 		t.Fatal("no sealed runs observed")
 	}
 }
+
+// TestCutThenDescribe: a snapshot cut on one goroutine and described on
+// another while the store goes on (adds, flushes, merges, a drop) holds
+// exactly what was added before the cut, and the same files as a
+// Checkpoint at that point would.
+func TestCutThenDescribe(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{FlushKeys: 500})
+	fill(t, s, 2000, 1, 2)
+	sn, err := s.Cut()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Release()
+	if sn.Files != nil {
+		t.Fatalf("cut snapshot lists files before Describe: %v", sn.Files)
+	}
+	if sn.Keys != 4000 {
+		t.Errorf("cut snapshot counts %d keys, want 4000", sn.Keys)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sn.Describe(context.Background()) }()
+	fill(t, s, 3000, 3)
+	if err := s.DropBefore(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Describe(context.Background()); err != nil {
+		t.Fatalf("second Describe: %v", err)
+	}
+	b := newBucket()
+	b.upload(t, sn)
+	r := restoreT(t, t.TempDir(), sn.Files, b, Options{})
+	for _, g := range []uint64{1, 2, 3} {
+		for i := range 2000 {
+			want := g < 3
+			if got := mustHas(t, r, g, hashN(g, uint64(i))); got != want {
+				t.Fatalf("restored Has(%d, #%d) = %v, want %v", g, i, got, want)
+			}
+		}
+	}
+	if err := sn.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Describe(context.Background()); err != nil {
+		t.Errorf("Describe of a described, released snapshot: %v", err)
+	}
+}

@@ -60,9 +60,10 @@ type Store struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	cpMu  sync.Mutex      // one Checkpoint at a time
-	cpSeq uint64          // names checkpoint directories
-	sums  map[string]File // digests of run files already described (immutable)
+	cpMu   sync.Mutex      // one cut at a time
+	cpSeq  uint64          // names checkpoint directories
+	sumsMu sync.Mutex      // one describe at a time
+	sums   map[string]File // digests of run files already described (immutable)
 }
 
 // Open opens the store in dir, creating an empty one when dir does not

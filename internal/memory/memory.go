@@ -29,6 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -78,11 +80,20 @@ type Store struct {
 	// UnkeyedHash makes new memories use the unkeyed hash (seed 0), as
 	// memories from before seeds do: only for comparisons and tests.
 	UnkeyedHash bool
+	// Exact turns on exact mode when its Dir is set (exact.go): an exact
+	// store per partition behind the filter. Close the Store after the
+	// worker stopped.
+	Exact ExactOptions
 
 	mu     sync.Mutex
 	kept   map[topicPartition]keptFilter
+	open   map[topicPartition]*filter // filters whose exact store is open
 	warned map[warning]bool
 	reuse  atomic.Int64 // restores served from memory
+
+	posOnce sync.Once
+	pos     *prometheus.CounterVec
+	posErr  error
 }
 
 // warning is one kind of restore notice about one partition, logged once.
@@ -100,7 +111,7 @@ type keptFilter struct {
 
 // New checkpoints the partitions of group in store.
 func New(store *checkpoint.Store, group string) *Store {
-	return &Store{store: store, group: group, kept: map[topicPartition]keptFilter{}, warned: map[warning]bool{}}
+	return &Store{store: store, group: group, kept: map[topicPartition]keptFilter{}, open: map[topicPartition]*filter{}, warned: map[warning]bool{}}
 }
 
 // first reports whether this is the first notice of kind for tp.
@@ -115,19 +126,31 @@ func (s *Store) first(tp topicPartition, kind string) bool {
 	return true
 }
 
-// Retain drops kept filters of partitions not in the new assignment; the
-// worker calls it at the start of each generation.
+// Retain drops kept filters of partitions not in the new assignment, and
+// closes their exact stores; the worker calls it at the start of each
+// generation.
 func (s *Store) Retain(topic string, partitions []int) {
 	keep := map[int]bool{}
 	for _, p := range partitions {
 		keep[p] = true
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var closing []*filter
+	var at []topicPartition
 	for tp := range s.kept {
 		if tp.topic != topic || !keep[tp.partition] {
 			delete(s.kept, tp)
 		}
+	}
+	for tp, f := range s.open {
+		if tp.topic != topic || !keep[tp.partition] {
+			delete(s.open, tp)
+			closing, at = append(closing, f), append(at, tp)
+		}
+	}
+	s.mu.Unlock()
+	for i, f := range closing {
+		s.closeFilter(at[i], f)
 	}
 }
 
@@ -144,8 +167,17 @@ func bloomConfig(p worker.FilterParams) bloom.Config {
 }
 
 // NewFilter returns an empty shard: a new memory, with a new secret hash
-// seed (see bloom.Seed) unless UnkeyedHash is set.
+// seed (see bloom.Seed) unless UnkeyedHash is set. In exact mode a filter
+// belongs to its partition: the worker takes it from the partition's handle
+// (worker.PartitionFilterMaker), and NewFilter refuses.
 func (s *Store) NewFilter(p worker.FilterParams) (worker.Filter, error) {
+	if s.exactOn() {
+		return nil, errors.New("creating filter: in exact mode a filter belongs to its partition: ask the partition's handle")
+	}
+	return s.newFilter(p)
+}
+
+func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 	sh, err := bloom.NewShard(bloomConfig(p))
 	if err != nil {
 		return nil, fmt.Errorf("creating filter: %w", err)
@@ -157,6 +189,26 @@ func (s *Store) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 		}
 	}
 	return &filter{s: sh, seed: seed, maxJump: s.MaxTimeJump}, nil
+}
+
+// NewFilter returns an empty filter of the partition (a new memory); in
+// exact mode with an empty exact store, replacing what its directory held.
+func (b *handle) NewFilter(p worker.FilterParams) (worker.Filter, error) {
+	f, err := b.s.newFilter(p)
+	if err != nil || !b.s.exactOn() {
+		return f, err
+	}
+	b.s.closeOpen(b.tp, nil)
+	st, err := b.s.newExactStore(b.tp)
+	if err != nil {
+		return nil, fmt.Errorf("creating exact store: %w", err)
+	}
+	if f.x, err = b.s.newExactState(b.tp, st, f.s, nil, 1); err != nil {
+		st.Close()
+		return nil, err
+	}
+	b.s.track(b.tp, f)
+	return f, nil
 }
 
 // Partition returns a checkpoint handle of one input partition.
@@ -175,10 +227,15 @@ type filter struct {
 
 	hs []bloom.Hash // TestAndAddBatch scratch
 	ts []time.Time
+
+	x *exactState // exact mode; nil: filter only
 }
 
 func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
+	if f.x != nil {
+		return f.exactTestAndAdd(f.seed.Hash(key), f.file(ts))
+	}
 	return f.s.TestAndAdd(f.seed.Hash(key), f.file(ts))
 }
 
@@ -188,6 +245,10 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 	for i, k := range keys {
 		f.hs = append(f.hs, f.seed.Hash(k))
 		f.ts = append(f.ts, f.file(ts[i]))
+	}
+	if f.x != nil {
+		f.exactBatch(f.hs, f.ts, seen)
+		return
 	}
 	f.s.TestAndAddBatch(f.hs, f.ts, seen)
 }
@@ -214,11 +275,20 @@ func (f *filter) Stats() worker.FilterStats {
 	if n := len(st.Generations); n > 0 {
 		fs.Fill = st.Generations[n-1].Fill
 	}
+	if f.x != nil && f.x.st != nil {
+		fs.Exact = f.x.stats()
+	}
 	return fs
 }
 
+// Snapshot freezes the filter (copy-on-write) and, in exact mode, cuts the
+// exact store at the same record: both describe the same input offset.
 func (f *filter) Snapshot() worker.Snapshot {
-	return &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
+	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
+	if f.x != nil {
+		sn.exact = f.x.snapshot()
+	}
+	return sn
 }
 
 // Seed reports the filter's hash seed (tests).
@@ -229,9 +299,13 @@ type snapshot struct {
 	from     *filter
 	inserts  uint64
 	frontier int64
+	exact    *exactSnapshot // exact mode
 }
 
-func (b *snapshot) Release() { b.sn.Release() }
+func (b *snapshot) Release() {
+	b.sn.Release()
+	b.exact.release()
+}
 
 type handle struct {
 	s  *Store
@@ -258,8 +332,16 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	var shard *bloom.Shard
 	var seed bloom.Seed
 	var reused *filter
+	var x *exactState // the exact store of the manifest being loaded
+	dropX := func() {
+		if x != nil {
+			x.st.Close()
+			x = nil
+		}
+	}
 	kept, haveKept := b.s.take(b.tp)
 	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+		dropX() // an earlier manifest's, that failed verification after loading
 		if err := b.s.compatible(m); err != nil {
 			return err
 		}
@@ -270,7 +352,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
 		if haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
-			kept.filter.s.Config() == bloomConfig(params) {
+			kept.filter.s.Config() == bloomConfig(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
 		}
@@ -295,17 +377,33 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			return err
 		}
 		shard = sh
+		if b.s.exactOn() {
+			// The directory is this partition's: close whatever store of
+			// an earlier session still has it open.
+			b.s.closeOpen(b.tp, nil)
+			if x, err = b.restoreExact(ctx, m, sh, open); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
+		dropX()
 		return nil, storeErr(err)
 	}
 	if reused != nil {
 		b.s.reuse.Add(1)
+		b.s.closeOpen(b.tp, reused)
 		return &worker.Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 	}
 	b.notice(m, params, shard)
-	f := &filter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime}
+	f := &filter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
+	if x != nil {
+		b.s.track(b.tp, f)
+	} else if m.Exact != nil && b.s.first(b.tp, "exact-off") {
+		b.p.Logger().Info(fmt.Sprintf("checkpoint %d of %s/%d holds an exact store, and exact mode is off: it is not restored, and the next checkpoint does not carry it "+
+			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
+	}
 	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
 }
 
@@ -376,13 +474,24 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	if !ok {
 		return fmt.Errorf("committing checkpoint: snapshot of type %T is not from this store", cp.Snapshot)
 	}
+	var ex *checkpoint.ExactCheckpoint
+	if sn.exact != nil {
+		var err error
+		if ex, err = sn.exact.checkpoint(ctx); err != nil {
+			return err
+		}
+	}
 	gens := make([]checkpoint.Generation, 0, len(sn.sn.Generations))
 	for _, g := range sn.sn.Generations {
-		gens = append(gens, checkpoint.Generation{
+		cg := checkpoint.Generation{
 			ID: g.ID, Sealed: g.Sealed, Start: g.Stats.Start, End: g.Stats.End,
 			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
 			Stacks: g.Stats.Stacks, Source: g,
-		})
+		}
+		if sn.exact != nil {
+			cg.ExactGen = sn.exact.ids[bloom.Span{Start: g.Stats.Start.UnixNano(), End: g.Stats.End.UnixNano()}]
+		}
+		gens = append(gens, cg)
 	}
 	m, err := b.p.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset:   cp.InputOffset,
@@ -395,6 +504,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		Owner:         cp.Owner,
 		EventTime:     sn.frontier,
 		Seed:          seedTo(cp.Seed),
+		Exact:         ex,
 	})
 	if err != nil {
 		return storeErr(err)

@@ -25,7 +25,8 @@ func sampleStatus(now time.Time) worker.Status {
 		Partitions: []worker.PartitionStatus{
 			{Topic: "orders", Partition: 0, Generation: 3, State: "running", NextOffset: 120_000, Committed: 119_100, Lag: 7, Rate: 19_312.7,
 				Consumed: 99_594, Forwarded: 79_500, Duplicates: 20_000, DeadLettered: 94, SkippedMarkers: 1_200, SkippedAborted: 3,
-				Filter:         worker.FilterStats{Bytes: 3 << 20, Fill: 0.25, EstFPR: 5.99e-05, EstKeys: 100_000, Generations: 4, ClampedTimestamps: 2},
+				Filter: worker.FilterStats{Bytes: 3 << 20, Fill: 0.25, EstFPR: 5.99e-05, EstKeys: 100_000, Generations: 4, ClampedTimestamps: 2,
+					Exact: &worker.ExactStats{RefutedPositives: 1_234, Keys: 100_000, DiskBytes: 1_600_000}},
 				LastCheckpoint: now.Add(-42 * time.Second), LastCheckpointOffset: 110_000, RecoverySeconds: 190},
 			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99, LSOLag: 12, Rate: 3.71e-05,
 				Filter:               worker.FilterStats{Generations: 2, OverflowStacks: 1, Fill: 1.7},
@@ -82,6 +83,7 @@ func TestPageShowsPartitions(t *testing.T) {
 		"0.006 %",                 // estimated FPR
 		"3.00 MiB",                // filter memory
 		"2 clamped", "1 overflow", // filter warnings
+		"1.23 k refuted",            // exact mode: false positives avoided
 		"42 s ago",                  // last checkpoint
 		"<small>110000</small>",     // checkpointed offset
 		"recovery 3 m 10 s",         // how long partition 0 took to recover

@@ -45,6 +45,9 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	var t tally
 	batch := b.msgs
 	pp.filterAhead(batch)
+	if err := pp.filterErr(); err != nil {
+		return 0, err
+	}
 	next := pp.next
 	var fatal error
 	hwm := b.hwm
@@ -107,6 +110,10 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		pp.rb.add(w.cfg.Output, m, "")
 	}
 
+	if err := pp.filterErr(); err != nil { // records tested one by one
+		pp.rb = recordBuilder{}
+		return 0, err
+	}
 	if len(pp.rb.msgs) > 0 {
 		if lost(ctx) {
 			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
@@ -178,6 +185,18 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		return int64(t.replayed), fatal
 	}
 	return int64(t.replayed), nil
+}
+
+// filterErr reports a failure of the filter (FallibleFilter): its answers
+// for the batch cannot be trusted, so nothing of it is written and the
+// session ends for a new recovery.
+func (pp *partitionProc) filterErr() error {
+	if f, ok := pp.filter.(FallibleFilter); ok {
+		if err := f.Err(); err != nil {
+			return fmt.Errorf("filter failed; recovering from the last checkpoint: %w", err)
+		}
+	}
+	return nil
 }
 
 // countWritten counts a record found by the recovery scan where it was written.

@@ -264,11 +264,11 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 		case errors.Is(err, ErrNoCheckpoint):
 			// The session logs what it does instead (new group, or a
 			// rebuild from the retained input).
-			return pp.empty()
+			return pp.empty(h)
 		case errors.Is(err, ErrNoUsableCheckpoint):
 			if w.cfg.OnRestoreFailure == RestoreEmpty {
 				pp.log.Error("no usable checkpoint; starting from the retained input (on-restore-failure=empty)", "err", err)
-				return pp.empty()
+				return pp.empty(h)
 			}
 			return nil, fmt.Errorf("%w: restoring %s/%d: %w (set on-restore-failure=empty to start from the retained input)",
 				errFatal, w.cfg.Input, pp.p, err)
@@ -282,8 +282,14 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 	}
 }
 
-func (pp *partitionProc) empty() (*Restored, error) {
-	f, err := pp.w.deps.State.NewFilter(pp.w.params)
+// empty returns an empty memory: from the handle h if its filters belong
+// to their partition (PartitionFilterMaker), else from the StateStore.
+func (pp *partitionProc) empty(h PartitionStore) (*Restored, error) {
+	newFilter := pp.w.deps.State.NewFilter
+	if m, ok := h.(PartitionFilterMaker); ok {
+		newFilter = m.NewFilter
+	}
+	f, err := newFilter(pp.w.params)
 	if err != nil {
 		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
 	}

@@ -40,6 +40,16 @@ type Filter interface {
 	Snapshot() Snapshot
 }
 
+// FallibleFilter is optionally implemented by a Filter that can fail, such
+// as one that confirms its answers in a store on local disk. After a
+// failure its answers cannot be trusted and its state is incomplete: the
+// worker checks Err after every batch and, on an error, writes nothing of
+// the batch and re-runs the partition's recovery (a restore from the last
+// checkpoint and a replay), as after a failed write.
+type FallibleFilter interface {
+	Err() error
+}
+
 // FilterStats is what the status page and the filter metrics show.
 type FilterStats struct {
 	Bytes          uint64  `json:"bytes"`
@@ -51,6 +61,22 @@ type FilterStats struct {
 	// ClampedTimestamps counts records filed earlier than their timestamp
 	// because it was too far ahead of the partition's event time.
 	ClampedTimestamps uint64 `json:"clamped_timestamps"`
+	// Exact describes an exact store behind the filter (nil: none).
+	Exact *ExactStats `json:"exact,omitempty"`
+}
+
+// ExactStats describes the exact store that confirms a filter's positives.
+type ExactStats struct {
+	// RefutedPositives counts the filter's positives the store refuted:
+	// false positives avoided, the records forwarded instead of judged
+	// duplicate (replayed records included).
+	RefutedPositives uint64 `json:"refuted_positives"`
+	// UnverifiedPositives counts positives the store could not check
+	// (they matched only generations filled before exact mode was on) and
+	// the filter's answer stood.
+	UnverifiedPositives uint64 `json:"unverified_positives"`
+	Keys                uint64 `json:"keys"`
+	DiskBytes           uint64 `json:"disk_bytes"`
 }
 
 // Snapshot is an opaque filter view handed to StateStore.Commit. The
@@ -68,6 +94,15 @@ type StateStore interface {
 	// Partition returns the handle of one input partition. A handle is used
 	// by one goroutine at a time.
 	Partition(topic string, partition int) PartitionStore
+}
+
+// PartitionFilterMaker is optionally implemented by a PartitionStore whose
+// filters belong to their partition (state kept in a local directory per
+// partition): the worker takes a partition's empty filter (no checkpoint,
+// or none usable with on-restore-failure=empty) from the handle instead of
+// StateStore.NewFilter.
+type PartitionFilterMaker interface {
+	NewFilter(p FilterParams) (Filter, error)
 }
 
 // Retainer is optionally implemented by a StateStore that keeps filters of

@@ -101,6 +101,9 @@ func (pp *partitionProc) seedFromTopic(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := pp.filterErr(); err != nil {
+		return err
+	}
 	pp.seedTopic = nil
 	pp.log.Info(fmt.Sprintf("seeded %d keys from topic %s", keys, sp.Topic),
 		"seed_topic", sp.Topic, "from", start, "to", sp.End, "keys", keys, "without_key", bad,

@@ -35,6 +35,7 @@ var (
 	flagOnly     = flag.String("chaos.only", "", "run only this failure kind (two-of-three, burst, leader, random, zombie), each 2-20 s after the group recovered from the previous one, no broker restart (soak)")
 	flagBurst    = flag.Int("chaos.burst", 5, "SIGKILLs of a burst, all within 5 s")
 	flagLogLevel = flag.String("chaos.log-level", "info", "log level of the worker processes (debug adds the kafka-go client logs)")
+	flagExact    = flag.Bool("chaos.exact", false, "run TestChaos's workers in exact mode (--exact, --fpr 5 %, a local store directory per worker slot) and demand 0 false positives")
 )
 
 const (
@@ -42,8 +43,11 @@ const (
 	workers    = 3
 	group      = "chaos"
 	fpr        = 0.01
-	window     = time.Hour
-	gens       = 4
+	// exactFPR is the filter's rate in exact mode: high, so that the
+	// exact stores refute thousands of false positives in a run.
+	exactFPR = 0.05
+	window   = time.Hour
+	gens     = 4
 	// shutdownTimeout bounds a worker's revoke and SIGTERM shutdown.
 	shutdownTimeout = 5 * time.Second
 )
@@ -55,7 +59,23 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: runs processes for about three minutes; skipped with -short")
 	}
-	runChaos(t, chaosRun{only: *flagOnly, kills: *flagKills, duration: *flagDuration, events: *flagEvents})
+	runChaos(t, chaosRun{only: *flagOnly, kills: *flagKills, duration: *flagDuration, events: *flagEvents, exact: *flagExact})
+}
+
+// TestChaosExact is a short mixed run in exact mode: the workers' filters
+// at a 5 % false-positive rate, an exact store per worker slot on local
+// disk (kept across a slot's restarts, as a machine's disk is), SIGKILLs
+// during store file uploads among the others. It demands 0 false
+// positives besides 0 lost and 0 forwarded twice.
+func TestChaosExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: runs processes for about two minutes; skipped with -short")
+	}
+	if *flagOnly != "" || *flagExact {
+		t.Skip("-chaos.only and -chaos.exact run TestChaos instead")
+	}
+	runChaos(t, chaosRun{kills: 7, duration: 90 * time.Second, events: 90_000, exact: true,
+		pattern: []string{"upload-exact", "two-of-three", "random", "rebalance", "upload-exact"}})
 }
 
 // TestChaosZombie stages zombies: a worker holding partitions is stopped
@@ -79,6 +99,18 @@ type chaosRun struct {
 	kills    int
 	duration time.Duration
 	events   int
+	// exact runs the workers in exact mode and allows no false positive.
+	exact bool
+	// pattern replaces the mixed schedule's kinds (nil: all of them).
+	pattern []string
+}
+
+// fpr is the filter's false-positive rate of the run's workers.
+func (r chaosRun) fpr() float64 {
+	if r.exact {
+		return exactFPR
+	}
+	return fpr
 }
 
 func runChaos(t *testing.T, run chaosRun) {
@@ -102,7 +134,7 @@ func runChaos(t *testing.T, run chaosRun) {
 	})
 
 	c := &cluster{
-		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: filepath.Join(logDir, "broker-data"),
+		t: t, ps: newProcs(t, logDir), bin: bin, dataDir: filepath.Join(logDir, "broker-data"), exactDir: filepath.Join(logDir, "exact"),
 		rng: rand.New(rand.NewPCG(seed, 0xc4a05)), //nolint:gosec // test schedule
 		run: run,
 	}
@@ -184,7 +216,10 @@ func runChaos(t *testing.T, run chaosRun) {
 	if err != nil {
 		t.Fatalf("reading the topics: %v", err)
 	}
-	v := check(names, input, written, committed, fpr)
+	v := check(names, input, written, committed, run.fpr())
+	if run.exact {
+		v.FPBound = 0 // exact mode: none at all
+	}
 	c.report(t, seed, pstats, v, chaosTook, drainTook, cleanStops)
 
 	if drainErr != nil {
@@ -260,6 +295,7 @@ type cluster struct {
 	ps         *procs
 	bin        string
 	dataDir    string
+	exactDir   string // exact mode: the slots' local store directories
 	brokerAddr string
 	leaders    chan *proc // workers that just logged "elected group leader"
 	run        chaosRun
@@ -335,7 +371,7 @@ func (c *cluster) workerArgs(sl *slot) []string {
 		"--duplicates", names.Duplicates, "--dead-letter", names.DeadLetter,
 		"--key", "json:order_id",
 		"--window", window.String(), "--generations", strconv.Itoa(gens),
-		"--capacity", strconv.FormatUint(c.capacity, 10), "--fpr", strconv.FormatFloat(fpr, 'g', -1, 64),
+		"--capacity", strconv.FormatUint(c.capacity, 10), "--fpr", strconv.FormatFloat(c.run.fpr(), 'g', -1, 64),
 		"--checkpoint-url", s3test.URLFor(sl.proxy.Endpoint(), "chaos"),
 		"--checkpoint-interval", "1s",
 		// Until the writer's batch bytes are bounded, larger batches are
@@ -344,6 +380,11 @@ func (c *cluster) workerArgs(sl *slot) []string {
 		"--shutdown-timeout", shutdownTimeout.String(),
 		"--metrics-addr", "127.0.0.1:0",
 		"--log-level", *flagLogLevel,
+	}
+	if c.run.exact {
+		// A slot's local disk: a restarted worker finds its predecessor's
+		// files (reused where their digest matches the checkpoint).
+		args = append(args, "--exact", "--exact-dir", filepath.Join(c.exactDir, fmt.Sprintf("slot%d", sl.id)))
 	}
 	return args
 }
@@ -520,6 +561,9 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 	// The first eight entries (13 kills) hold every kind once or more.
 	pattern := []string{"two-of-three", "burst", "leader", "random", "upload-gens", "rebalance", "upload-manifest", "two-of-three",
 		"random", "rebalance", "upload-gens", "upload-manifest"}
+	if c.run.pattern != nil {
+		pattern = c.run.pattern
+	}
 	burstKills := max(2, *flagBurst)
 	cost := map[string]int{"rebalance": 2, "two-of-three": 2, "burst": burstKills, "leader": 2}
 	var plan []string
@@ -565,7 +609,7 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 			c.measure("random", time.Now())
 			c.sleepRand(200*time.Millisecond, 2*time.Second)
 			c.restart(sl)
-		case "upload-gens", "upload-manifest":
+		case "upload-gens", "upload-manifest", "upload-exact":
 			c.killDuringUpload(action)
 		case "rebalance":
 			a := c.randomSlot()
@@ -802,8 +846,11 @@ func (c *cluster) measure(kind string, at time.Time) {
 // killed instead (counted apart).
 func (c *cluster) killDuringUpload(action string) {
 	trap := &uploadTrap{match: "/gens/", fired: make(chan struct{})}
-	if action == "upload-manifest" {
+	switch action {
+	case "upload-manifest":
 		trap.match = "/manifests/"
+	case "upload-exact":
+		trap.match = "/exact/"
 	}
 	c.mu.Lock()
 	c.trap = trap

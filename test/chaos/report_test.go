@@ -32,8 +32,12 @@ func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict
 	t.Logf("chaos: written                %d forwarded, %d to duplicates, %d dead-lettered", v.Forwarded, v.DuplicatesWritten, v.DeadLettered)
 	t.Logf("chaos: unique lost            %d (of which never processed: %d)", len(v.Lost), len(v.Unprocessed))
 	t.Logf("chaos: duplicates forwarded   %d (repeated keys on the output); input records written twice: %d", len(v.DoubleForwarded), len(v.WrittenTwice))
-	t.Logf("chaos: false positives        %d of %d unique keys (%.4f %%; bound %d at fpr %g)",
-		len(v.FalsePositives), v.UniqueKeys, 100*float64(len(v.FalsePositives))/float64(max(1, v.UniqueKeys)), v.FPBound, fpr)
+	mode := "filter only"
+	if c.run.exact {
+		mode = "exact mode"
+	}
+	t.Logf("chaos: false positives        %d of %d unique keys (%.4f %%; bound %d at fpr %g, %s)",
+		len(v.FalsePositives), v.UniqueKeys, 100*float64(len(v.FalsePositives))/float64(max(1, v.UniqueKeys)), v.FPBound, c.run.fpr(), mode)
 	t.Logf("chaos: misrouted %d, key mismatches %d, orphans %d, keys on the output twice %d",
 		len(v.Misrouted), len(v.KeyMismatch), len(v.Orphans), len(v.KeysTwice))
 	for _, pc := range v.PerPartition {
