@@ -46,8 +46,7 @@ type Store struct {
 	// unmapped only after it left gens, under mu, and no lookup can be
 	// inside it then.
 	mu      sync.Mutex
-	pending map[entry]struct{} // adds not yet in a run
-	order   []entry            // pending in arrival order, sorted on flush
+	pending *pending          // adds not yet in a run
 	live    []uint64           // generations that may hold keys, ascending, all ≥ floor
 	runs    map[uint64][]*run  // each generation's runs, smallest first
 	floor   uint64             // generations below it are dropped
@@ -92,7 +91,7 @@ func openStore(dir string, opts Options, known map[string]File, mustExist bool) 
 	}
 	s := &Store{
 		dir: dir, opts: opts, log: opts.Logger, lock: lock,
-		pending: make(map[entry]struct{}, opts.FlushKeys),
+		pending: newPending(0),
 		runs:    make(map[uint64][]*run),
 		nextSeq: 1,
 		wake:    make(chan struct{}, 1),
@@ -272,16 +271,10 @@ func (s *Store) admitLocked(gen uint64) error {
 	return nil
 }
 
-func (s *Store) addLocked(k entry) {
-	if _, ok := s.pending[k]; ok {
-		return
-	}
-	s.pending[k] = struct{}{}
-	s.order = append(s.order, k)
-}
+func (s *Store) addLocked(k entry) { s.pending.add(k) }
 
 func (s *Store) maybeFlushLocked() error {
-	if len(s.order) < s.opts.FlushKeys {
+	if s.pending.len() < s.opts.FlushKeys {
 		return nil
 	}
 	return s.flushLocked()
@@ -289,25 +282,24 @@ func (s *Store) maybeFlushLocked() error {
 
 // flushLocked writes the pending adds as one new run per generation.
 func (s *Store) flushLocked() error {
-	if s.err != nil || len(s.order) == 0 {
+	if s.err != nil || s.pending.len() == 0 {
 		return s.err
 	}
-	slices.SortFunc(s.order, cmpEntry)
-	for i := 0; i < len(s.order); {
-		gen := s.order[i].gen
+	order := s.pending.drain()
+	for i := 0; i < len(order); {
+		gen := order[i].gen
 		j := i + 1
-		for j < len(s.order) && s.order[j].gen == gen {
+		for j < len(order) && order[j].gen == gen {
 			j++
 		}
 		if gen >= s.floor { // else added before its generation was dropped
-			if err := s.writeRunLocked(gen, s.order[i:j]); err != nil {
+			if err := s.writeRunLocked(gen, order[i:j]); err != nil {
 				return s.fail(fmt.Errorf("exact store: writing a run: %w", err))
 			}
 		}
 		i = j
 	}
-	clear(s.pending)
-	s.order = s.order[:0]
+	s.pending.reset()
 	s.signal()
 	return nil
 }
@@ -363,7 +355,7 @@ func (s *Store) hasLocked(gen uint64, h Hash) bool {
 	if gen < s.floor {
 		return false
 	}
-	if _, ok := s.pending[makeEntry(gen, h)]; ok {
+	if s.pending.has(makeEntry(gen, h)) {
 		return true
 	}
 	for _, r := range s.runs[gen] {
@@ -457,8 +449,9 @@ type Stats struct {
 func (s *Store) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Generations: slices.Clone(s.live), Floor: s.floor, DiskBytes: s.disk, PendingAdds: len(s.order)}
-	st.Keys = int64(len(s.order))
+	held := len(s.pending.drain()) // merged: counted once
+	st := Stats{Generations: slices.Clone(s.live), Floor: s.floor, DiskBytes: s.disk, PendingAdds: held}
+	st.Keys = int64(held)
 	for _, rs := range s.runs {
 		st.Runs += len(rs)
 		for _, r := range rs {
