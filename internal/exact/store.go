@@ -47,13 +47,13 @@ type Store struct {
 	// inside it then.
 	mu      sync.Mutex
 	pending *pending          // adds not yet in a run
-	live    []uint64           // generations that may hold keys, ascending, all ≥ floor
-	runs    map[uint64][]*run  // each generation's runs, smallest first
-	floor   uint64             // generations below it are dropped
-	nextSeq uint64             // numbers the next run file
-	disk    int64              // bytes of the runs
-	err     error              // sticky write failure
-	merging bool               // a merge is running (outside mu)
+	live    []uint64          // generations that may hold keys, ascending, all ≥ floor
+	runs    map[uint64][]*run // each generation's runs, smallest first
+	floor   uint64            // generations below it are dropped
+	nextSeq uint64            // numbers the next run file
+	disk    int64             // bytes of the runs
+	err     error             // sticky write failure
+	merging bool              // a merge is running (outside mu)
 
 	wake   chan struct{}
 	cancel context.CancelFunc
