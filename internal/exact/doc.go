@@ -33,12 +33,13 @@
 //     keys); see docs/exact.md for keys an adversary chooses.
 //
 // Cost (2 shared cores; figures and commands in docs/exact.md): 16 bytes
-// per key on disk plus 28 per run; an insert costs a map insert plus its
-// share of sorting, writing and merging (a few hundred ns of CPU); a
+// per key on disk plus 28 per run; an insert costs a small-map insert plus
+// its share of sorting, writing and merging (a few hundred ns of CPU); a
 // lookup binary-searches an in-memory index of 0.125 bytes per key, then
 // at most 2 KiB of each run of the generation in the mapped file (no
-// system call once the pages are mapped). Memory: the held adds (about 60
-// bytes each, FlushKeys of them), the indexes, and the pages of run files
+// system call once the pages are mapped). Memory: the held adds (24 bytes
+// each, at most FlushKeys of them, in one sorted array fed by a small map:
+// pending.go), the indexes, and the pages of run files
 // that lookups touched (file-backed: the kernel reclaims them under
 // pressure).
 //
