@@ -107,3 +107,8 @@ soak:
 	  $(GO) test -count=1 -timeout 40m -run 'TestChaos$$' -v ./test/chaos \
 	    -chaos.only=burst -chaos.burst=8 -chaos.kills=40 -chaos.duration=300s \
 	    -chaos.events=300000 -chaos.drain=5m $(SOAK_FLAGS)
+	@vgw=$$(.ci/deps.sh | tail -n 1) && \
+	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 \
+	  $(GO) test -count=1 -timeout 80m -run 'TestChaos$$' -v ./test/chaos \
+	    -chaos.exact -chaos.events=13400000 -chaos.duration=600s \
+	    -chaos.kills=10 -chaos.drain=20m $(SOAK_FLAGS)
