@@ -215,7 +215,10 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	names := map[string]bool{}
 	var uploaded int64
 	for i, g := range cp.Generations {
-		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed {
+		// Only the same bits: after a plan change and back, a generation
+		// the other plan listed as sealed (legacy) can rejoin the ring and
+		// take inserts again.
+		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
 			ref.ExactGen = g.ExactGen
 			m.Generations = append(m.Generations, ref)
 			continue

@@ -667,3 +667,95 @@ func TestExactReuseAndRelease(t *testing.T) {
 		t.Fatal(k2.Err())
 	}
 }
+
+// TestExactLocalOpenFailureIsNotCorrupt: a failure of this machine while
+// the restored store opens (here a metrics registration conflict, standing
+// in for EMFILE, ENOMEM or a lock held by another process) is reported as
+// local, not as a corrupt checkpoint: Restore neither falls back to older
+// manifests nor ends in ErrNoUsableCheckpoint (which stops the worker, or
+// with on-restore-failure=empty throws a sound memory away).
+func TestExactLocalOpenFailureIsNotCorrupt(t *testing.T) {
+	url := "file://" + t.TempDir()
+	recs := stream(14, 4000, base)
+	a, _ := exactMemory(t, url, t.TempDir(), 200, nil)
+	h, f, _ := take(t, a, tinyParams)
+	tr := newTruth()
+	feed(t, f, tr, recs[:2000])
+	commitT(t, h, f, tinyParams, 2000)
+	feed(t, f, tr, recs[2000:])
+	commitT(t, h, f, tinyParams, 4000)
+	a.Close()
+
+	b, reg := exactMemory(t, url, t.TempDir(), 200, nil)
+	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "bloomgate_exact_inserts_total", Help: "Hashes added to the exact store (including ones already present).",
+		ConstLabels: prometheus.Labels{"topic": tIn, "partition": "0"},
+	}))
+	_, err := b.Partition(tIn, 0).Restore(context.Background(), tinyParams)
+	if err == nil {
+		t.Fatal("restore succeeded although the store's metrics could not be registered")
+	}
+	if errors.Is(err, worker.ErrNoUsableCheckpoint) || errors.Is(err, checkpoint.ErrCorrupt) {
+		t.Fatalf("a local failure was taken for a corrupt checkpoint: %v", err)
+	}
+	if !errors.Is(err, checkpoint.ErrLocal) {
+		t.Fatalf("restore error %v: want checkpoint.ErrLocal", err)
+	}
+}
+
+// TestPlanBackDoesNotReuseStaleGeneration: after a plan change and back, a
+// generation the intermediate plan listed as sealed (a legacy generation)
+// rejoins the ring as the newest one and takes inserts again. The next
+// checkpoint must upload it again, not reference the object stored while
+// it was sealed: restored from that object, the filter would miss the
+// keys added since, and every record after the checkpoint is checked
+// against the truth (a missed repeat is a duplicate forwarded).
+func TestPlanBackDoesNotReuseStaleGeneration(t *testing.T) {
+	p1 := tinyParams
+	p2 := worker.FilterParams{Window: 90 * time.Minute, Generations: 4, Capacity: 4500, FPR: 0.3}
+	url := "file://" + t.TempDir()
+	recs := stream(13, 40_000, base)
+	a, _ := exactMemory(t, url, t.TempDir(), 200, nil)
+	h, f, _ := take(t, a, p1)
+	tr := newTruth()
+	feed(t, f, tr, recs[:8000])
+	commitT(t, h, f, p1, 8000)
+	b, _ := exactMemory(t, url, t.TempDir(), 200, nil)
+	h, f, _ = take(t, b, p2)
+	feed(t, f, tr, recs[8000:8100])
+	commitT(t, h, f, p2, 8100)
+	c, _ := exactMemory(t, url, t.TempDir(), 200, nil)
+	h, f, _ = take(t, c, p1)
+	// Records until the newest ring generation rotates, no commit between.
+	first := f.s.Spans(nil)[len(f.s.Spans(nil))-1]
+	i := 8100
+	for ; i < len(recs); i++ {
+		feed(t, f, tr, recs[i:i+1])
+		if sp := f.s.Spans(nil); sp[len(sp)-1] != first {
+			break
+		}
+	}
+	i++
+	if i >= len(recs) {
+		t.Fatal("the stream never rotated the newest generation")
+	}
+	commitT(t, h, f, p1, int64(i))
+	live := map[uint64]uint64{}
+	for _, g := range f.s.Stats().Generations {
+		live[g.ID] = g.Inserts
+	}
+	for _, g := range newestManifest(t, c).Generations {
+		if n, ok := live[g.ID]; ok && n != g.Inserts {
+			t.Errorf("manifest lists generation %d with %d inserts (uploaded for seq %d); the filter's has %d", g.ID, g.Inserts, g.Seq, n)
+		}
+	}
+	d, _ := exactMemory(t, url, t.TempDir(), 200, nil)
+	r, err := d.Partition(tIn, 0).Restore(context.Background(), p1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.InputOffset != int64(i) {
+		t.Fatalf("restored offset %d, want %d", r.InputOffset, i)
+	}
+	feed(t, r.Filter.(*filter), tr.clone(), recs[i:])
+}
