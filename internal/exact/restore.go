@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -63,8 +64,16 @@ func Restore(ctx context.Context, dir string, files []File, open OpenFunc, opts 
 		known[f.Name] = f
 	}
 	s, err := openStore(dir, opts, known, true)
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, errMalformed), errors.Is(err, fs.ErrNotExist):
+		// The files matched their digests: what they say is wrong, or
+		// their manifest names a run the checkpoint does not list.
 		return nil, fmt.Errorf("%w: restored files do not open: %w", ErrCorrupt, err)
+	default:
+		// The machine's (mmap, open, lock, metrics): the checkpoint may be
+		// sound, so not a reason to fall back to an older one.
+		return nil, fmt.Errorf("restoring exact store: opening the restored files: %w", err)
 	}
 	return s, nil
 }

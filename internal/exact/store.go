@@ -75,6 +75,35 @@ func Open(dir string, opts Options) (*Store, error) {
 	return openStore(dir, opts, nil, false)
 }
 
+// Create opens an empty store in dir, removing whatever dir held; it is
+// refused, and nothing removed, while another store holds dir (its lock
+// is taken before anything is removed).
+func Create(dir string, opts Options) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating exact store: %w", err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("creating exact store: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	for _, e := range ents {
+		if err != nil {
+			break
+		}
+		if e.Name() != lockFile {
+			err = os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
+	if uerr := lock.Close(); uerr != nil && err == nil {
+		err = uerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating exact store: clearing %s: %w", dir, err)
+	}
+	return openStore(dir, opts, nil, false)
+}
+
 // openStore opens dir; known seeds the digest cache (from Restore), and
 // mustExist refuses to create a store.
 func openStore(dir string, opts Options, known map[string]File, mustExist bool) (_ *Store, err error) {
@@ -141,7 +170,7 @@ func (s *Store) load(mustExist bool) error {
 	case errors.Is(err, fs.ErrNotExist) && !populated && !mustExist:
 		return nil // a new store
 	case errors.Is(err, fs.ErrNotExist):
-		return errors.New("no manifest: not a store, or a store that was not closed (restore it from a checkpoint)")
+		return fmt.Errorf("%w: no manifest: not a store, or a store that was not closed (restore it from a checkpoint)", errMalformed)
 	case err != nil:
 		return err
 	}

@@ -353,3 +353,49 @@ func TestLookupsDuringMergesAndDrops(t *testing.T) {
 	}
 	t.Logf("%d lookups ran alongside the merges and drops", lookups)
 }
+
+// TestCreate: Create empties a directory for a new store, but removes
+// nothing while another store holds it.
+func TestCreate(t *testing.T) {
+	t.Run("in use", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openT(t, dir, Options{FlushKeys: 10})
+		fill(t, s, 100, 1) // runs on disk
+		before, _ := os.ReadDir(dir)
+		s2, err := Create(dir, Options{})
+		if err == nil {
+			s2.Close()
+			t.Fatal("Create of a directory in use: want an error")
+		}
+		if !strings.Contains(err.Error(), "in use by another store") {
+			t.Errorf("error %q does not say the directory is in use", err)
+		}
+		after, _ := os.ReadDir(dir)
+		if len(after) != len(before) {
+			t.Fatalf("Create removed files of a store in use: %d entries before, %d after", len(before), len(after))
+		}
+		if !mustHas(t, s, 1, hashN(1, 7)) {
+			t.Fatal("the store in use lost a key")
+		}
+	})
+	t.Run("leftovers", func(t *testing.T) {
+		dir := t.TempDir()
+		s := openT(t, dir, Options{FlushKeys: 10})
+		fill(t, s, 100, 1)
+		s.lock.Close() // a process that died with the store open
+		if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("hi"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s2, err := Create(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s2.Close()
+		if mustHas(t, s2, 1, hashN(1, 7)) {
+			t.Error("a created store holds a key of the directory's earlier store")
+		}
+		if st := s2.Stats(); st.Keys != 0 || st.Runs != 0 {
+			t.Errorf("created store: %d keys in %d runs, want none", st.Keys, st.Runs)
+		}
+	})
+}

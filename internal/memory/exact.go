@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -454,11 +453,7 @@ func (s *Store) Close() error {
 // newExactStore opens an empty store for tp, removing whatever its
 // directory held (a new memory).
 func (s *Store) newExactStore(tp topicPartition) (*exact.Store, error) {
-	dir := s.exactDir(tp)
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("clearing exact store directory: %w", err)
-	}
-	st, err := exact.Open(dir, s.exactOptions(tp))
+	st, err := exact.Create(s.exactDir(tp), s.exactOptions(tp))
 	if err != nil {
 		return nil, err
 	}
@@ -521,12 +516,9 @@ func (b *handle) restoreExact(ctx context.Context, m *checkpoint.Manifest, sh *b
 	case errors.Is(err, checkpoint.ErrCorrupt), errors.Is(err, checkpoint.ErrUnavailable), ctx.Err() != nil:
 		return nil, err // the bucket's: fall back, or give up, as for generations
 	default:
-		var pe *os.PathError
-		var le *os.LinkError
-		if errors.As(err, &pe) || errors.As(err, &le) || strings.Contains(err.Error(), "in use by another store") {
-			return nil, fmt.Errorf("%w: %w", checkpoint.ErrLocal, err)
-		}
-		return nil, err
+		// Everything else is this machine's (disk, mmap, files, the lock,
+		// metrics): the checkpoint may be sound, so no fallback.
+		return nil, fmt.Errorf("%w: %w", checkpoint.ErrLocal, err)
 	}
 	x, err := s.newExactState(tp, st, sh, ids, ex.NextGen)
 	if err != nil {
