@@ -1,12 +1,15 @@
 package worker_test
 
 import (
+	"context"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -109,11 +112,36 @@ func TestExactMode(t *testing.T) {
 		cfg.CommitInterval, cfg.CheckpointInterval = 30*time.Millisecond, 70*time.Millisecond
 		cfg.Owner = "crashing"
 		stA, regA := exactState(t, ckDir, t.TempDir())
+		// The crash comes after 50 batches, at the first write beyond its
+		// partition's newest checkpoint (read from the bucket), so that the
+		// successor restores the store and then replays: on a slow machine
+		// a checkpoint can otherwise cover everything written.
+		ck, err := checkpoint.Open(context.Background(), "file://"+ckDir, checkpoint.Options{Registerer: prometheus.NewRegistry()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ck.Close()
+		checkpointed := func(partition int) int64 {
+			rep, err := checkpoint.Inspect(context.Background(), ck)
+			if err != nil {
+				return math.MaxInt64 // unknown: not a crash point
+			}
+			for _, p := range rep.Partitions {
+				if p.Partition == partition {
+					return p.InputOffset
+				}
+			}
+			return -1
+		}
 		var batches atomic.Int64
+		var crashed atomic.Bool
 		crash := make(chan struct{})
 		a := startWorkerWith(t, cfg, stA, ex, func(w *worker.Worker) {
-			w.TestHooks().AfterWrite = func(int, int64) {
-				if batches.Add(1) == 50 {
+			w.TestHooks().AfterWrite = func(partition int, next int64) {
+				if batches.Add(1) < 50 || crashed.Load() || next <= checkpointed(partition) {
+					return
+				}
+				if crashed.CompareAndSwap(false, true) {
 					w.TestHooks().Halted.Store(true)
 					close(crash)
 				}
