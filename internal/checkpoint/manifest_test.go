@@ -335,7 +335,7 @@ func TestCommitSameIDOtherRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m2.Generations[0] != m1.Generations[0] {
+	if !reflect.DeepEqual(m2.Generations[0], m1.Generations[0]) {
 		t.Errorf("sealed legacy generation not reused: %+v", m2.Generations[0])
 	}
 	if m2.Generations[1].Seq != m2.Seq || !m2.Generations[1].End.Equal(ring.End) {
