@@ -74,9 +74,18 @@ type GenerationLog struct {
 // every checkpoint. A larger share saves little more (the next whole
 // upload is due after share/rate checkpoints either way) and makes
 // restores slower.
+//
+// MaxLogSegments bounds the manifest: each segment adds ~300 bytes (indented
+// JSON) to every manifest that names the chain, so a partition with few
+// inserts per checkpoint would otherwise grow its manifests towards the
+// 4 MiB a reader accepts. At 256, a chain adds at most ~75 KB; for the
+// crawler plan (6.5 new URLs/s, 8.3 MiB live generation) the whole uploads
+// every 256 minutes and the manifests' growth then cost about the same per
+// day, near the least total (docs/benchmarks.md, "Uploads per day").
 const (
-	MaxLogShare   = 0.25
-	MaxLogEntries = 10_000_000
+	MaxLogShare    = 0.25
+	MaxLogEntries  = 10_000_000
+	MaxLogSegments = 256
 )
 
 // ExactCheckpoint is the partition's exact store handed to Commit, cut at
@@ -443,7 +452,7 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 // commitLog continues prev, the generation's chain in the last manifest,
 // with g.Log: nothing to upload if the log is empty, else one segment
 // under logs/<sha256>, if the chain then stays within MaxLogShare of its
-// base and MaxLogEntries. ok is false when it would not (the generation is
+// base, MaxLogEntries and MaxLogSegments. ok is false when it would not (the generation is
 // then stored whole); n is the bytes uploaded.
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
@@ -456,7 +465,8 @@ func (p *Partition) commitLog(ctx context.Context, g Generation, prev Generation
 	if err != nil {
 		return GenerationRef{}, 0, false, fmt.Errorf("digesting log segment: %w", err)
 	}
-	if float64(prev.LogBytes()+size) > MaxLogShare*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries {
+	if float64(prev.LogBytes()+size) > MaxLogShare*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
+		len(prev.Log) >= MaxLogSegments {
 		return GenerationRef{}, 0, false, nil
 	}
 	sum := hex.EncodeToString(sha.Sum(nil))

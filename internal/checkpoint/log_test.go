@@ -282,3 +282,30 @@ func TestRetentionKeepsLogSegments(t *testing.T) {
 		t.Fatalf("segments of no kept manifest remain: %v", got)
 	}
 }
+
+// TestLogChainSegmentLimit: a chain ends at MaxLogSegments segments however
+// small they are (the manifest names every one).
+func TestLogChainSegmentLimit(t *testing.T) {
+	ctx := context.Background()
+	s := openT(t, "mem://"+t.Name(), testOptions(prometheus.NewRegistry()))
+	p := s.Partition("g", "t", 0)
+	p.Restore(ctx, loadChains(new([][32]byte)))
+	if err := p.Claim(ctx, "t"); err != nil {
+		t.Fatal(err)
+	}
+	live := gen(2, false, 2, 1<<20)
+	m, err := p.Commit(ctx, state{offset: 1, gens: []Generation{live}}.checkpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range MaxLogSegments + 1 {
+		l := live
+		l.Log = &GenerationLog{After: m.Generations[0].Tail(), Entries: 1, Source: byteSource{byte(i), byte(i >> 8)}}
+		if m, err = p.Commit(ctx, state{offset: int64(2 + i), gens: []Generation{l}}.checkpoint()); err != nil {
+			t.Fatal(err)
+		}
+		if n, want := len(m.Generations[0].Log), (i+1)%(MaxLogSegments+1); n != want {
+			t.Fatalf("commit %d: chain of %d segments, want %d", i, n, want)
+		}
+	}
+}
