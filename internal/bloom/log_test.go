@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -377,4 +378,56 @@ func FuzzDecodeLog(f *testing.F) {
 			t.Fatal("accepted input does not re-encode to itself")
 		}
 	})
+}
+
+// TestJournalConcurrentCommit: a committer reads the log of a snapshot and
+// marks it while the owner keeps inserting (run with -race); every
+// segment holds exactly the keys inserted between its snapshots.
+func TestJournalConcurrentCommit(t *testing.T) {
+	s, err := NewShard(Config{Window: time.Hour, Generations: 2, Capacity: 1 << 20, FPR: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnableJournal(0.25, 10_000_000)
+	ts := time.Unix(1_800_000_000, 0)
+	jobs := make(chan *Snapshot)
+	done := make(chan int)
+	go func() {
+		total := 0
+		for sn := range jobs {
+			g := sn.Generations[len(sn.Generations)-1]
+			m, _ := g.JournalMark()
+			seg, ok := g.LogSince(m.Pos)
+			if !ok {
+				t.Error("no log")
+			} else {
+				total += len(seg.Entries)
+				if _, err := seg.WriteTo(io.Discard); err != nil {
+					t.Error(err)
+				}
+			}
+			g.Mark("x")
+			sn.Release()
+			done <- total
+		}
+		close(done)
+	}()
+	inserted, logged, atSnapshot := 0, 0, 0
+	for round := range 20 {
+		for i := range 3000 {
+			if !s.TestAndAdd(HashKey(binary.LittleEndian.AppendUint64(nil, uint64(round*3000+i))), ts) {
+				inserted++
+			}
+			if i == 1500 {
+				atSnapshot = inserted
+				jobs <- s.Snapshot()
+			}
+		}
+		logged = <-done
+	}
+	close(jobs)
+	<-done
+	if logged != atSnapshot {
+		t.Errorf("segments hold %d entries, %d keys were inserted before the last snapshot", logged, atSnapshot)
+	}
 }
