@@ -20,6 +20,7 @@ FUZZTIME ?= 20000x
 FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeGeneration \
 	./internal/bloom:FuzzDecodeLazyGeneration \
+	./internal/bloom:FuzzDecodeLog \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
 	./internal/keys:FuzzExtract \

@@ -2,13 +2,20 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bloomgate/bloomgate/internal/bloom"
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/memory"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // BenchmarkCrawlerPartition sizes the crawler plan — 1 B canonical URLs per
@@ -125,4 +132,222 @@ func encodedSize(b *testing.B, g *bloom.GenerationSnapshot) int64 {
 		b.Fatal(err)
 	}
 	return n
+}
+
+// BenchmarkCrawlerUploads measures what the periodic checkpoints of one
+// partition of the crawler plan upload per day, through the production
+// state store (internal/memory over a mem:// checkpoint store, stored
+// uncompressed as `bloomgate run` stores them), at the default interval of
+// 1 min: one window and half a span of URLs first (the live generation
+// half full, as in BenchmarkCrawlerPartition), then a checkpoint after
+// every minute of new URLs at the given rate. "before" is what the
+// checkpoints uploaded before logs (the live generation whole every
+// minute: its encoded size, measured on a second shard fed the same way);
+// "after" is what the store uploaded (bases, log segments, sealed
+// generations; manifests apart). At 6.5 URLs/s (the plan) a whole day
+// (1,440 checkpoints) is simulated; at 10 k/s, 4 minutes (a day would
+// overflow a filter sized for 6.5/s) and the per-day figure is 1,440
+// times their mean. Then, at 6.5/s, the checkpoints go on until the live
+// generation's chain is as long as the share allows, and a new process
+// restores it (every generation decoded, the chain replayed).
+func BenchmarkCrawlerUploads(b *testing.B) {
+	for _, rate := range []float64{6.5, 10_000} {
+		b.Run(fmt.Sprintf("rate=%g", rate), func(b *testing.B) {
+			for range b.N {
+				runCrawlerUploads(b, rate)
+			}
+		})
+	}
+}
+
+func runCrawlerUploads(b *testing.B, rate float64) {
+	const (
+		partitions = 64
+		perWindow  = 1_000_000_000 / partitions
+		window     = 28 * 24 * time.Hour
+		gens       = 4
+		interval   = time.Minute
+	)
+	ctx := context.Background()
+	params := worker.FilterParams{Window: window, Generations: gens, Capacity: perWindow, FPR: 0.01}
+	cfg := bloom.Config{Window: window, Generations: gens, Capacity: perWindow, FPR: 0.01}
+	reg := prometheus.NewRegistry()
+	cs, err := checkpoint.Open(ctx, fmt.Sprintf("mem://crawler-uploads-%g-%d", rate, time.Now().UnixNano()),
+		checkpoint.Options{Registerer: reg, Compression: "none"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cs.Close()
+	st := memory.New(cs, "g")
+	h := st.Partition("urls", 0)
+	if _, err := h.Restore(ctx, params); !errors.Is(err, worker.ErrNoCheckpoint) {
+		b.Fatal(err)
+	}
+	if err := h.Claim(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	f, err := st.NewFilter(params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before, err := bloom.NewShard(cfg) // fed the same URLs: the old checkpoints' sizes
+	if err != nil {
+		b.Fatal(err)
+	}
+	seed, err := bloom.NewSeed()
+	if err != nil {
+		b.Fatal(err)
+	}
+	span := before.Span()
+	// Spans are aligned to the Unix epoch (time.Time.Truncate aligns to
+	// year 1).
+	t0 := time.Unix(0, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC).UnixNano()/int64(span)*int64(span)).UTC()
+	keys := urlKeys(false)
+	var (
+		next  uint64
+		now   = t0
+		arena []byte
+		batch [][]byte
+		ts    []time.Time
+		hs    []bloom.Hash
+		seen  = make([]bool, batchLen)
+	)
+	// feed gives n new URLs spread evenly over d of event time to both.
+	feed := func(n uint64, d time.Duration) {
+		for i := uint64(0); i < n; {
+			m := min(n-i, batchLen)
+			arena, batch, ts, hs = arena[:0], batch[:0], ts[:0], hs[:0]
+			for j := range m {
+				at := now.Add(time.Duration(float64(d) * float64(i+j) / float64(n)))
+				k := keys.key(next + j)
+				arena = append(arena, k...)
+				ts = append(ts, at)
+				hs = append(hs, seed.Hash(k))
+			}
+			for j := range m {
+				batch = append(batch, arena[j*uint64(len(keys.buf)):(j+1)*uint64(len(keys.buf))])
+			}
+			f.TestAndAddBatch(batch, ts, seen[:m])
+			before.TestAndAddBatch(hs, ts, seen[:m])
+			next += m
+			i += m
+		}
+		now = now.Add(d)
+	}
+	var offset int64
+	commit := func() {
+		offset++
+		if err := h.Commit(ctx, worker.Checkpoint{InputOffset: offset, Params: params, Snapshot: f.Snapshot(), Owner: "bench"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// newest returns the newest manifest's generations, its sequence and
+	// the bytes of the objects uploaded for it.
+	newest := func() ([]checkpoint.GenerationRef, uint64, int64) {
+		rep, err := checkpoint.Inspect(ctx, cs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p := rep.Partitions[0]
+		var n int64
+		for _, g := range p.Generations {
+			if g.Seq == p.Seq {
+				n += g.Bytes
+			}
+			for _, l := range g.Log {
+				if l.Seq == p.Seq {
+					n += l.Bytes
+				}
+			}
+		}
+		return p.Generations, p.Seq, n
+	}
+
+	// One window and half a span, in 1 h steps of event time, then a
+	// whole checkpoint.
+	hours := uint64(span / time.Hour)
+	perHour := uint64(perWindow) / (gens - 1) / hours
+	for range 4*hours + hours/2 {
+		feed(perHour, time.Hour)
+	}
+	commit()
+	base := counterValue(b, reg, "bloomgate_checkpoint_bytes_total")
+
+	b.ResetTimer()
+	intervals := 1440
+	if rate > 1000 {
+		intervals = 4
+	}
+	perInterval := uint64(rate * interval.Seconds())
+	var oldBytes, data int64
+	var fulls, logs int
+	for range intervals {
+		feed(perInterval, interval)
+		commit()
+		sn := before.Snapshot()
+		oldBytes += encodedSize(b, sn.Generations[len(sn.Generations)-1])
+		sn.Release()
+		gs, seq, n := newest()
+		data += n
+		switch live := gs[len(gs)-1]; {
+		case live.Seq == seq:
+			fulls++
+		case len(live.Log) > 0 && live.Log[len(live.Log)-1].Seq == seq:
+			logs++
+		}
+	}
+	b.StopTimer()
+	manifests := counterValue(b, reg, "bloomgate_checkpoint_bytes_total") - base - float64(data)
+	day := float64(24*time.Hour/interval) / float64(intervals)
+	b.ReportMetric(float64(oldBytes)*day/(1<<20), "MiB/day-before")
+	b.ReportMetric(float64(data)*day/(1<<20), "MiB/day-after")
+	b.ReportMetric(manifests*day/(1<<20), "MiB/day-manifests")
+	b.ReportMetric(float64(fulls), "whole-uploads")
+	b.ReportMetric(float64(logs), "log-uploads")
+	if rate > 1000 {
+		return
+	}
+
+	// Go on until the chain is as long as the share allows, then restore
+	// it in a new process.
+	for {
+		gs, _, _ := newest()
+		live := gs[len(gs)-1]
+		seg := int64(perInterval*16 + 100)
+		if len(live.Log) > 0 && (float64(live.LogBytes()+seg) > checkpoint.MaxLogShare*float64(live.Bytes) || len(live.Log) == checkpoint.MaxLogSegments) {
+			b.ReportMetric(float64(len(live.Log)), "chain-segments")
+			b.ReportMetric(float64(live.LogEntries()), "chain-entries")
+			b.ReportMetric(float64(live.LogBytes())/(1<<20), "MiB-chain")
+			b.ReportMetric(float64(live.Bytes)/(1<<20), "MiB-base")
+			break
+		}
+		feed(perInterval, interval)
+		commit()
+	}
+	runtime.GC()
+	rs := time.Now()
+	r, err := memory.New(cs, "g").Partition("urls", 0).Restore(ctx, params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(time.Since(rs).Seconds(), "s-restore-at-threshold")
+	if r.InputOffset != offset {
+		b.Fatalf("restored offset %d, want %d", r.InputOffset, offset)
+	}
+}
+
+func counterValue(b *testing.B, reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				v += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return v
 }

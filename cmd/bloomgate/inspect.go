@@ -155,8 +155,13 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 					exactGen = fmt.Sprintf("\t%d", g.ExactGen)
 				}
 			}
+			size := byteSize(g.Bytes)
+			if len(g.Log) > 0 {
+				// A chain: the base object and the log segments replayed onto it.
+				size = fmt.Sprintf("%s + %d log segments (%s, %d keys)", size, len(g.Log), byteSize(g.LogBytes()), g.LogEntries())
+			}
 			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s%s\n", g.ID, state,
-				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, byteSize(g.Bytes), exactGen)
+				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, size, exactGen)
 		}
 		tw.Flush()
 		if e := p.Exact; e != nil {

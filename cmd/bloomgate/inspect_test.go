@@ -103,6 +103,7 @@ func TestInspectTextGolden(t *testing.T) {
 		{filepath.Join("..", "..", "internal", "checkpoint", "testdata", "inspect.json"), "inspect.txt"},
 		{filepath.Join("testdata", "inspect-states.json"), "inspect-states.txt"},
 		{filepath.Join("testdata", "inspect-exact.json"), "inspect-exact.txt"},
+		{filepath.Join("testdata", "inspect-log.json"), "inspect-log.txt"},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			b, err := os.ReadFile(tc.report)

@@ -27,6 +27,11 @@
 //   - A generation that receives more keys than planned stacks sub-filters
 //     with twice the capacity and a tighter rate (Almeida et al. 2007), so
 //     the false-positive rate stays bounded.
+//   - Optionally (Shard.EnableJournal) the newest generation journals the
+//     hashes that set bits, 16 bytes per new key, dropped once a commit
+//     covers them and bounded by a quarter of the generation's size: a
+//     checkpoint can then store a log segment (log.go) instead of the
+//     whole generation, and replaying it gives the same bits.
 //
 // A Filter, Generation and Shard belong to one goroutine. Only a Snapshot
 // may be read from another goroutine while the owner keeps inserting.

@@ -46,6 +46,9 @@ type Generation struct {
 	subInserts []uint64
 	inserts    uint64
 	saturated  bool // no further sub-filter fits the size limit
+
+	j     *journal // hashes that set bits (journal.go); nil: not kept
+	jplan *journalPlan
 }
 
 func newGeneration(id uint64, start, end int64, capacity uint64, fpr float64, first *Filter) *Generation {
@@ -91,6 +94,9 @@ func (g *Generation) testAndAdd(h Hash) bool {
 	}
 	g.inserts++
 	g.subInserts[n-1]++
+	if g.j != nil {
+		g.j.add(h)
+	}
 	if g.subInserts[n-1] >= g.subs[n-1].capacity && !g.saturated {
 		g.stack()
 	}
@@ -98,6 +104,7 @@ func (g *Generation) testAndAdd(h Hash) bool {
 }
 
 func (g *Generation) stack() {
+	defer g.invalidateJournal()
 	i := len(g.subs)
 	if i >= maxStacks {
 		g.saturated = true

@@ -95,6 +95,8 @@ type Shard struct {
 	// legacyUntil is the event time (Unix ns) at which legacy[0] leaves the
 	// window; math.MaxInt64 while there is none.
 	legacyUntil int64
+
+	journal *journalPlan // nil: generations keep no journal (EnableJournal)
 }
 
 // NewShard returns an empty shard; the first TestAndAdd opens a generation.
@@ -245,9 +247,17 @@ func (s *Shard) rotate(idx uint64) {
 		s.gens[i] = nil
 	}
 	s.gens = append(s.gens[:0], s.gens[keep:]...)
+	if n := len(s.gens); n > 0 {
+		// Sealed from now on: it is stored whole once more, never logged.
+		s.gens[n-1].j = nil
+	}
 	start := int64(idx) * s.plan.span
 	f := newFilter(s.plan.capacity, subRate(s.plan.fpr, 0), s.plan.k, s.plan.nblocks)
-	s.gens = append(s.gens, newGeneration(idx, start, start+s.plan.span, s.plan.capacity, s.plan.fpr, f))
+	g := newGeneration(idx, start, start+s.plan.span, s.plan.capacity, s.plan.fpr, f)
+	if s.journal != nil {
+		g.startJournal(s.journal)
+	}
+	s.gens = append(s.gens, g)
 }
 
 // ShardStats describes a shard: per generation (legacy generations first,

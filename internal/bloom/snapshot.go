@@ -18,11 +18,12 @@ type Snapshot struct {
 
 // GenerationSnapshot is one generation frozen at snapshot time.
 type GenerationSnapshot struct {
-	ID     uint64
-	Sealed bool // rotated out of the newest position: never changes again
-	Stats  GenerationStats
-	meta   genMeta
-	views  []filterView
+	ID      uint64
+	Sealed  bool // rotated out of the newest position: never changes again
+	Stats   GenerationStats
+	meta    genMeta
+	views   []filterView
+	journal journalView // zero: no journal
 }
 
 // genMeta is what the format records about a generation beside its bits.
@@ -55,6 +56,9 @@ func (g *Generation) snapshot(sealed bool) *GenerationSnapshot {
 	gs := &GenerationSnapshot{ID: g.id, Sealed: sealed, Stats: g.Stats(), meta: g.meta(), views: make([]filterView, len(g.subs))}
 	for i, f := range g.subs {
 		gs.views[i] = f.snapshot()
+	}
+	if g.j != nil {
+		gs.journal = g.j.view()
 	}
 	return gs
 }

@@ -38,9 +38,55 @@ type Generation struct {
 	// keys (GenerationRef.ExactGen; 0: none).
 	ExactGen uint64
 	// Source streams the bytes. Commit skips it for a sealed generation
-	// that an earlier manifest of this handle already stored.
+	// that an earlier manifest of this handle already stored, and for an
+	// unsealed one whose Log it stores instead.
+	Source GenerationSource
+	// Log, on an unsealed generation, is what the generation added since
+	// a stored state of it (nil: none known; the generation is stored
+	// whole, as without a log).
+	Log *GenerationLog
+}
+
+// GenerationLog is a log segment of one generation: what it added since
+// the stored state named After.
+type GenerationLog struct {
+	// After is the tail (GenerationRef.Tail) of the stored chain the
+	// segment continues. Commit uses the segment only if the handle's
+	// last manifest holds that chain for the generation.
+	After   string
+	Entries int64
+	// Source streams the segment; it must write the same bytes each time
+	// (Commit reads it twice: once for the digest that names the object,
+	// once to upload it).
 	Source GenerationSource
 }
+
+// When a log pays: an unsealed generation is stored as its base object plus
+// log segments while the segments since the base add up to at most
+// MaxLogShare of the base's stored size and MaxLogEntries entries, and
+// whole otherwise (starting a new chain). The share bounds what a chain
+// costs beyond a whole upload: storage and download at most 1.25× the
+// base, and a restore replays at most a quarter of the base's size in
+// 16-byte entries (measured in docs/benchmarks.md, "Uploads per day",
+// well under a second per partition at the crawler plan's size), while a
+// partition whose inserts between two checkpoints are a small fraction of
+// its live generation uploads that fraction instead of the generation at
+// every checkpoint. A larger share saves little more (the next whole
+// upload is due after share/rate checkpoints either way) and makes
+// restores slower.
+//
+// MaxLogSegments bounds the manifest: each segment adds ~300 bytes (indented
+// JSON) to every manifest that names the chain, so a partition with few
+// inserts per checkpoint would otherwise grow its manifests towards the
+// 4 MiB a reader accepts. At 256, a chain adds at most ~75 KB; for the
+// crawler plan (6.5 new URLs/s, 8.3 MiB live generation) the whole uploads
+// every 256 minutes and the manifests' growth then cost about the same per
+// day, near the least total (docs/benchmarks.md, "Uploads per day").
+const (
+	MaxLogShare    = 0.25
+	MaxLogEntries  = 10_000_000
+	MaxLogSegments = 256
+)
 
 // ExactCheckpoint is the partition's exact store handed to Commit, cut at
 // the same input offset as the generations (Manifest.Exact).
@@ -146,7 +192,9 @@ func (p *Partition) Claim(ctx context.Context, owner string) (err error) {
 
 // Commit stores cp as the partition's next checkpoint: it uploads the
 // generation objects not stored yet (a sealed generation only once; the live
-// one every time), then writes manifest seq+1 create-only. Until that
+// one every time, or only its log when it continues the chain of the last
+// manifest and stays within MaxLogShare), then writes manifest seq+1
+// create-only. Until that
 // manifest exists nothing of this checkpoint is visible to readers.
 //
 // ErrFenced (errors.Is) means another writer took the sequence or a newer
@@ -205,10 +253,13 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	// generation of the old plan and one of the new may share an ID (span
 	// indexes of different spans).
 	stored := map[genRange]GenerationRef{}
+	live := map[genRange]GenerationRef{} // unsealed: chains a log may continue
 	if p.last != nil {
 		for _, g := range p.last.Generations {
 			if g.Sealed {
 				stored[rangeOf(g.ID, g.Start, g.End)] = g
+			} else {
+				live[rangeOf(g.ID, g.Start, g.End)] = g
 			}
 		}
 	}
@@ -222,6 +273,17 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 			ref.ExactGen = g.ExactGen
 			m.Generations = append(m.Generations, ref)
 			continue
+		}
+		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && g.Log.After == prev.Tail() {
+			ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
+			if err != nil {
+				return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
+			}
+			if ok {
+				uploaded += n
+				m.Generations = append(m.Generations, ref)
+				continue
+			}
 		}
 		if g.Source == nil {
 			return nil, fmt.Errorf("generation %d (index %d): no source and not stored before", g.ID, i)
@@ -388,6 +450,39 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 		ex.Files = append(ex.Files, ref)
 	}
 	return ex, uploaded, nil
+}
+
+// commitLog continues prev, the generation's chain in the last manifest,
+// with g.Log: nothing to upload if the log is empty, else one segment
+// under logs/<sha256>, if the chain then stays within MaxLogShare of its
+// base, MaxLogEntries and MaxLogSegments. ok is false when it would not (the generation is
+// then stored whole); n is the bytes uploaded.
+func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
+	ref := prev
+	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
+	if g.Log.Entries == 0 {
+		return ref, 0, true, nil
+	}
+	sha := sha256.New()
+	size, err := g.Log.Source.WriteTo(sha)
+	if err != nil {
+		return GenerationRef{}, 0, false, fmt.Errorf("digesting log segment: %w", err)
+	}
+	if float64(prev.LogBytes()+size) > MaxLogShare*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
+		len(prev.Log) >= MaxLogSegments {
+		return GenerationRef{}, 0, false, nil
+	}
+	sum := hex.EncodeToString(sha.Sum(nil))
+	up, err := p.upload(ctx, Generation{Source: g.Log.Source}, logsDir+sum, seq, encodingNone)
+	if err != nil {
+		return GenerationRef{}, 0, false, err
+	}
+	if up.Bytes != size || up.SHA256 != sum {
+		return GenerationRef{}, 0, false, fmt.Errorf("log segment read %d bytes with sha256 %s, then %d bytes with %s: its source is not stable",
+			size, sum, up.Bytes, up.SHA256)
+	}
+	ref.Log = append(slices.Clip(prev.Log), LogRef{Key: up.Key, Bytes: up.Bytes, SHA256: up.SHA256, Entries: g.Log.Entries, Seq: seq})
+	return ref, up.Bytes, true, nil
 }
 
 // fileSource streams what open returns.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -80,9 +81,9 @@ func Inspect(ctx context.Context, s *Store) (*Report, error) {
 	}
 	parts := map[string]*part{}
 	for _, o := range objs {
-		// <group>/<topic>/<partition>/(manifests|gens|exact)/<name>
+		// <group>/<topic>/<partition>/(manifests|gens|exact|logs)/<name>
 		f := strings.Split(o.Key, "/")
-		if len(f) != 5 || (f[3] != "manifests" && f[3]+"/" != gensDir && f[3]+"/" != exactDir) {
+		if len(f) != 5 || (f[3] != "manifests" && !slices.Contains(objectDirs, f[3]+"/")) {
 			continue
 		}
 		n, err := strconv.Atoi(f[2])

@@ -100,6 +100,59 @@ type GenerationRef struct {
 	// holds this generation's keys; 0: none (filter only, or a generation
 	// filled at least in part before exact mode was on).
 	ExactGen uint64 `json:"exact_generation,omitempty"`
+	// Log, on an unsealed generation, lists the segments to replay, in
+	// order, onto the object above (the base, uploaded by an earlier
+	// checkpoint) to get the generation as of this manifest; the
+	// statistics above describe that state. Empty: the object is the
+	// generation.
+	Log []LogRef `json:"log,omitempty"`
+}
+
+// LogRef is one stored log segment of a generation: the hashes added
+// since the previous object of its chain (opaque here, internal/bloom's
+// log format). Stored as is and named by its content ("logs/<sha256>").
+type LogRef struct {
+	Key     string `json:"key"`
+	Bytes   int64  `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	Entries int64  `json:"entries"`
+	// Seq is the manifest sequence the object was uploaded for.
+	Seq uint64 `json:"uploaded_seq"`
+}
+
+// Ref is the GenerationRef under which Restore's open reads the segment:
+// stored as is, verified by size and SHA-256 as it is read.
+func (l LogRef) Ref() GenerationRef {
+	return GenerationRef{Key: l.Key, Encoding: encodingNone, Bytes: l.Size(), RawBytes: l.Size(), SHA256: l.SHA256, Seq: l.Seq}
+}
+
+// Size is the segment's stored size.
+func (l LogRef) Size() int64 { return l.Bytes }
+
+// Tail names the stored state of the generation: the key of its last log
+// segment, or of its object when it has none. A log handed to Commit
+// continues a chain only from its tail (GenerationLog.After).
+func (g GenerationRef) Tail() string {
+	if n := len(g.Log); n > 0 {
+		return g.Log[n-1].Key
+	}
+	return g.Key
+}
+
+// LogBytes and LogEntries sum the generation's log segments.
+func (g GenerationRef) LogBytes() (n int64) {
+	for _, l := range g.Log {
+		n += l.Bytes
+	}
+	return n
+}
+
+// LogEntries is the number of entries of the generation's log segments.
+func (g GenerationRef) LogEntries() (n int64) {
+	for _, l := range g.Log {
+		n += l.Entries
+	}
+	return n
 }
 
 // ExactState is the partition's exact store (exact mode) at the manifest's
@@ -204,7 +257,7 @@ type SeedProgress struct {
 func (m *Manifest) Bytes() int64 {
 	var n int64
 	for _, g := range m.Generations {
-		n += g.Bytes
+		n += g.Bytes + g.LogBytes()
 	}
 	if m.Exact != nil {
 		n += m.Exact.Bytes()
@@ -291,8 +344,19 @@ func (m *Manifest) validate() error {
 		if len(g.SHA256) != 64 {
 			return fmt.Errorf("generation %d: bad sha256", i)
 		}
-		if err := validRelKey(g.Key); err != nil {
-			return fmt.Errorf("generation %d: %w", i, err)
+		if err := validRelKey(g.Key); err != nil || strings.HasPrefix(g.Key, logsDir) {
+			return fmt.Errorf("generation %d: object key %q outside %s and %s", i, g.Key, gensDir, exactDir)
+		}
+		if len(g.Log) > 0 && g.Sealed {
+			return fmt.Errorf("generation %d: sealed with a log", i)
+		}
+		for j, l := range g.Log {
+			if l.Bytes < 0 || l.Entries < 0 || len(l.SHA256) != 64 {
+				return fmt.Errorf("generation %d, log segment %d: negative size or bad sha256", i, j)
+			}
+			if err := validRelKey(l.Key); err != nil || !strings.HasPrefix(l.Key, logsDir) {
+				return fmt.Errorf("generation %d, log segment %d: object key %q outside %s", i, j, l.Key, logsDir)
+			}
 		}
 	}
 	if e := m.Exact; e != nil {
@@ -312,17 +376,24 @@ func (m *Manifest) validate() error {
 const (
 	gensDir  = "gens/"
 	exactDir = "exact/"
+	logsDir  = "logs/"
 )
 
-// validRelKey accepts the object keys a manifest may name: gens/… and
-// exact/…, lower-case letters, digits, '-' and '.'.
+// objectDirs are the directories of the objects manifests name.
+var objectDirs = []string{gensDir, exactDir, logsDir}
+
+// validRelKey accepts the object keys a manifest may name: gens/…, exact/…
+// and logs/…, lower-case letters, digits, '-' and '.'.
 func validRelKey(k string) error {
-	rest, ok := strings.CutPrefix(k, gensDir)
-	if !ok {
-		rest, ok = strings.CutPrefix(k, exactDir)
+	var rest string
+	ok := false
+	for _, d := range objectDirs {
+		if rest, ok = strings.CutPrefix(k, d); ok {
+			break
+		}
 	}
 	if len(k) > 512 || !ok || rest == "" {
-		return fmt.Errorf("object key %q outside %s and %s", k, gensDir, exactDir)
+		return fmt.Errorf("object key %q outside %s", k, strings.Join(objectDirs, ", "))
 	}
 	for _, c := range []byte(rest) {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.') {

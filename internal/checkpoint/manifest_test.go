@@ -335,7 +335,7 @@ func TestCommitSameIDOtherRange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m2.Generations[0] != m1.Generations[0] {
+	if !reflect.DeepEqual(m2.Generations[0], m1.Generations[0]) {
 		t.Errorf("sealed legacy generation not reused: %+v", m2.Generations[0])
 	}
 	if m2.Generations[1].Seq != m2.Seq || !m2.Generations[1].End.Equal(ring.End) {
@@ -345,4 +345,70 @@ func TestCommitSameIDOtherRange(t *testing.T) {
 		t.Errorf("legacy generation written %d times, want once", c)
 	}
 	restoreT(t, s, st)
+}
+
+func logManifest() *Manifest {
+	m := goldenManifest()
+	live := &m.Generations[1]
+	live.Inserts, live.EstKeys = 900_420, 899_410
+	live.Log = []LogRef{
+		{Key: "logs/" + strings.Repeat("1f", 32), Bytes: 6_320, SHA256: strings.Repeat("1f", 32), Entries: 390, Seq: 43},
+		{Key: "logs/" + strings.Repeat("2e", 32), Bytes: 480, SHA256: strings.Repeat("2e", 32), Entries: 25, Seq: 44},
+	}
+	m.Seq = 44
+	return m
+}
+
+// TestManifestLogGolden pins the log of a live generation; manifests
+// without one (manifest-v1.json) decode as before, with no log.
+func TestManifestLogGolden(t *testing.T) {
+	path := filepath.Join("testdata", "manifest-v1-log.json")
+	got, err := encodeManifest(logManifest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading golden file (run with -update to create): %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
+	}
+	m, err := decodeManifest(want)
+	if err != nil {
+		t.Fatalf("decoding golden manifest: %v", err)
+	}
+	if !reflect.DeepEqual(m, logManifest()) {
+		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, logManifest())
+	}
+	if g := m.Generations[1]; g.Tail() != g.Log[1].Key || g.LogBytes() != 6_800 || g.LogEntries() != 415 {
+		t.Errorf("chain of %+v: tail %s, %d bytes, %d entries", g, g.Tail(), g.LogBytes(), g.LogEntries())
+	}
+	if m.Bytes() != goldenManifest().Bytes()+6_800 {
+		t.Errorf("manifest bytes %d do not count the log", m.Bytes())
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(m *Manifest)
+	}{
+		{"segment outside logs/", func(m *Manifest) { m.Generations[1].Log[0].Key = "gens/x" }},
+		{"base under logs/", func(m *Manifest) { m.Generations[1].Key = "logs/x" }},
+		{"bad segment digest", func(m *Manifest) { m.Generations[1].Log[0].SHA256 = "ab" }},
+		{"sealed with a log", func(m *Manifest) { m.Generations[0].Log = m.Generations[1].Log }},
+	} {
+		m := logManifest()
+		tc.edit(m)
+		data, err := encodeManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeManifest(data); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
+		}
+	}
 }

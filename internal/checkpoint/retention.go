@@ -10,9 +10,9 @@ import (
 
 // collect applies retention to the partition, given a listing of its
 // directory: it keeps the newest Options.Retain manifests and every object
-// they name, deletes older manifests, and deletes generation objects and
-// exact store files that no kept manifest names once they are older than
-// Options.OrphanGrace.
+// they name, deletes older manifests, and deletes generation objects, log
+// segments and exact store files that no kept manifest names once they are
+// older than Options.OrphanGrace.
 //
 // The grace period is what protects a concurrent writer: its fresh uploads
 // are not named by any manifest until its own manifest lands. If a kept
@@ -24,7 +24,7 @@ func (p *Partition) collect(ctx context.Context, objs []objectAttrs) error {
 	for _, o := range objs {
 		if seq, ok := parseManifestKey(p.dir, o.Key); ok {
 			seqs = append(seqs, seq)
-		} else if strings.HasPrefix(o.Key, p.dir+"/"+gensDir) || strings.HasPrefix(o.Key, p.dir+"/"+exactDir) {
+		} else if slices.ContainsFunc(objectDirs, func(d string) bool { return strings.HasPrefix(o.Key, p.dir+"/"+d) }) {
 			gens = append(gens, o)
 		}
 	}
@@ -46,6 +46,9 @@ func (p *Partition) collect(ctx context.Context, objs []objectAttrs) error {
 		}
 		for _, g := range m.Generations {
 			referenced[p.dir+"/"+g.Key] = true
+			for _, l := range g.Log {
+				referenced[p.dir+"/"+l.Key] = true
+			}
 		}
 		if m.Exact != nil {
 			for _, f := range m.Exact.Files {

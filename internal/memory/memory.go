@@ -13,10 +13,13 @@
 // imports the other.
 //
 // Cost: Restore downloads and decodes every generation of the newest usable
-// checkpoint (or reuses the filter this process checkpointed last, see
-// Store); Commit uploads the live generation and any generation sealed since
-// the previous commit; a filter operation is one blocked-Bloom probe per
-// generation.
+// checkpoint and replays the log segments of the live one (or reuses the
+// filter this process checkpointed last, see Store); Commit uploads any
+// generation sealed since the previous commit and, for the live generation,
+// either the hashes it added since (a log segment, 16 bytes per new key)
+// or the whole generation when the log would exceed
+// checkpoint.MaxLogShare of it; a filter operation is one blocked-Bloom
+// probe per generation, plus a 16-byte append to the journal per new key.
 package memory
 
 import (
@@ -182,6 +185,7 @@ func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating filter: %w", err)
 	}
+	sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
 	var seed bloom.Seed
 	if !s.UnkeyedHash {
 		if seed, err = bloom.NewSeed(); err != nil {
@@ -358,23 +362,21 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
 		for _, ref := range m.Generations {
-			rc, err := open(ctx, ref)
+			g, err := b.loadGeneration(ctx, ref, open)
 			if err != nil {
-				return fmt.Errorf("opening generation %d: %w", ref.ID, err)
-			}
-			g, err := bloom.DecodeGeneration(rc, b.s.MaxGenerationBytes)
-			cerr := rc.Close()
-			if err != nil {
-				return fmt.Errorf("decoding generation %d: %w", ref.ID, err)
-			}
-			if cerr != nil {
-				return fmt.Errorf("verifying generation %d: %w", ref.ID, cerr)
+				return err
 			}
 			gens = append(gens, g)
 		}
 		sh, err := bloom.RestoreShard(bloomConfig(params), gens)
 		if err != nil {
 			return err
+		}
+		// The newest generation's next log continues the chain it was
+		// read from.
+		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
+		for i, g := range gens {
+			g.SetJournalMark(m.Generations[i].Tail())
 		}
 		shard = sh
 		if b.s.exactOn() {
@@ -405,6 +407,44 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
 	}
 	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+}
+
+// loadGeneration decodes the generation object of ref and replays its log
+// segments in order. A segment that is missing, corrupt or does not fit
+// the base is a corrupt checkpoint: Restore tries the previous manifest.
+func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRef,
+	open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error),
+) (*bloom.Generation, error) {
+	rc, err := open(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("opening generation %d: %w", ref.ID, err)
+	}
+	g, err := bloom.DecodeGeneration(rc, b.s.MaxGenerationBytes)
+	cerr := rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("decoding generation %d: %w", ref.ID, err)
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("verifying generation %d: %w", ref.ID, cerr)
+	}
+	for i, l := range ref.Log {
+		rc, err := open(ctx, l.Ref())
+		if err != nil {
+			return nil, fmt.Errorf("opening log segment %d of generation %d: %w", i+1, ref.ID, err)
+		}
+		seg, err := bloom.DecodeLog(rc, checkpoint.MaxLogEntries)
+		cerr := rc.Close()
+		if err != nil {
+			return nil, fmt.Errorf("decoding log segment %d of generation %d: %w", i+1, ref.ID, err)
+		}
+		if cerr != nil {
+			return nil, fmt.Errorf("verifying log segment %d of generation %d: %w", i+1, ref.ID, cerr)
+		}
+		if err := g.ApplyLog(seg); err != nil {
+			return nil, fmt.Errorf("log segment %d (%s): %w", i+1, l.Key, err)
+		}
+	}
+	return g, nil
 }
 
 // notice logs, once per partition, what the restored checkpoint m does not
@@ -488,6 +528,13 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
 			Stacks: g.Stats.Stacks, Source: g,
 		}
+		// What the generation added since the state its journal was
+		// marked with (the last commit, or the restored chain).
+		if mark, ok := g.JournalMark(); ok && !g.Sealed {
+			if seg, ok := g.LogSince(mark.Pos); ok {
+				cg.Log = &checkpoint.GenerationLog{After: mark.Token, Entries: int64(len(seg.Entries)), Source: seg}
+			}
+		}
 		if sn.exact != nil {
 			cg.ExactGen = sn.exact.ids[bloom.Span{Start: g.Stats.Start.UnixNano(), End: g.Stats.End.UnixNano()}]
 		}
@@ -508,6 +555,11 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	})
 	if err != nil {
 		return storeErr(err)
+	}
+	// The journals may drop what this manifest stores; the next log of
+	// each generation continues its chain here.
+	for i, g := range sn.sn.Generations {
+		g.Mark(m.Generations[i].Tail())
 	}
 	b.s.mu.Lock()
 	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
