@@ -171,7 +171,6 @@ func (p *Partition) Claim(ctx context.Context, owner string) (err error) {
 	} else {
 		m = Manifest{Empty: true, Group: p.group, Topic: p.topic, Partition: p.partition}
 	}
-	m.Version = ManifestVersion
 	m.Seq = seq
 	m.CreatedAt = p.s.opts.now().UTC()
 	m.Owner = owner
@@ -232,7 +231,6 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	}
 	seq := p.seq + 1
 	m := &Manifest{
-		Version:       ManifestVersion,
 		Seq:           seq,
 		CreatedAt:     p.s.opts.now().UTC(),
 		Owner:         cp.Owner,

@@ -11,13 +11,32 @@ import (
 	"time"
 )
 
-// ManifestVersion is the manifest format this package writes. Readers accept
-// exactly the versions they know; anything else is reported as ErrCorrupt
-// (and Restore falls back to an older manifest). Optional fields added
-// since (key, hash_seed, event_time_ns, isolation) keep the version: a
-// reader without them ignores them, and a reader with them treats their
-// absence as "not recorded".
-const ManifestVersion = 1
+// ManifestVersion is the newest manifest format this package writes and
+// reads. Readers accept exactly the versions they know; anything else is
+// reported as ErrCorrupt (and Restore falls back to an older manifest).
+// Optional fields added since version 1 (key, hash_seed, event_time_ns,
+// isolation, exact) keep the version: a reader without them ignores them,
+// and a reader with them treats their absence as "not recorded". A log
+// chain (GenerationRef.Log) is the exception: a reader that ignored it
+// would load a live generation without the keys of its segments. So a
+// manifest naming a log is written as version 2 (builds that read only
+// version 1 refuse it and fall back instead of forgetting keys), and every
+// other manifest as version 1 (readable by those builds as before).
+const ManifestVersion = 2
+
+// manifestVersionNoLog is the version of a manifest without log chains.
+const manifestVersionNoLog = 1
+
+// formatVersion is the version m is written as: 2 if a generation names
+// log segments, else 1.
+func (m *Manifest) formatVersion() int {
+	for _, g := range m.Generations {
+		if len(g.Log) > 0 {
+			return ManifestVersion
+		}
+	}
+	return manifestVersionNoLog
+}
 
 // manifestFormat names the format in every manifest envelope.
 const manifestFormat = "bloomgate-checkpoint-manifest"
@@ -275,12 +294,13 @@ type envelope struct {
 }
 
 func encodeManifest(m *Manifest) ([]byte, error) {
+	m.Version = m.formatVersion()
 	body, err := json.Marshal(m)
 	if err != nil {
 		return nil, fmt.Errorf("encoding manifest: %w", err)
 	}
 	sum := sha256.Sum256(body)
-	out, err := json.MarshalIndent(envelope{Format: manifestFormat, Version: ManifestVersion, SHA256: hex.EncodeToString(sum[:]), Manifest: body}, "", "  ")
+	out, err := json.MarshalIndent(envelope{Format: manifestFormat, Version: m.Version, SHA256: hex.EncodeToString(sum[:]), Manifest: body}, "", "  ")
 	if err != nil {
 		return nil, fmt.Errorf("encoding manifest: %w", err)
 	}
@@ -304,8 +324,8 @@ func decodeManifest(data []byte) (*Manifest, error) {
 	if env.Format != manifestFormat {
 		return nil, fmt.Errorf("%w: not a manifest (format %q)", ErrCorrupt, env.Format)
 	}
-	if env.Version != ManifestVersion {
-		return nil, fmt.Errorf("%w: unknown manifest version %d (this build reads %d)", ErrCorrupt, env.Version, ManifestVersion)
+	if env.Version < manifestVersionNoLog || env.Version > ManifestVersion {
+		return nil, fmt.Errorf("%w: unknown manifest version %d (this build reads %d to %d)", ErrCorrupt, env.Version, manifestVersionNoLog, ManifestVersion)
 	}
 	// The checksum covers the compact form, so re-indenting a manifest by
 	// hand or by a tool does not invalidate it; any change of content does.
@@ -321,8 +341,8 @@ func decodeManifest(data []byte) (*Manifest, error) {
 	if err := json.Unmarshal(env.Manifest, &m); err != nil {
 		return nil, fmt.Errorf("%w: decoding manifest: %w", ErrCorrupt, err)
 	}
-	if m.Version != ManifestVersion {
-		return nil, fmt.Errorf("%w: manifest body version %d", ErrCorrupt, m.Version)
+	if m.Version != env.Version || m.Version != m.formatVersion() {
+		return nil, fmt.Errorf("%w: manifest body version %d (envelope %d; its content is version %d)", ErrCorrupt, m.Version, env.Version, m.formatVersion())
 	}
 	if err := m.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)

@@ -2,6 +2,9 @@ package checkpoint
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
@@ -19,7 +22,7 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 func goldenManifest() *Manifest {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	return &Manifest{
-		Version: ManifestVersion, Seq: 42, CreatedAt: t0.Add(90 * time.Second), Owner: "worker-1/4242", Writer: "a1b2c3d4e5f6",
+		Version: manifestVersionNoLog, Seq: 42, CreatedAt: t0.Add(90 * time.Second), Owner: "worker-1/4242", Writer: "a1b2c3d4e5f6",
 		Group: "orders-dedup", Topic: "orders", Partition: 7,
 		InputOffset:   123456,
 		OutputOffsets: map[string]map[int]int64{"orders-unique": {7: 120001}, "orders-dups": {7: 3455}},
@@ -178,7 +181,7 @@ func TestManifestExactGolden(t *testing.T) {
 
 func TestManifestEmptyClaimGolden(t *testing.T) {
 	path := filepath.Join("testdata", "manifest-v1-empty-claim.json")
-	m := &Manifest{Version: ManifestVersion, Seq: 1, CreatedAt: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC),
+	m := &Manifest{Version: manifestVersionNoLog, Seq: 1, CreatedAt: time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC),
 		Owner: "worker-2/7", Writer: "00ff00ff00ff", Group: "g", Topic: "t", Partition: 0, Claim: true, Empty: true}
 	got, err := encodeManifest(m)
 	if err != nil {
@@ -356,13 +359,14 @@ func logManifest() *Manifest {
 		{Key: "logs/" + strings.Repeat("2e", 32), Bytes: 480, SHA256: strings.Repeat("2e", 32), Entries: 25, Seq: 44},
 	}
 	m.Seq = 44
+	m.Version = ManifestVersion // a log: version 2
 	return m
 }
 
 // TestManifestLogGolden pins the log of a live generation; manifests
 // without one (manifest-v1.json) decode as before, with no log.
 func TestManifestLogGolden(t *testing.T) {
-	path := filepath.Join("testdata", "manifest-v1-log.json")
+	path := filepath.Join("testdata", "manifest-v2-log.json")
 	got, err := encodeManifest(logManifest())
 	if err != nil {
 		t.Fatal(err)
@@ -391,6 +395,26 @@ func TestManifestLogGolden(t *testing.T) {
 	}
 	if m.Bytes() != goldenManifest().Bytes()+6_800 {
 		t.Errorf("manifest bytes %d do not count the log", m.Bytes())
+	}
+	// A build that reads only version 1 must refuse a manifest with a log
+	// (it would load the base without the segments' keys): the envelope
+	// says 2. And a manifest claiming version 1 with a log is refused here.
+	if !bytes.Contains(want, []byte(`"version": 2`)) {
+		t.Errorf("a manifest with a log is not written as version 2")
+	}
+	v1 := logManifest()
+	v1.Version = manifestVersionNoLog
+	body, err := json.Marshal(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	forged, err := json.Marshal(envelope{Format: manifestFormat, Version: manifestVersionNoLog, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a version 1 manifest with a log decoded: %v", err)
 	}
 	for _, tc := range []struct {
 		name string
