@@ -40,11 +40,13 @@ func goldenManifest() *Manifest {
 	}
 }
 
-// TestManifestGolden pins the stored manifest format: a change to it must be
-// deliberate (run with -update and bump ManifestVersion if readers break).
-func TestManifestGolden(t *testing.T) {
-	path := filepath.Join("testdata", "manifest-v1.json")
-	got, err := encodeManifest(goldenManifest())
+// checkManifestGolden compares the encoding of the manifest build returns
+// with testdata/file (rewritten with -update) and decodes the file back to
+// that manifest; it returns the decoded manifest and the file's bytes.
+func checkManifestGolden(t *testing.T, file string, build func() *Manifest) (*Manifest, []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
+	got, err := encodeManifest(build())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +66,16 @@ func TestManifestGolden(t *testing.T) {
 	if err != nil {
 		t.Fatalf("decoding golden manifest: %v", err)
 	}
-	if !reflect.DeepEqual(m, goldenManifest()) {
-		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, goldenManifest())
+	if !reflect.DeepEqual(m, build()) {
+		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, build())
 	}
+	return m, want
+}
+
+// TestManifestGolden pins the stored manifest format: a change to it must be
+// deliberate (run with -update and bump ManifestVersion if readers break).
+func TestManifestGolden(t *testing.T) {
+	checkManifestGolden(t, "manifest-v1.json", goldenManifest)
 }
 
 // settingsManifest is a manifest written after a settings change (window
@@ -99,30 +108,7 @@ func settingsManifest() *Manifest {
 // TestManifestSettingsGolden pins the optional records and generations of
 // two plans in one manifest; both golden files decode with this build.
 func TestManifestSettingsGolden(t *testing.T) {
-	path := filepath.Join("testdata", "manifest-v1-settings.json")
-	got, err := encodeManifest(settingsManifest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
-	}
-	m, err := decodeManifest(want)
-	if err != nil {
-		t.Fatalf("decoding golden manifest: %v", err)
-	}
-	if !reflect.DeepEqual(m, settingsManifest()) {
-		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, settingsManifest())
-	}
+	checkManifestGolden(t, "manifest-v1-settings.json", settingsManifest)
 	old, err := os.ReadFile(filepath.Join("testdata", "manifest-v1.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,30 +139,7 @@ func exactManifest() *Manifest {
 // TestManifestExactGolden pins the exact section and the generations'
 // exact_generation.
 func TestManifestExactGolden(t *testing.T) {
-	path := filepath.Join("testdata", "manifest-v1-exact.json")
-	got, err := encodeManifest(exactManifest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
-	}
-	m, err := decodeManifest(want)
-	if err != nil {
-		t.Fatalf("decoding golden manifest: %v", err)
-	}
-	if !reflect.DeepEqual(m, exactManifest()) {
-		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, exactManifest())
-	}
+	checkManifestGolden(t, "manifest-v1-exact.json", exactManifest)
 }
 
 func TestManifestEmptyClaimGolden(t *testing.T) {
@@ -366,30 +329,7 @@ func logManifest() *Manifest {
 // TestManifestLogGolden pins the log of a live generation; manifests
 // without one (manifest-v1.json) decode as before, with no log.
 func TestManifestLogGolden(t *testing.T) {
-	path := filepath.Join("testdata", "manifest-v2-log.json")
-	got, err := encodeManifest(logManifest())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("reading golden file (run with -update to create): %v", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("manifest encoding changed; diff against %s:\n%s", path, got)
-	}
-	m, err := decodeManifest(want)
-	if err != nil {
-		t.Fatalf("decoding golden manifest: %v", err)
-	}
-	if !reflect.DeepEqual(m, logManifest()) {
-		t.Fatalf("golden manifest decodes to\n%+v\nwant\n%+v", m, logManifest())
-	}
+	m, want := checkManifestGolden(t, "manifest-v2-log.json", logManifest)
 	if g := m.Generations[1]; g.Tail() != g.Log[1].Key || g.LogBytes() != 6_800 || g.LogEntries() != 415 {
 		t.Errorf("chain of %+v: tail %s, %d bytes, %d entries", g, g.Tail(), g.LogBytes(), g.LogEntries())
 	}
