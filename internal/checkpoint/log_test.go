@@ -309,3 +309,35 @@ func TestLogChainSegmentLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestRetentionSparesReuploadedContent: a content-addressed object that an
+// old listing shows as an unreferenced orphan, but that another writer has
+// uploaded again since (same content, same key), is not deleted from that
+// listing; a generation object (unique name) old in the listing is.
+func TestRetentionSparesReuploadedContent(t *testing.T) {
+	ctx := context.Background()
+	o := testOptions(prometheus.NewRegistry())
+	s := openT(t, "mem://"+t.Name(), o)
+	p := s.Partition("g", "t", 0)
+	old := time.Now().Add(-2 * s.opts.OrphanGrace)
+	var listing []objectAttrs
+	for _, key := range []string{
+		p.dir + "/" + logsDir + strings.Repeat("1", 64),
+		p.dir + "/" + exactDir + strings.Repeat("2", 64),
+		p.dir + "/" + gensDir + "00000000000000000007-00000000000000000003-a1b2c3d4e5f6.gen",
+	} {
+		if _, err := s.bkt.Put(ctx, key, bytes.NewReader([]byte("x")), false); err != nil {
+			t.Fatal(err)
+		}
+		listing = append(listing, objectAttrs{Key: key, Size: 1, Modified: old}) // listed before the re-upload
+	}
+	if err := p.collect(ctx, listing); err != nil {
+		t.Fatal(err)
+	}
+	got := listKeys(t, s, p.dir+"/")
+	want := []string{listing[1].Key, listing[0].Key}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("after retention from a stale listing: %v\nwant the re-uploaded content-addressed objects %v", got, want)
+	}
+}

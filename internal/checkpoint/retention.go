@@ -70,6 +70,17 @@ func (p *Partition) collect(ctx context.Context, objs []objectAttrs) error {
 			if referenced[o.Key] || !o.Modified.Before(horizon) {
 				continue
 			}
+			if contentAddressed(p.dir, o.Key) {
+				// Another writer may have uploaded the same content again
+				// since the listing (a sealed run or a segment rebuilt by
+				// a replay) and named it in a manifest this listing
+				// predates: delete only what is still old. This narrows
+				// the race to the time between these two requests.
+				now, err := p.s.bkt.Attributes(ctx, o.Key)
+				if err != nil || !now.Modified.Before(horizon) {
+					continue // gone, fresh, or unknown: the next run decides
+				}
+			}
 			if err := p.s.delete(ctx, o.Key); err != nil {
 				return err
 			}
@@ -108,4 +119,11 @@ func (s *Store) delete(ctx context.Context, key string) error {
 		return fmt.Errorf("deleting %s: %w", key, err)
 	}
 	return nil
+}
+
+// contentAddressed reports whether key (in the partition directory dir) is
+// named by its content (exact store files and log segments): any writer
+// may upload it again under the same key.
+func contentAddressed(dir, key string) bool {
+	return strings.HasPrefix(key, dir+"/"+exactDir) || strings.HasPrefix(key, dir+"/"+logsDir)
 }
