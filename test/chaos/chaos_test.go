@@ -156,6 +156,10 @@ func runChaos(t *testing.T, run chaosRun) {
 
 	unique := int(float64(run.events) * (1 - *flagDups))
 	c.capacity = uint64(unique)
+	if run.exact {
+		c.refuted = newRefutedScraper()
+		go c.refuted.run()
+	}
 	if err := c.startAllWorkers(); err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +212,9 @@ func runChaos(t *testing.T, run chaosRun) {
 	committed, drainErr := c.waitDrained(*flagDrain)
 	drainTook := time.Since(drainStart)
 	c.measuring.Wait()
+	if c.refuted != nil {
+		c.refutedTotal = c.refuted.finish()
+	}
 	cleanStops := c.stopWorkers()
 
 	rctx, rcancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -221,6 +228,9 @@ func runChaos(t *testing.T, run chaosRun) {
 		v.FPBound = 0 // exact mode: none at all
 	}
 	c.report(t, seed, pstats, v, chaosTook, drainTook, cleanStops)
+	if run.exact && c.refutedTotal == 0 {
+		t.Errorf("exact mode: the stores refuted no positive of a filter at fpr %g: the run did not exercise them", run.fpr())
+	}
 
 	if drainErr != nil {
 		t.Errorf("the group did not consume everything: %v", drainErr)
@@ -322,6 +332,8 @@ type cluster struct {
 	unrecovered    map[string]int             // failure kind → measurements that hit their limit
 	burstSpans     []time.Duration            // first to last kill of each burst
 	measuring      sync.WaitGroup
+	refuted        *refutedScraper // exact mode
+	refutedTotal   float64         // exact mode: at least this many positives refuted
 }
 
 // recovery is one "partition recovered" log line.
@@ -417,6 +429,8 @@ func (c *cluster) onWorkerLine(p *proc, line string, started func()) {
 		case c.leaders <- p:
 		default:
 		}
+	case c.refuted != nil && strings.Contains(line, `msg="serving /, /status.json`):
+		c.refuted.serving(p, line)
 	case strings.Contains(line, `msg="partition recovered"`):
 		kv := parseLogKV(line)
 		took, _ := time.ParseDuration(kv["took"])

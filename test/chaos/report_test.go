@@ -38,6 +38,9 @@ func (c *cluster) report(t *testing.T, seed uint64, ps producerStats, v *verdict
 	}
 	t.Logf("chaos: false positives        %d of %d unique keys (%.4f %%; bound %d at fpr %g, %s)",
 		len(v.FalsePositives), v.UniqueKeys, 100*float64(len(v.FalsePositives))/float64(max(1, v.UniqueKeys)), v.FPBound, c.run.fpr(), mode)
+	if c.run.exact {
+		t.Logf("chaos: refuted positives      at least %.0f (false positives of the filters that the exact stores refuted, from the workers' /metrics every 2 s; a killed worker's counts after its last scrape are missing)", c.refutedTotal)
+	}
 	t.Logf("chaos: misrouted %d, key mismatches %d, orphans %d, keys on the output twice %d",
 		len(v.Misrouted), len(v.KeyMismatch), len(v.Orphans), len(v.KeysTwice))
 	for _, pc := range v.PerPartition {
