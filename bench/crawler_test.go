@@ -48,7 +48,7 @@ func BenchmarkCrawlerPartition(b *testing.B) {
 			b.Fatal(err)
 		}
 		span := sh.Span()
-		t0 := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC).Truncate(span)
+		t0 := epochAligned(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), span)
 		// One window and one more span: the ring is full and the oldest
 		// generation has been dropped once.
 		total := uint64(perWindow) * gens / (gens - 1)
@@ -199,9 +199,7 @@ func runCrawlerUploads(b *testing.B, rate float64) {
 		b.Fatal(err)
 	}
 	span := before.Span()
-	// Spans are aligned to the Unix epoch (time.Time.Truncate aligns to
-	// year 1).
-	t0 := time.Unix(0, time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC).UnixNano()/int64(span)*int64(span)).UTC()
+	t0 := epochAligned(time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC), span)
 	keys := urlKeys(false)
 	var (
 		next  uint64
@@ -350,4 +348,10 @@ func counterValue(b *testing.B, reg *prometheus.Registry, name string) float64 {
 		}
 	}
 	return v
+}
+
+// epochAligned is the start of the filter span holding t: spans are aligned
+// to the Unix epoch (time.Time.Truncate aligns to year 1).
+func epochAligned(t time.Time, span time.Duration) time.Time {
+	return time.Unix(0, t.UnixNano()/int64(span)*int64(span)).UTC()
 }
