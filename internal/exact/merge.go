@@ -23,8 +23,8 @@ type mergeJob struct {
 	name string
 }
 
-// mergeLoop runs merges until ctx ends: generations that are no longer the
-// newest are sealed into one run each (it then stays as it is until the
+// mergeLoop runs merges until ctx ends: generations that no longer
+// receive adds (newestLocked) are sealed into one run each (it then stays as it is until the
 // generation is dropped, so checkpoints upload it once), and the newest
 // generation's runs are merged by size class.
 func (s *Store) mergeLoop(ctx context.Context) {
@@ -59,7 +59,7 @@ func (s *Store) pickMerge() *mergeJob {
 	}
 	var in []*run
 	var gen uint64
-	newest := s.live[len(s.live)-1]
+	newest := s.newestLocked()
 	for _, g := range s.live {
 		if g != newest && len(s.runs[g]) > 1 {
 			gen, in = g, slices.Clone(s.runs[g])
@@ -79,6 +79,20 @@ func (s *Store) pickMerge() *mergeJob {
 	s.nextSeq++
 	s.merging = true
 	return job
+}
+
+// newestLocked is the generation that receives adds: the one of the
+// newest add while it is live, else the highest. After a plan change and
+// back the caller may add to a generation below a legacy one; treating
+// the highest as the newest would seal the receiving generation again
+// after every flush (a rewrite of the whole generation each time).
+func (s *Store) newestLocked() uint64 {
+	if s.adding >= s.floor {
+		if _, ok := slices.BinarySearch(s.live, s.adding); ok {
+			return s.adding
+		}
+	}
+	return s.live[len(s.live)-1]
 }
 
 // mergeAll runs merges until there is nothing to merge (the background

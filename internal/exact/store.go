@@ -54,6 +54,7 @@ type Store struct {
 	disk    int64             // bytes of the runs
 	err     error             // sticky write failure
 	merging bool              // a merge is running (outside mu)
+	adding  uint64            // the generation of the newest add (0: none yet)
 
 	wake   chan struct{}
 	cancel context.CancelFunc
@@ -293,9 +294,13 @@ func (s *Store) admitLocked(gen uint64) error {
 	i, found := slices.BinarySearch(s.live, gen)
 	if !found {
 		s.live = slices.Insert(s.live, i, gen)
-		if i == len(s.live)-1 && i > 0 {
+	}
+	if gen != s.adding {
+		// Adds moved on: the generation they left can be sealed.
+		if s.adding != 0 {
 			s.signal()
 		}
+		s.adding = gen
 	}
 	return nil
 }

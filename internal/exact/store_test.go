@@ -2,6 +2,7 @@ package exact
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io/fs"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestAddHas(t *testing.T) {
@@ -398,4 +401,44 @@ func TestCreate(t *testing.T) {
 			t.Errorf("created store: %d keys in %d runs, want none", st.Keys, st.Runs)
 		}
 	})
+}
+
+// TestAddsBelowALegacyGeneration: after a plan change and back, adds can go
+// to a generation below a higher one that receives none (a legacy
+// generation). The receiving generation is merged by size class, not
+// sealed after every flush (which rewrote all of it each time).
+func TestAddsBelowALegacyGeneration(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{FlushKeys: 10})
+	mustAdd(t, s, 5, hashN(5, 1)) // the legacy generation
+	const n = 400
+	for i := 0; i < n; i += 10 {
+		hs := make([]Hash, 10)
+		for j := range hs {
+			hs[j] = hashN(4, uint64(i+j))
+		}
+		if err := s.AddBatch(4, hs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.mergeAll(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var m dto.Metric
+	if err := s.m.written.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	written := m.GetCounter().GetValue()
+	// Merging by class rewrites a hash about log₄(n/FlushKeys) ≈ 2.7
+	// times; sealing after every flush rewrote it ~n/(2·FlushKeys) = 20.
+	if limit := float64(n * 16 * 5); written > limit {
+		t.Errorf("%.0f bytes written for %d adds of 16 bytes (limit %.0f): the receiving generation is rewritten after every flush", written, n, limit)
+	}
+	for i := range n {
+		if !mustHas(t, s, 4, hashN(4, uint64(i))) {
+			t.Fatalf("key %d of generation 4 missing", i)
+		}
+	}
+	if !mustHas(t, s, 5, hashN(5, 1)) {
+		t.Fatal("the legacy generation lost its key")
+	}
 }
