@@ -246,19 +246,7 @@ func (s *Store) signal() {
 // Add records h in generation gen. It is visible to Has and Contains when
 // Add returns, and part of every checkpoint taken after that.
 func (s *Store) Add(gen uint64, h Hash) error {
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed {
-		return ErrClosed
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.admitLocked(gen); err != nil {
-		return err
-	}
-	s.addLocked(makeEntry(gen, h))
-	s.m.inserts.Inc()
-	return s.maybeFlushLocked()
+	return s.AddBatch(gen, []Hash{h})
 }
 
 // AddBatch records every hash of hs in generation gen: Add for each, with
