@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,14 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bloomgate/bloomgate/bench/procstat"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -185,34 +183,6 @@ func cpuNow() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// statusMiB is a field of /proc/self/status in MiB.
-func statusMiB(field string) float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
-		if err == nil && info.Mode().IsRegular() {
-			n += info.Size()
-		}
-		return nil
-	})
-	return n
-}
-
 func runExactMode(b *testing.B, n uint64, exact bool) {
 	b.StopTimer()
 	runtime.GC()
@@ -251,7 +221,7 @@ func runExactMode(b *testing.B, n uint64, exact bool) {
 		}
 		return wall, cpu
 	}
-	rss0 := statusMiB("RssAnon")
+	rss0 := procstat.StatusMiB(0, "RssAnon")
 	b.StartTimer()
 	wall, cpu := feed(events, n)
 	b.StopTimer()
@@ -266,9 +236,9 @@ func runExactMode(b *testing.B, n uint64, exact bool) {
 	b.ReportMetric(float64(dups), "true-dups")
 	b.ReportMetric(float64(fp), "false-positives")
 	b.ReportMetric(float64(fn), "false-negatives")
-	b.ReportMetric(statusMiB("RssAnon"), "rss-anon-MiB")
-	b.ReportMetric(statusMiB("RssFile"), "rss-file-MiB")
-	b.ReportMetric(statusMiB("RssAnon")-rss0, "rss-anon-growth-MiB")
+	b.ReportMetric(procstat.StatusMiB(0, "RssAnon"), "rss-anon-MiB")
+	b.ReportMetric(procstat.StatusMiB(0, "RssFile"), "rss-file-MiB")
+	b.ReportMetric(procstat.StatusMiB(0, "RssAnon")-rss0, "rss-anon-growth-MiB")
 	b.ReportMetric(float64(st.Bytes)/(1<<20), "filter-MiB")
 	if fn != 0 {
 		b.Errorf("%d false negatives", fn)
@@ -282,7 +252,7 @@ func runExactMode(b *testing.B, n uint64, exact bool) {
 		b.ReportMetric(float64(refuted), "refuted")
 		b.ReportMetric(lookups, "lookups")
 		b.ReportMetric(lat/max(lookups, 1)*1e9, "ns/lookup")
-		b.ReportMetric(float64(dirBytes(dir))/float64(s.next), "disk-B/key")
+		b.ReportMetric(float64(procstat.DirBytes(dir))/float64(s.next), "disk-B/key")
 		b.ReportMetric(float64(st.Exact.DiskBytes)/float64(s.next), "store-B/key")
 	}
 

@@ -31,7 +31,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -50,6 +49,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/bloomgate/bloomgate/bench/procstat"
 )
 
 func main() {
@@ -404,9 +405,9 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 				if c, err := pr.committed(ctx, r.group, topic, partitions); err == nil && c >= events {
 					r.finished = true
 					r.hwm, r.cpu = procHWM(pid), procCPU(pid)
-					r.rssAnon, r.rssFile = procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")
+					r.rssAnon, r.rssFile = procstat.StatusMiB(pid, "RssAnon"), procstat.StatusMiB(pid, "RssFile")
 					if r.exactDir != "" {
-						r.exactBytes = dirBytes(r.exactDir)
+						r.exactBytes = procstat.DirBytes(r.exactDir)
 					}
 					left--
 				}
@@ -490,36 +491,7 @@ func procCPU(pid int) float64 {
 }
 
 // procHWM is the peak resident set size of pid in MiB.
-func procHWM(pid int) float64 { return procStatusMiB(pid, "VmHWM") }
-
-// procStatusMiB is a kB field of /proc/<pid>/status in MiB.
-func procStatusMiB(pid int, field string) float64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
-
-// dirBytes is the size of the regular files below dir.
-func dirBytes(dir string) int64 {
-	var n int64
-	_ = filepath.Walk(dir, func(_ string, info os.FileInfo, err error) error {
-		if err == nil && info.Mode().IsRegular() {
-			n += info.Size()
-		}
-		return nil
-	})
-	return n
-}
+func procHWM(pid int) float64 { return procstat.StatusMiB(pid, "VmHWM") }
 
 func writeTable(w io.Writer, cfg benchConfig, systems [2]string, valueBytes float64, rs []result, brokerCPU float64) {
 	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
