@@ -131,6 +131,10 @@ type Checkpoint struct {
 	Seed *SeedProgress
 	// Exact is the exact store (nil: filter only).
 	Exact *ExactCheckpoint
+	// Provenance and LegacyProvenanceBefore: Manifest's fields of the
+	// same names.
+	Provenance             int
+	LegacyProvenanceBefore map[string]map[int]int64
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -246,6 +250,9 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		Isolation:     cp.Isolation,
 		EventTime:     cp.EventTime,
 		Seed:          cp.Seed,
+
+		Provenance:             cp.Provenance,
+		LegacyProvenanceBefore: cp.LegacyProvenanceBefore,
 	}
 	// A generation is its ID and its range: after a settings change, a
 	// generation of the old plan and one of the new may share an ID (span

@@ -260,6 +260,14 @@ type Manifest struct {
 	Seed *SeedProgress `json:"seed,omitempty"`
 	// Exact is the exact store behind the filter (nil: filter only).
 	Exact *ExactState `json:"exact,omitempty"`
+	// Provenance is 1 when the records written under this state carry a
+	// provenance header (0: written by a build from before them, whose
+	// records the recovery scan accepts without one).
+	Provenance int `json:"provenance,omitempty"`
+	// LegacyProvenanceBefore is, per written topic and partition, the
+	// offset below which records without a provenance header may still be
+	// this memory's (written by an older build before an upgrade).
+	LegacyProvenanceBefore map[string]map[int]int64 `json:"legacy_provenance_before,omitempty"`
 }
 
 // SeedProgress is the position of a seeding read of another topic: the

@@ -24,6 +24,9 @@ package memory
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -298,6 +301,20 @@ func (f *filter) Snapshot() worker.Snapshot {
 // Seed reports the filter's hash seed (tests).
 func (f *filter) Seed() bloom.Seed { return f.seed }
 
+// ProvenanceKey is the key of the records this memory writes
+// (worker.ProvenanceKeyer): derived from the secret hash seed, so it is
+// kept by every checkpoint of the memory without being stored apart, and a
+// new memory gets a new one. The unkeyed hash (zero seed) gives a key
+// anyone can compute.
+func (f *filter) ProvenanceKey() []byte {
+	var k [16]byte
+	binary.LittleEndian.PutUint64(k[:8], f.seed.K1)
+	binary.LittleEndian.PutUint64(k[8:], f.seed.K2)
+	m := hmac.New(sha256.New, k[:])
+	m.Write([]byte("bloomgate provenance key v1"))
+	return m.Sum(nil)
+}
+
 type snapshot struct {
 	sn       *bloom.Snapshot
 	from     *filter
@@ -396,7 +413,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	if reused != nil {
 		b.s.reuse.Add(1)
 		b.s.closeOpen(b.tp, reused)
-		return &worker.Restored{Filter: reused, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+		return restoredOf(m, reused), nil
 	}
 	b.notice(m, params, shard)
 	f := &filter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
@@ -406,7 +423,20 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		b.p.Logger().Info(fmt.Sprintf("checkpoint %d of %s/%d holds an exact store, and exact mode is off: it is not restored, and the next checkpoint does not carry it "+
 			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
 	}
-	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+	if seed.IsZero() && b.s.first(b.tp, "unkeyed-provenance") {
+		b.p.Logger().Warn(fmt.Sprintf("checkpoint %d of %s/%d is a memory with the unkeyed hash (from before hash seeds): "+
+			"the provenance of the records it writes is not secret, so another writer of the output, duplicates or dead-letter "+
+			"topics could forge records that recovery takes as written. Start a new memory (a new group, or on-restore-failure=empty) to get a keyed one",
+			m.Seq, m.Topic, m.Partition))
+	}
+	return restoredOf(m, f), nil
+}
+
+// restoredOf is what the worker gets of manifest m restored into f.
+func restoredOf(m *checkpoint.Manifest, f *filter) *worker.Restored {
+	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq,
+		Written: m.CreatedAt, Seed: seedFrom(m.Seed),
+		LegacyProvenance: m.Provenance == 0, LegacyBefore: m.LegacyProvenanceBefore}
 }
 
 // loadGeneration decodes the generation object of ref and replays its log
@@ -552,6 +582,9 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		EventTime:     sn.frontier,
 		Seed:          seedTo(cp.Seed),
 		Exact:         ex,
+
+		Provenance:             1,
+		LegacyProvenanceBefore: cp.LegacyBefore,
 	})
 	if err != nil {
 		return storeErr(err)

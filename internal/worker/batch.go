@@ -42,6 +42,10 @@ func (t *tally) drop(reason string) {
 func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
 	w := pp.w
 	pp.rb.reset(pp.p)
+	pp.rb.prov = pp.prov
+	if w.hooks.LegacyHeaders.Load() {
+		pp.rb.prov = nil
+	}
 	var t tally
 	batch := b.msgs
 	pp.filterAhead(batch)

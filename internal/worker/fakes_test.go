@@ -54,11 +54,15 @@ type memStore struct {
 	hangCommit atomic.Bool // Commit blocks until its ctx ends
 	unusable   atomic.Bool // Restore reports ErrNoUsableCheckpoint
 	commits    atomic.Int64
+	// legacy, while set, marks committed checkpoints as written by a build
+	// from before provenance headers (Restored.LegacyProvenance).
+	legacy atomic.Bool
 }
 
 type memHistory struct {
-	seq int
-	cps []Checkpoint // snapshots are *exactSnapshot
+	seq    int
+	cps    []Checkpoint // snapshots are *exactSnapshot
+	legacy []bool       // per checkpoint: memStore.legacy when committed
 }
 
 func newMemStore() *memStore { return &memStore{parts: map[string]*memHistory{}} }
@@ -113,10 +117,12 @@ func (p *memPartition) Restore(ctx context.Context, params FilterParams) (*Resto
 		out[t] = maps.Clone(m)
 	}
 	return &Restored{
-		Filter:        &exactFilter{window: params.Window, last: maps.Clone(cp.Snapshot.(*exactSnapshot).last)},
-		InputOffset:   cp.InputOffset,
-		OutputOffsets: out,
-		Seed:          cp.Seed,
+		Filter:           &exactFilter{window: params.Window, last: maps.Clone(cp.Snapshot.(*exactSnapshot).last)},
+		InputOffset:      cp.InputOffset,
+		OutputOffsets:    out,
+		Seed:             cp.Seed,
+		LegacyProvenance: len(h.legacy) == len(h.cps) && h.legacy[len(h.cps)-1],
+		LegacyBefore:     cp.LegacyBefore,
 	}, nil
 }
 
@@ -149,6 +155,7 @@ func (p *memPartition) Commit(ctx context.Context, cp Checkpoint) error {
 	h.seq++
 	p.seq = h.seq
 	h.cps = append(h.cps, cp)
+	h.legacy = append(h.legacy, p.s.legacy.Load())
 	p.s.commits.Add(1)
 	return nil
 }

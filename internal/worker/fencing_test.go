@@ -78,12 +78,12 @@ func TestBucketDown(t *testing.T) {
 	brokers := newCluster(t, 1)
 	evs := genEvents(1000, 1, 0.2, 23, base)
 	store := newMemStore()
-	store.failCommit.Store(true)
 	cfg := testConfig(brokers)
 	cfg.CheckpointInterval = 50 * time.Millisecond
 	cfg.MaxCheckpointStaleness = 300 * time.Millisecond
 	cfg.CommitInterval = 20 * time.Millisecond
 	rw := startWorker(t, cfg, store, nil)
+	failAfterInitialCheckpoint(t, store, 1)
 	committed := func() int64 {
 		c := &kafka.Client{Addr: kafka.TCP(brokers...)}
 		res, err := c.OffsetFetch(context.Background(), &kafka.OffsetFetchRequest{GroupID: "g", Topics: map[string][]int{tIn: {0}}})
@@ -116,14 +116,14 @@ func TestBucketBackAtShutdown(t *testing.T) {
 	brokers := newCluster(t, 1)
 	evs := genEvents(600, 1, 0.2, 25, base)
 	store := newMemStore()
-	store.failCommit.Store(true)
 	cfg := testConfig(brokers)
 	// Periodic checkpoints a second apart: the stop below comes long before
 	// the next one could resume commits, so the final checkpoint must.
 	cfg.CheckpointInterval = time.Second
 	cfg.MaxCheckpointStaleness = time.Second
-	produce(t, brokers, evs[:300])
 	rw := startWorker(t, cfg, store, nil)
+	failAfterInitialCheckpoint(t, store, 1)
+	produce(t, brokers, evs[:300])
 	waitFor(t, 60*time.Second, "commits paused", func() bool {
 		ps := rw.w.Status().Partitions
 		return len(ps) == 1 && ps[0].NextOffset == 300 && ps[0].CommitsPaused
@@ -173,4 +173,13 @@ func TestShutdownBounded(t *testing.T) {
 	if d := time.Since(start); d > 3*time.Second {
 		t.Errorf("shutdown took %v with a 1s shutdown timeout", d)
 	}
+}
+
+// failAfterInitialCheckpoint waits until the new memories of the first
+// partitions are durable (a new memory writes nothing before its initial
+// checkpoint), then makes every further checkpoint fail.
+func failAfterInitialCheckpoint(t *testing.T, store *memStore, partitions int) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "initial checkpoints", func() bool { return store.commits.Load() >= int64(partitions) })
+	store.failCommit.Store(true)
 }

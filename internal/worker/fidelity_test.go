@@ -464,12 +464,16 @@ func fidRender(key, value []byte, ts time.Time, hs []kgo.RecordHeader) string {
 	return b.String()
 }
 
-// rendered is the record the worker must write for o.
-func (o fidOut) rendered() string {
+// rendered is the record the worker must write for o to topic: the input
+// record with the src headers and the provenance header (the test store's
+// memories have no key: provenance under the empty key, group "g").
+func (o fidOut) rendered(topic string) string {
 	r := o.in.rec
+	prov := newProvenance(nil, "g", r.Topic, int(r.Partition)).appendValue(nil, r.Offset, topic)
 	hs := append(slices.Clone(r.Headers),
 		kgo.RecordHeader{Key: HeaderSrcPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: HeaderSrcOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))})
+		kgo.RecordHeader{Key: HeaderSrcOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderProvenance, Value: prov})
 	if o.reason != "" {
 		hs = append(hs, kgo.RecordHeader{Key: HeaderError, Value: []byte(o.reason)})
 	}
@@ -560,9 +564,9 @@ func fidCheck(t *testing.T, l *fidLog, topic string, got map[int32][]*kgo.Record
 				report("%s record at offset %d key %s does not belong on %s", in.fate, so, fidBytes(in.rec.Key), topic)
 			default:
 				order = append(order, so)
-				if gr := fidRender(g.Key, g.Value, g.Timestamp, g.Headers); gr != w.rendered() {
+				if gr := fidRender(g.Key, g.Value, g.Timestamp, g.Headers); gr != w.rendered(topic) {
 					c.changed++
-					report("offset %d changed:\n\t got %s\n\twant %s", so, gr, w.rendered())
+					report("offset %d changed:\n\t got %s\n\twant %s", so, gr, w.rendered(topic))
 				}
 			}
 		}
@@ -856,8 +860,8 @@ func TestFidelityTransactionalCrash(t *testing.T) {
 		})
 		// An idle partition checkpoints about once a second.
 		waitFor(t, 10*time.Second, "a checkpoint and a commit", func() bool {
-			_, ok := store.latest(tIn, 0)
-			return ok && fidGroupOffsets(t, brokers, tIn)[0] > 0
+			cp, ok := store.latest(tIn, 0)
+			return ok && cp.InputOffset > 0 && fidGroupOffsets(t, brokers, tIn)[0] > 0
 		})
 		wk.hooks.Halted.Store(true)
 		first.cancel()

@@ -37,6 +37,7 @@ type metrics struct {
 	groupRebuilds    prometheus.Counter
 	commitFailures   prometheus.Counter
 	writeFailures    *prometheus.CounterVec
+	foreign          *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -89,11 +90,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "offset_commit_failures_total",
 			Help: "Failed offset commits."}),
 		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
+		foreign: counter("foreign_records_total", "Records of other writers met by recovery scans in the written topics (topic), by reason: "+
+			"no_headers, unauthenticated (src headers without provenance), other_group, other_memory, invalid_mac, malformed. "+
+			"Ignored: they never count as written by this worker.", "topic", "reason"),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures} {
+		m.commitFailures, m.writeFailures, m.foreign} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"strconv"
 	"sync"
@@ -192,6 +191,9 @@ func targetPartition(src, n int) int { return src % n }
 // recordBuilder builds written records for one batch, keeping the header
 // values of the batch in one arena.
 type recordBuilder struct {
+	// prov writes the provenance header (nil: none, in unit tests of the
+	// builder alone).
+	prov           *provenance
 	partitionValue []byte
 	arena          []byte
 	headers        []kafka.Header
@@ -214,7 +216,7 @@ func (b *recordBuilder) reset(partition int) {
 // add appends a copy of in addressed to topic, with the src headers and, if
 // reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
-	n := len(in.Headers) + 3
+	n := len(in.Headers) + 4
 	if cap(b.headers)-len(b.headers) < n {
 		// A new array; records built so far keep the old one.
 		b.headers = make([]kafka.Header, 0, max(4096, 2*n))
@@ -229,6 +231,11 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	hs = append(hs,
 		kafka.Header{Key: HeaderSrcPartition, Value: b.partitionValue},
 		kafka.Header{Key: HeaderSrcOffset, Value: off})
+	if b.prov != nil {
+		start = len(b.arena)
+		b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
+		hs = append(hs, kafka.Header{Key: HeaderProvenance, Value: b.arena[start:len(b.arena):len(b.arena)]})
+	}
 	if reason != "" {
 		hs = append(hs, kafka.Header{Key: HeaderError, Value: []byte(reason)})
 	}
@@ -238,26 +245,4 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	}
 	b.headers = b.headers[:len(b.headers)+len(hs)]
 	b.msgs = append(b.msgs, kafka.Message{Topic: topic, Key: in.Key, Value: in.Value, Headers: hs, Time: ts})
-}
-
-// srcOf reads the src headers of a written record.
-func srcOf(hs []kafka.Header) (partition int, offset int64, ok bool) {
-	var gotP, gotO bool
-	for _, h := range hs {
-		switch h.Key {
-		case HeaderSrcPartition:
-			v, err := strconv.Atoi(string(bytes.TrimSpace(h.Value)))
-			if err != nil {
-				return 0, 0, false
-			}
-			partition, gotP = v, true
-		case HeaderSrcOffset:
-			v, err := strconv.ParseInt(string(bytes.TrimSpace(h.Value)), 10, 64)
-			if err != nil {
-				return 0, 0, false
-			}
-			offset, gotO = v, true
-		}
-	}
-	return partition, offset, gotP && gotO
 }

@@ -42,9 +42,14 @@ type partitionProc struct {
 	skip     *skipSet
 	scanFrom map[topicPartition]int64
 	scanTo   map[topicPartition]int64
-	cp       *checkpointer
-	pieces   chan piece
-	lsoLag   int64
+	// prov writes the provenance header of written records; legacyBefore
+	// is where records without one may still be this memory's
+	// (Checkpoint.LegacyBefore).
+	prov         *provenance
+	legacyBefore map[topicPartition]int64
+	cp           *checkpointer
+	pieces       chan piece
+	lsoLag       int64
 
 	rb             recordBuilder
 	keyBuf         []byte
@@ -129,6 +134,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	c, resume, restored := pl.c, pl.resume, pl.restored
 	pp.store, pp.filter, pp.seedTopic = pl.store, restored.Filter, pl.seedTopic
 	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
+	pp.prov, pp.legacyBefore = pl.prov, pl.legacyBefore
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
 
@@ -149,9 +155,13 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.cp.start()
 	defer pp.cp.stop()
-	if pl.fresh {
-		// The seeding range is durable too: a restart replays [seed,
-		// start) from this checkpoint instead of the whole retained input.
+	if pl.fresh || restored.InputOffset < 0 {
+		// A new memory is durable before it writes anything: the records
+		// it writes carry provenance under its key, and a successor that
+		// started yet another memory could not recognize them (they would
+		// be written again). A new group's seeding range is durable too: a
+		// restart replays [seed, start) from this checkpoint instead of
+		// the whole retained input.
 		if err := pp.cp.commit(ctx, pp.checkpoint()); err != nil {
 			return fmt.Errorf("writing the initial checkpoint: %w", err)
 		}
@@ -305,6 +315,20 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		s := *pp.seedTopic
 		seed = &s
 	}
+	// Records without provenance stay this memory's only where the next
+	// recovery scan can still meet them.
+	var legacy map[string]map[int]int64
+	for tp, before := range pp.legacyBefore {
+		if o, ok := out[tp.topic][tp.partition]; ok && o < before {
+			if legacy == nil {
+				legacy = map[string]map[int]int64{}
+			}
+			if legacy[tp.topic] == nil {
+				legacy[tp.topic] = map[int]int64{}
+			}
+			legacy[tp.topic][tp.partition] = before
+		}
+	}
 	return Checkpoint{
 		InputOffset:   pp.next,
 		OutputOffsets: out,
@@ -312,6 +336,7 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		Snapshot:      pp.filter.Snapshot(),
 		Owner:         pp.w.cfg.Owner,
 		Seed:          seed,
+		LegacyBefore:  legacy,
 	}
 }
 

@@ -138,6 +138,16 @@ type Restored struct {
 	// Seed is the position of an unfinished seeding read of another topic
 	// (nil: none).
 	Seed *SeedProgress
+	// LegacyProvenance is set when the checkpoint was written by a build
+	// from before provenance headers: records without one in the written
+	// topics may be this memory's own, and the recovery scan counts them
+	// as written (a rolling upgrade). Unset, such records count as written
+	// only below LegacyBefore.
+	LegacyProvenance bool
+	// LegacyBefore is, per written topic and partition, the offset below
+	// which records without a provenance header may be this memory's own
+	// (Checkpoint.LegacyBefore); nil: none.
+	LegacyBefore map[string]map[int]int64
 }
 
 // SeedProgress is how far a new memory has read the topic it is seeded
@@ -175,6 +185,12 @@ type Checkpoint struct {
 	Owner         string
 	// Seed is the position of an unfinished seeding read (nil: none).
 	Seed *SeedProgress
+	// LegacyBefore is, per written topic and partition, the offset below
+	// which records without a provenance header may have been written by
+	// this memory under a build from before provenance headers (the end
+	// of the recovery scan that first met such a checkpoint). Entries the
+	// checkpoint's OutputOffsets have passed are left out; nil: none.
+	LegacyBefore map[string]map[int]int64
 }
 
 // Errors a StateStore reports; the worker branches on them with errors.Is.

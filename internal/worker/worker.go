@@ -69,6 +69,9 @@ type Worker struct {
 	// ShutdownTimeout for the final commit and checkpoint, a revoke only
 	// half the session timeout.
 	stopping atomic.Bool
+	// reported holds the foreign-record reports already logged
+	// (reportForeign).
+	reported sync.Map
 }
 
 // Hooks let tests stage failures that a process cannot stage from outside
@@ -84,6 +87,9 @@ type Hooks struct {
 	// LoseAck, if set and true, turns a successful output write into a
 	// failure, as if the acknowledgement was lost.
 	LoseAck func(partition int) bool
+	// LegacyHeaders, once set, makes written records carry no provenance
+	// header, as a build from before provenance wrote them.
+	LegacyHeaders atomic.Bool
 }
 
 // errFatal marks errors that end Run.
@@ -152,6 +158,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.out.w.Close()
 	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
 		w.m.partition(w.cfg.Input, p) // series start at 0
+	}
+	for _, t := range []string{w.cfg.Output, w.cfg.Duplicates, w.cfg.DeadLetter} {
+		if t != "" {
+			for _, r := range ForeignReasons() {
+				w.m.foreign.WithLabelValues(t, r)
+			}
+		}
 	}
 
 	newGroup := func() (*kafka.ConsumerGroup, error) {
