@@ -274,9 +274,41 @@ func (pp *partitionProc) offerCommit(ctx context.Context) {
 		}
 	}
 	// Below resume the group already committed further: never move it back.
-	if !stale && pp.next >= pp.resume {
-		pp.com.offer(ctx, pp.p, pp.next)
+	if stale || pp.next < pp.resume {
+		return
 	}
+	if o := pp.commitLimit(pp.next); o >= pp.resume {
+		pp.com.offer(ctx, pp.p, o)
+	}
+}
+
+// commitLimit returns the highest offset up to next that the partition may
+// commit: with --max-replay, a restart replays at most that many records
+// after the last good checkpoint, so a commit beyond the checkpoint plus
+// the bound would make the successor forget keys (its replay would start
+// after them). Commits wait at the bound until a checkpoint moves it; what
+// lies beyond is found written by the next recovery's scan.
+func (pp *partitionProc) commitLimit(next int64) int64 {
+	bound := pp.w.cfg.MaxReplay
+	if bound <= 0 {
+		return next
+	}
+	_, last, lastErr := pp.cp.state()
+	last = max(last, pp.restoredOffset)
+	if last < 0 || next <= last+bound {
+		if pp.commitsHeld {
+			pp.commitsHeld = false
+			pp.log.Info("a checkpoint covers the replay bound again; offset commits resumed", "checkpoint_offset", last)
+		}
+		return next
+	}
+	if !pp.commitsHeld {
+		pp.commitsHeld = true
+		pp.log.Warn("offset commits held at the last checkpoint plus max-replay until a checkpoint succeeds "+
+			"(a restart replays at most max-replay records after the checkpoint)",
+			"checkpoint_offset", last, "max_replay", bound, "held_at", last+bound, "next", next, "checkpoint_err", lastErr)
+	}
+	return last + bound
 }
 
 // reasonOf maps an extraction error to its reason label.

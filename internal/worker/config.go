@@ -109,7 +109,9 @@ type Config struct {
 	OnRestoreFailure       RestorePolicy // default fail
 	// MaxReplay bounds the records replayed when no checkpoint covers the
 	// committed offset. Zero, the default, is no bound: replay the whole
-	// retained partition, exact.
+	// retained partition, exact. With a bound, offsets are never committed
+	// beyond the last good checkpoint plus MaxReplay (commitLimit), so a
+	// restart never needs to replay more than the bound to stay exact.
 	MaxReplay int64
 
 	BatchSize int // records per read/write batch, up to MaxBatchSize; default DefaultBatchSize

@@ -56,6 +56,12 @@ type partitionProc struct {
 	ahead          lookahead
 	lastCheckpoint time.Time
 	commitsPaused  bool
+	// commitsHeld: commits wait at the last checkpoint plus MaxReplay
+	// (commitLimit).
+	commitsHeld bool
+	// restoredOffset is the input offset of the checkpoint this session
+	// restored (-1: none).
+	restoredOffset int64
 	rateCount      uint64
 	rateAt         time.Time
 	stats          FilterStats
@@ -135,6 +141,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.store, pp.filter, pp.seedTopic = pl.store, restored.Filter, pl.seedTopic
 	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
 	pp.prov, pp.legacyBefore = pl.prov, pl.legacyBefore
+	pp.restoredOffset, pp.commitsHeld = restored.InputOffset, false
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
 
@@ -285,7 +292,7 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 			if lastErr != nil {
 				ps.CheckpointError = lastErr.Error()
 			}
-			ps.CommitsPaused = pp.commitsPaused
+			ps.CommitsPaused = pp.commitsPaused || pp.commitsHeld
 			ps.Committed = committed
 		})
 	}
@@ -368,7 +375,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	start := w.deps.Now()
 	// During replay the group's offset is already beyond next: nothing to
 	// commit, but a checkpoint keeps the replay's progress.
-	if !pp.commitsPaused && !replaying {
+	if !pp.commitsPaused && !replaying && pp.commitLimit(pp.next) == pp.next {
 		if err := pp.com.commitNow(sctx, pp.p, pp.next); err != nil {
 			pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
 		}
@@ -392,17 +399,18 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 }
 
 // commitAfterCheckpoint commits the final offset of a partition whose
-// commits were paused for stale checkpoints, now that a checkpoint covers
-// it: the pause bounds a later replay, which this checkpoint already does.
+// commits were paused for stale checkpoints or held at the replay bound,
+// now that a checkpoint covers it: the pause bounds a later replay, which
+// this checkpoint already does.
 func (pp *partitionProc) commitAfterCheckpoint(ctx context.Context, replaying bool) {
-	if !pp.commitsPaused || replaying {
+	if !(pp.commitsPaused || pp.commitsHeld) || replaying {
 		return
 	}
 	if err := pp.com.commitNow(ctx, pp.p, pp.next); err != nil {
 		pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
 		return
 	}
-	pp.commitsPaused = false
+	pp.commitsPaused, pp.commitsHeld = false, false
 	pp.log.Info("final checkpoint current; offset committed although commits were paused", "offset", pp.next)
 }
 
