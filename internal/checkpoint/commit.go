@@ -135,6 +135,8 @@ type Checkpoint struct {
 	// same names.
 	Provenance             int
 	LegacyProvenanceBefore map[string]map[int]int64
+	// InputMark is Manifest.InputMark.
+	InputMark *InputMark
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -253,6 +255,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 
 		Provenance:             cp.Provenance,
 		LegacyProvenanceBefore: cp.LegacyProvenanceBefore,
+		InputMark:              cp.InputMark,
 	}
 	// A generation is its ID and its range: after a settings change, a
 	// generation of the old plan and one of the new may share an ID (span

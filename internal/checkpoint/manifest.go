@@ -268,6 +268,18 @@ type Manifest struct {
 	// offset below which records without a provenance header may still be
 	// this memory's (written by an older build before an upgrade).
 	LegacyProvenanceBefore map[string]map[int]int64 `json:"legacy_provenance_before,omitempty"`
+	// InputMark is a data record of the input below InputOffset, by which
+	// a later recovery tells whether the input's log is still the one this
+	// state was built from (nil: none recorded).
+	InputMark *InputMark `json:"input_mark,omitempty"`
+}
+
+// InputMark identifies one input record: offset, timestamp (Unix ms) and
+// a digest of its key and value.
+type InputMark struct {
+	Offset    int64  `json:"offset"`
+	Timestamp int64  `json:"timestamp_ms"`
+	Digest    uint64 `json:"digest"`
 }
 
 // SeedProgress is the position of a seeding read of another topic: the

@@ -436,7 +436,21 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 func restoredOf(m *checkpoint.Manifest, f *filter) *worker.Restored {
 	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq,
 		Written: m.CreatedAt, Seed: seedFrom(m.Seed),
-		LegacyProvenance: m.Provenance == 0, LegacyBefore: m.LegacyProvenanceBefore}
+		LegacyProvenance: m.Provenance == 0, LegacyBefore: m.LegacyProvenanceBefore, Mark: markFrom(m.InputMark)}
+}
+
+func markTo(m *worker.InputMark) *checkpoint.InputMark {
+	if m == nil {
+		return nil
+	}
+	return &checkpoint.InputMark{Offset: m.Offset, Timestamp: m.Timestamp, Digest: m.Digest}
+}
+
+func markFrom(m *checkpoint.InputMark) *worker.InputMark {
+	if m == nil {
+		return nil
+	}
+	return &worker.InputMark{Offset: m.Offset, Timestamp: m.Timestamp, Digest: m.Digest}
 }
 
 // loadGeneration decodes the generation object of ref and replays its log
@@ -585,6 +599,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,
+		InputMark:              markTo(cp.Mark),
 	})
 	if err != nil {
 		return storeErr(err)

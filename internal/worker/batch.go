@@ -168,6 +168,13 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		t.markers, t.aborted = b.markers, b.aborted
 	}
 	pp.apply(&t)
+	for i := len(batch) - 1; i >= 0; i-- {
+		if o := batch[i].Offset; o < next && o >= pp.next {
+			m := markOf(&batch[i])
+			pp.mark = &m
+			break
+		}
+	}
 	pp.next = next
 	if hwm >= 0 {
 		pp.pm.lag.Set(float64(max(hwm-next, 0)))

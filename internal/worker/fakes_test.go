@@ -123,6 +123,7 @@ func (p *memPartition) Restore(ctx context.Context, params FilterParams) (*Resto
 		Seed:             cp.Seed,
 		LegacyProvenance: len(h.legacy) == len(h.cps) && h.legacy[len(h.cps)-1],
 		LegacyBefore:     cp.LegacyBefore,
+		Mark:             cp.Mark,
 	}, nil
 }
 

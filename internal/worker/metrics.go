@@ -38,6 +38,8 @@ type metrics struct {
 	commitFailures   prometheus.Counter
 	writeFailures    *prometheus.CounterVec
 	foreign          *prometheus.CounterVec
+	inputResets      *prometheus.CounterVec
+	inputLost        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -93,11 +95,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		foreign: counter("foreign_records_total", "Records of other writers met by recovery scans in the written topics (topic), by reason: "+
 			"no_headers, unauthenticated (src headers without provenance), other_group, other_memory, invalid_mac, malformed. "+
 			"Ignored: they never count as written by this worker.", "topic", "reason"),
+		inputResets: counter("input_resets_total", "Recoveries that found the input's log not as the memory knew it, by reason: "+
+			"recreated (another log: read from its start, memory kept), truncated (cut short: resumed at its end), "+
+			"retention (committed offset below the log start: records deleted before they were processed).", "topic", "reason"),
+		inputLost: counter("input_offsets_lost_total", "Input offsets deleted by retention before the worker processed them (lost upstream).", "topic"),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.foreign} {
+		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

@@ -62,10 +62,12 @@ type partitionProc struct {
 	// restoredOffset is the input offset of the checkpoint this session
 	// restored (-1: none).
 	restoredOffset int64
-	rateCount      uint64
-	rateAt         time.Time
-	stats          FilterStats
-	statsAt        time.Time
+	// mark is the last input record handled (Checkpoint.Mark).
+	mark      *InputMark
+	rateCount uint64
+	rateAt    time.Time
+	stats     FilterStats
+	statsAt   time.Time
 	// totals for the status page
 	consumed, forwarded, duplicates, deadLettered, dropped uint64
 	skippedMarkers, skippedAborted                         uint64
@@ -142,6 +144,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
 	pp.prov, pp.legacyBefore = pl.prov, pl.legacyBefore
 	pp.restoredOffset, pp.commitsHeld = restored.InputOffset, false
+	pp.mark = pl.mark
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
 
@@ -162,7 +165,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.cp.start()
 	defer pp.cp.stop()
-	if pl.fresh || restored.InputOffset < 0 {
+	if pl.fresh || restored.InputOffset < 0 || pl.reset {
 		// A new memory is durable before it writes anything: the records
 		// it writes carry provenance under its key, and a successor that
 		// started yet another memory could not recognize them (they would
@@ -171,6 +174,13 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		// the whole retained input.
 		if err := pp.cp.commit(ctx, pp.checkpoint()); err != nil {
 			return fmt.Errorf("writing the initial checkpoint: %w", err)
+		}
+	}
+	if pl.reset {
+		// After the checkpoint: a successor restoring the old checkpoint
+		// with this commit would resume in the middle of the new log.
+		if err := pp.com.commitNow(ctx, pp.p, pl.resume); err != nil {
+			return fmt.Errorf("committing the input's new position %d: %w", pl.resume, err)
 		}
 	}
 	pp.lastCheckpoint = w.deps.Now()
@@ -344,6 +354,7 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		Owner:         pp.w.cfg.Owner,
 		Seed:          seed,
 		LegacyBefore:  legacy,
+		Mark:          pp.mark,
 	}
 }
 

@@ -138,6 +138,13 @@ type recoveryPlan struct {
 	// legacyBefore: where records without provenance may be this memory's
 	// (scanResult.legacyBefore).
 	legacyBefore map[topicPartition]int64
+	// reset: the input's log is another than the memory's, or was cut
+	// short (inputlog.go): nothing the written topics hold counts as
+	// written for it, and a checkpoint and a commit of the new position
+	// (resume) come before anything is read.
+	reset bool
+	// mark is the input mark to carry until a record is handled.
+	mark *InputMark
 }
 
 // recover restores and claims the partition's newest usable checkpoint and
@@ -201,18 +208,39 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
 			"from", pl.seedTopic.Next, "to", pl.seedTopic.End, "records", pl.seedTopic.End-pl.seedTopic.Next)
 	}
-	if committed < 0 {
-		committed = ib.first
+	// A: the group's committed offset, this process's, or where an
+	// earlier session of this assignment got to (-1: none).
+	a := max(committed, -1)
+	if haveCommitted && lastCommitted > a {
+		a = lastCommitted
 	}
-	if haveCommitted && lastCommitted > committed {
-		committed = lastCommitted
+	if pp.next > a {
+		a = pp.next
 	}
-	if pp.next > committed { // an earlier session of this assignment got further
-		committed = pp.next
-	}
+	// Is the log still the one the memory was built from? (inputlog.go)
+	chk := pp.checkInputLog(ctx, restored, ib, a)
 	c := restored.InputOffset
 	if c < 0 && pp.seeded >= 0 {
 		c = pp.seeded
+	}
+	committed = a
+	pl.mark = restored.Mark
+	switch chk.reason {
+	case resetRecreated:
+		// Another log: the memory's positions name records of the old one.
+		// Everything the new log holds is read, with the memory kept.
+		c, committed, pl.reset = ib.first, ib.first, true
+		pl.mark = nil
+	case resetTruncated:
+		// The log is the memory's up to the checkpoint (its mark matches);
+		// after it, records the group processed are gone and new ones may
+		// already have taken their offsets. Read on from the checkpoint:
+		// what the written topics hold for those offsets was written for
+		// the old records and may not count as written for new ones.
+		committed, pl.reset = c, true
+	}
+	if committed < 0 {
+		committed = ib.first
 	}
 	if c < ib.first {
 		if c >= 0 && restored.OutputOffsets != nil {
@@ -222,11 +250,12 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		c = ib.first
 	}
 	resume := max(c, committed)
-	if resume > ib.last {
-		pp.log.Warn("committed offset is beyond the high-water mark; input was truncated or recreated",
-			"committed", resume, "high_water_mark", ib.last)
+	if resume > ib.last { // truncated (checkInputLog): the records after the end are gone
 		resume = ib.last
 		c = min(c, resume)
+	}
+	if chk.reason != "" {
+		pp.reportReset(chk, ib, a, restored.InputOffset, resume)
 	}
 	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
 		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
@@ -254,7 +283,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 	}
 	pl.prov = newProvenance(key, w.cfg.Group, w.cfg.Input, pp.p)
 	var scan *progress
-	res, err := w.scanWritten(ctx, pp.p, resume, restored, pl.prov, func(done, total int64) {
+	res, err := w.scanWritten(ctx, pp.p, resume, restored, pl.prov, pl.reset, func(done, total int64) {
 		if scan == nil {
 			scan = pp.beginProgress(phaseScanning, 0, total)
 		}

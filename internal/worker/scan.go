@@ -160,7 +160,12 @@ const maxOtherGroups = 4
 //
 // progress, if not nil, is called as the scan goes with the offsets
 // scanned so far and the total to scan over all written partitions.
-func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored *Restored, pv *provenance,
+//
+// With fresh set (the input's log was re-created or cut short), what the
+// written topics hold was written for records that are gone: the scan
+// reads nothing, and the next one starts at the written topics' current
+// ends.
+func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored *Restored, pv *provenance, fresh bool,
 	progress func(done, total int64)) (*scanResult, error) {
 	res := &scanResult{from: map[topicPartition]int64{}, to: map[topicPartition]int64{},
 		legacyBefore: map[topicPartition]int64{}, foreign: map[foreignKey]int64{}, others: map[string][]string{}}
@@ -183,6 +188,9 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			if start > b[q].last {
 				// The topic was recreated or truncated since the checkpoint.
 				start = b[q].first
+			}
+			if fresh {
+				start = b[q].last
 			}
 			res.from[tp], res.to[tp] = start, b[q].last
 		}

@@ -148,6 +148,8 @@ type Restored struct {
 	// which records without a provenance header may be this memory's own
 	// (Checkpoint.LegacyBefore); nil: none.
 	LegacyBefore map[string]map[int]int64
+	// Mark is Checkpoint.Mark of the restored checkpoint (nil: none).
+	Mark *InputMark
 }
 
 // SeedProgress is how far a new memory has read the topic it is seeded
@@ -191,6 +193,11 @@ type Checkpoint struct {
 	// of the recovery scan that first met such a checkpoint). Entries the
 	// checkpoint's OutputOffsets have passed are left out; nil: none.
 	LegacyBefore map[string]map[int]int64
+	// Mark is a data record of the input below InputOffset (the last one
+	// handled), by which a later recovery tells whether the input's log is
+	// still the one the state was built from (inputlog.go); nil: none
+	// handled yet.
+	Mark *InputMark
 }
 
 // Errors a StateStore reports; the worker branches on them with errors.Is.

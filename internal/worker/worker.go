@@ -159,6 +159,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
 		w.m.partition(w.cfg.Input, p) // series start at 0
 	}
+	for _, r := range resetReasons {
+		w.m.inputResets.WithLabelValues(w.cfg.Input, r)
+	}
+	w.m.inputLost.WithLabelValues(w.cfg.Input)
 	for _, t := range []string{w.cfg.Output, w.cfg.Duplicates, w.cfg.DeadLetter} {
 		if t != "" {
 			for _, r := range ForeignReasons() {
