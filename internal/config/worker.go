@@ -10,7 +10,8 @@ import (
 // place where `bloomgate run` and the worker meet. It takes the settings as
 // they are: both layers share their defaults (Default takes the worker's)
 // and their way of saying "no bound" (worker.NoBound), and the worker
-// resolves whatever is left unset, e.g. an empty OnMissingKey and the Owner
+// resolves whatever is left unset, e.g. an empty OnMissingKey or
+// OnUnwritable and the Owner
 // (host/pid). With --repartition the worker reads the repartition topic.
 // The error is a TLS, SASL or position setting that Validate would have
 // refused.
@@ -39,6 +40,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		Duplicates:   c.Duplicates,
 		DeadLetter:   c.DeadLetter,
 		OnMissingKey: worker.MissingKeyPolicy(c.OnMissingKey),
+		OnUnwritable: worker.UnwritablePolicy(c.OnUnwritable),
 		Filter: worker.FilterParams{
 			Window:      c.Window,
 			Generations: c.Generations,
