@@ -437,8 +437,10 @@ func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error)
 			continue
 		case <-retry.C:
 		}
-		if lost(ctx) || pp.com.pausedTooLong() {
-			return true, nil
+		if pp.com.pausedTooLong() {
+			// A zombie: the group has moved this partition on.
+			pp.com.fence(errPaused)
+			return false, fmt.Errorf("not writing: %w", errPaused)
 		}
 		w.refreshLimits(ctx, true)
 		var t tally // counted when processing reaches the record in the skip set
