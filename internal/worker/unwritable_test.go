@@ -773,3 +773,72 @@ func startWorkerLogged(t *testing.T, cfg Config, logs *kafkatest.LogBuffer, twea
 	t.Cleanup(func() { rw.stop(t) })
 	return rw
 }
+
+// TestPoisonCrashAfterPlacing: kill -9 right after the write that placed
+// an unwritable record (a reference record from the size check, and a dead
+// letter found by writing a refused batch's range one record per
+// request), with nothing committed or checkpointed since: the successor's
+// recovery scan finds everything written, so the output and the
+// dead-letter topic hold every record exactly once.
+func TestPoisonCrashAfterPlacing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		limits map[string]map[string]string
+		big    int
+		refuse bool // DescribeConfigs refused: the broker finds the record
+	}{
+		{"reference record", nil, 2 << 20, false},
+		{"refused by the broker", map[string]map[string]string{tOut: {"max.message.bytes": strconv.Itoa(16 << 10)}}, 20 << 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			brokers, c := poisonCluster(t, 2, tc.limits)
+			if tc.refuse {
+				denyDescribeConfigs(c)
+			}
+			want := poisonInput(t, brokers, tc.big)
+			store := newMemStore()
+			cfg := testConfig(brokers)
+			cfg.BatchSize = 40
+			cfg.CommitInterval, cfg.CheckpointInterval, cfg.MaxCheckpointStaleness = time.Hour, time.Hour, 2*time.Hour
+			cfg.Owner = "crashing"
+			crash := make(chan struct{})
+			a := startWorker(t, cfg, store, func(w *Worker) {
+				w.hooks.AfterWrite = func(p int, next int64) {
+					if p == 0 && next > 112 && !w.hooks.Halted.Load() {
+						// kill -9 right after the write, before its commit.
+						w.hooks.Halted.Store(true)
+						close(crash)
+					}
+				}
+			})
+			go func() { <-crash; a.cancel() }()
+			select {
+			case <-a.done:
+			case <-time.After(60 * time.Second):
+				t.Fatal("crashing worker did not stop")
+			}
+			a.done <- nil
+			if d := fidRead(t, brokers, tDLQ); len(d[0]) != 1 {
+				t.Fatalf("the crashing worker wrote %d dead letters, want 1 before the crash", len(d[0]))
+			}
+
+			cfg = testConfig(brokers)
+			cfg.Owner = "successor"
+			b := startWorker(t, cfg, store, nil)
+			waitFor(t, 60*time.Second, "successor caught up", func() bool {
+				s := b.w.Status()
+				return len(s.Partitions) == 2 && s.Partitions[0].NextOffset == 163 && s.Partitions[1].NextOffset == 100
+			})
+			checkOutput(t, "output", outputKeys(t, brokers, tOut), want)
+			if d := fidRead(t, brokers, tDLQ); len(d[0]) != 1 || len(d[1]) != 0 {
+				t.Errorf("dead letters after the crash: %d and %d, want 1 and 0", len(d[0]), len(d[1]))
+			}
+			if got := seriesValue(t, b.reg, "bloomgate_records_dead_lettered_total", map[string]string{"partition": "0", "reason": ReasonRecordTooLarge}); got != 1 {
+				t.Errorf("successor counted %v dead letters of reason record_too_large, want 1 (found written by the scan)", got)
+			}
+			b.conservation(t)
+		})
+	}
+}
