@@ -521,3 +521,45 @@ func TestLogValue(t *testing.T) {
 		t.Fatalf("log line leaks the password or uses another spelling: %s", buf.String())
 	}
 }
+
+// TestOnUnwritableEverySource: --on-unwritable is read from a flag, the
+// environment and the file, and reaches the worker.
+func TestOnUnwritableEverySource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		file string
+		args []string
+		want string
+	}{
+		{"flag", "", "", []string{"--on-unwritable", "drop"}, OnUnwritableDrop},
+		{"environment", "drop", "", nil, OnUnwritableDrop},
+		{"file", "", "on-unwritable: drop\n", nil, OnUnwritableDrop},
+		{"flag over environment", "stall", "", []string{"--dead-letter", "dlq", "--on-unwritable", "dead-letter"}, OnUnwritableDeadLetter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("BLOOMGATE_ON_UNWRITABLE", tc.env)
+			}
+			args := tc.args
+			if tc.file != "" {
+				file := filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(file, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", file)
+			}
+			cfg, err := Load(append(append([]string{}, minimal...), args...), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wc, err := cfg.WorkerConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.OnUnwritable != tc.want || string(wc.OnUnwritable) != tc.want {
+				t.Errorf("on-unwritable %q, mapped %q; want %q", cfg.OnUnwritable, wc.OnUnwritable, tc.want)
+			}
+		})
+	}
+}

@@ -459,8 +459,12 @@ func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error)
 		case err != nil:
 			return false, err
 		}
-		if dest != "" {
-			pp.skip.add(st.offset, skipEntry{kind: w.kindOf(dest), reason: header})
+		if dest != "" && !pp.skip.add(st.offset, skipEntry{kind: w.kindOf(dest), reason: header}) {
+			// Outside the skip set's range (not expected: the record was
+			// read before this session's scan): let a recovery's scan find
+			// it rather than write it twice.
+			pp.stall = nil
+			return false, fmt.Errorf("the record at offset %d the partition stalled before is written to %s; recovering to find it", st.offset, dest)
 		}
 		pp.log.Info("the record the partition stalled before is placed; going on",
 			"offset", st.offset, "topic", dest, "stalled_for", w.deps.Now().Sub(st.since).Round(time.Second))
