@@ -74,7 +74,7 @@ type PartitionStatus struct {
 	// position has not moved for the stall threshold (StallAfter), whatever
 	// the cause (writes failing and retried, a restore that does not
 	// finish, …), or the partition waits before an unwritable record
-	// (State stalled). StalledSeconds is how long input has waited without
+	// (Unwritable set; State stalled once it reached it). StalledSeconds is how long input has waited without
 	// progress, 0 while the partition progresses or has nothing to read.
 	Stalled        bool    `json:"stalled"`
 	StalledSeconds float64 `json:"stalled_seconds"`

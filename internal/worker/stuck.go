@@ -132,7 +132,9 @@ func (w *Worker) checkStalls() {
 	defer w.mu.Unlock()
 	for p, ps := range w.parts {
 		waited := ps.waitedFor(now)
-		stalled := waited >= w.stallAfter || ps.State == "stalled"
+		// A partition waiting before an unwritable record stays stalled
+		// through the recoveries that bring it back to the record.
+		stalled := waited >= w.stallAfter || ps.Unwritable != nil
 		was := ps.Stalled
 		ps.Stalled, ps.StalledSeconds = stalled, waited.Seconds()
 		ls := strconv.Itoa(p)
@@ -151,7 +153,7 @@ func (w *Worker) checkStalls() {
 			continue
 		}
 		ps.reportedAt = now
-		if first && ps.State == "stalled" {
+		if first && ps.Unwritable != nil {
 			continue // the partition logged the record it stalls before
 		}
 		msg := "partition stalled: input waits and its position does not move"
