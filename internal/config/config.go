@@ -42,6 +42,10 @@ const (
 	OnMissingDrop       = string(worker.MissingKeyDrop)
 	OnMissingFail       = string(worker.MissingKeyFail)
 
+	OnUnwritableDeadLetter = string(worker.UnwritableDeadLetter)
+	OnUnwritableStall      = string(worker.UnwritableStall)
+	OnUnwritableDrop       = string(worker.UnwritableDrop)
+
 	PartitioningSame = string(worker.PartitioningSame)
 	PartitioningHash = string(worker.PartitioningHash)
 
@@ -108,10 +112,16 @@ type Run struct {
 	Repartition  bool
 	BatchSize    int
 	BatchTimeout time.Duration
-	// MaxBatchBytes bounds one produce batch per partition; a record larger
-	// than it stops the worker. It must not exceed the output topics'
-	// max.message.bytes.
-	MaxBatchBytes  int64
+	// MaxBatchBytes bounds one produce batch per partition; the worker
+	// lowers it to the written topics' max.message.bytes (less the batch
+	// framing) when that is lower. A record larger than the bound is
+	// unwritable (OnUnwritable).
+	MaxBatchBytes int64
+	// OnUnwritable is what happens to a record the topic it is meant for
+	// cannot take (larger than the bound, or refused by the broker). Unset
+	// (""), it is dead-letter if a dead-letter topic is set, else stall;
+	// Resolve writes that choice in.
+	OnUnwritable   string
 	WriteTimeout   time.Duration // one produce request
 	CommitInterval time.Duration // between offset commits
 	TLS            TLS
@@ -231,11 +241,15 @@ func Load(args []string, out io.Writer) (*Run, error) {
 }
 
 // Resolve writes in the defaults that depend on other settings: an unset
-// OnMissingKey becomes the worker's choice for the dead-letter topic
-// (worker.DefaultOnMissingKey). Validate accepts a Run before and after.
+// OnMissingKey or OnUnwritable becomes the worker's choice for the
+// dead-letter topic (worker.DefaultOnMissingKey, DefaultOnUnwritable).
+// Validate accepts a Run before and after.
 func (c *Run) Resolve() {
 	if c.OnMissingKey == "" {
 		c.OnMissingKey = string(worker.DefaultOnMissingKey(c.DeadLetter))
+	}
+	if c.OnUnwritable == "" {
+		c.OnUnwritable = string(worker.DefaultOnUnwritable(c.DeadLetter))
 	}
 }
 

@@ -26,15 +26,15 @@ func TestDefaultsAreValid(t *testing.T) {
 		cfg.Generations != 4 || cfg.Capacity != 10_000_000 || cfg.Partitioning != "same" {
 		t.Fatalf("unexpected defaults: %+v", cfg)
 	}
-	if cfg.OnMissingKey != OnMissingForward {
-		t.Fatalf("on-missing-key without dead-letter = %q, want forward", cfg.OnMissingKey)
+	if cfg.OnMissingKey != OnMissingForward || cfg.OnUnwritable != OnUnwritableStall {
+		t.Fatalf("without dead-letter: on-missing-key %q, on-unwritable %q; want forward, stall", cfg.OnMissingKey, cfg.OnUnwritable)
 	}
 	if !strings.HasPrefix(cfg.CheckpointURL, "file:///") || !strings.HasSuffix(cfg.CheckpointURL, "/.bloomgate/checkpoints") {
 		t.Fatalf("checkpoint URL not made absolute: %q", cfg.CheckpointURL)
 	}
 	cfg, err = Load(append(minimal, "--dead-letter", "dlq"), &bytes.Buffer{})
-	if err != nil || cfg.OnMissingKey != OnMissingDeadLetter {
-		t.Fatalf("on-missing-key with dead-letter = %q, %v", cfg.OnMissingKey, err)
+	if err != nil || cfg.OnMissingKey != OnMissingDeadLetter || cfg.OnUnwritable != OnUnwritableDeadLetter {
+		t.Fatalf("with dead-letter: on-missing-key %q, on-unwritable %q, %v", cfg.OnMissingKey, cfg.OnUnwritable, err)
 	}
 }
 
@@ -169,6 +169,8 @@ func TestValidationErrors(t *testing.T) {
 		{"bad normalize", []string{"--normalize", "upper"}, "normalize", "none, trim, lower, url"},
 		{"bad on-missing-key", []string{"--on-missing-key", "ignore"}, "on-missing-key", "not one of"},
 		{"dead-letter policy without topic", []string{"--on-missing-key", "dead-letter"}, "on-missing-key", "set --dead-letter"},
+		{"bad on-unwritable", []string{"--on-unwritable", "fail"}, "on-unwritable", "not one of"},
+		{"unwritable to a dead-letter topic that is not set", []string{"--on-unwritable", "dead-letter"}, "on-unwritable", "set --dead-letter"},
 		{"bad partitioning", []string{"--partitioning", "random"}, "partitioning", "same, hash"},
 		{"bad json validation", []string{"--json-validation", "none"}, "json-validation", "strict, lazy"},
 		{"max key bytes", []string{"--max-key-bytes", "0"}, "max-key-bytes", "between 1"},
@@ -344,6 +346,7 @@ func TestExampleFile(t *testing.T) {
 	want.Brokers, want.Input, want.Output, want.Key = []string{"127.0.0.1:9092"}, "orders", "orders-deduped", "json:order_id"
 	want.ConfigFile = file
 	want.OnMissingKey = OnMissingForward
+	want.OnUnwritable = OnUnwritableStall
 	want.CheckpointURL = AbsFileURL(want.CheckpointURL)
 	want.ExactDir, _ = filepath.Abs(want.ExactDir)
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
@@ -506,7 +509,7 @@ func TestLogValue(t *testing.T) {
 		}
 	})
 	for k, want := range map[string]any{
-		"window": "24h", "checkpoint-url": cfg.CheckpointURL, "dead-letter": "dlq", "on-missing-key": "dead-letter",
+		"window": "24h", "checkpoint-url": cfg.CheckpointURL, "dead-letter": "dlq", "on-missing-key": "dead-letter", "on-unwritable": "dead-letter",
 		"capacity": "10M", "max-batch-bytes": "1MiB", "commit-interval": "1s", "sasl-password": "[redacted]",
 		"tls-enabled": false, "brokers": "127.0.0.1:9092", "fpr": "0.01",
 	} {
@@ -516,5 +519,47 @@ func TestLogValue(t *testing.T) {
 	}
 	if strings.Contains(buf.String(), "s3cret") || strings.Contains(buf.String(), "_") && strings.Contains(buf.String(), "checkpoint_url") {
 		t.Fatalf("log line leaks the password or uses another spelling: %s", buf.String())
+	}
+}
+
+// TestOnUnwritableEverySource: --on-unwritable is read from a flag, the
+// environment and the file, and reaches the worker.
+func TestOnUnwritableEverySource(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  string
+		file string
+		args []string
+		want string
+	}{
+		{"flag", "", "", []string{"--on-unwritable", "drop"}, OnUnwritableDrop},
+		{"environment", "drop", "", nil, OnUnwritableDrop},
+		{"file", "", "on-unwritable: drop\n", nil, OnUnwritableDrop},
+		{"flag over environment", "stall", "", []string{"--dead-letter", "dlq", "--on-unwritable", "dead-letter"}, OnUnwritableDeadLetter},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv("BLOOMGATE_ON_UNWRITABLE", tc.env)
+			}
+			args := tc.args
+			if tc.file != "" {
+				file := filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(file, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", file)
+			}
+			cfg, err := Load(append(append([]string{}, minimal...), args...), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wc, err := cfg.WorkerConfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.OnUnwritable != tc.want || string(wc.OnUnwritable) != tc.want {
+				t.Errorf("on-unwritable %q, mapped %q; want %q", cfg.OnUnwritable, wc.OnUnwritable, tc.want)
+			}
+		})
 	}
 }

@@ -16,7 +16,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
@@ -45,7 +45,8 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.Repartition, "repartition", c.Repartition, "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic")
 	CountVar(fs, &c.BatchSize, "batch-size", c.BatchSize, "max records per produce batch")
 	DurationVar(fs, &c.BatchTimeout, "batch-timeout", c.BatchTimeout, "max wait to fill a produce batch")
-	ByteSizeVar(fs, &c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); at most the output topics' max.message.bytes; a single larger record stops the worker")
+	ByteSizeVar(fs, &c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); lowered at start to the written topics' max.message.bytes less 125 bytes of batch framing; a larger record is unwritable (see --on-unwritable)")
+	fs.StringVar(&c.OnUnwritable, "on-unwritable", c.OnUnwritable, "record its topic cannot take (over the batch bound, or refused by the broker, e.g. a null key on a compacted topic): dead-letter (with its reason; a reference record if the dead-letter topic cannot hold it), stall (its partition waits before it, retried every 30s; other partitions go on) or drop (counted) (default: dead-letter if --dead-letter is set, else stall)")
 	DurationVar(fs, &c.WriteTimeout, "write-timeout", c.WriteTimeout, "bound of one produce request; a batch write that fails, or is unanswered after twice this, is followed by an exact recovery of the partition")
 	DurationVar(fs, &c.CommitInterval, "commit-interval", c.CommitInterval, "time between offset commits of the records whose output writes are acknowledged")
 	DurationVar(fs, &c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")

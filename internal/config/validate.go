@@ -120,6 +120,12 @@ func (c *Run) Validate() error {
 	if c.MaxBatchBytes < worker.MinBatchBytes || c.MaxBatchBytes > worker.LargestBatchBytes {
 		bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
 	}
+	// Unset, it is resolved from the dead-letter topic: always valid.
+	if c.OnUnwritable != "" &&
+		oneOf("on-unwritable", c.OnUnwritable, OnUnwritableDeadLetter, OnUnwritableStall, OnUnwritableDrop) &&
+		c.OnUnwritable == OnUnwritableDeadLetter && c.DeadLetter == "" {
+		bad("on-unwritable", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
+	}
 	if c.WriteTimeout <= 0 {
 		bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
 	}

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -10,7 +11,8 @@ import (
 // place where `bloomgate run` and the worker meet. It takes the settings as
 // they are: both layers share their defaults (Default takes the worker's)
 // and their way of saying "no bound" (worker.NoBound), and the worker
-// resolves whatever is left unset, e.g. an empty OnMissingKey and the Owner
+// resolves whatever is left unset, e.g. an empty OnMissingKey or
+// OnUnwritable and the Owner
 // (host/pid). With --repartition the worker reads the repartition topic.
 // The error is a TLS, SASL or position setting that Validate would have
 // refused.
@@ -39,6 +41,12 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		Duplicates:   c.Duplicates,
 		DeadLetter:   c.DeadLetter,
 		OnMissingKey: worker.MissingKeyPolicy(c.OnMissingKey),
+		OnUnwritable: worker.UnwritablePolicy(c.OnUnwritable),
+		Agreement: []worker.Setting{
+			{Name: "key", Value: c.Key}, {Name: "normalize", Value: c.Normalize},
+			{Name: "exact", Value: strconv.FormatBool(c.Exact)}, {Name: "input", Value: c.Input},
+			{Name: "repartition", Value: strconv.FormatBool(c.Repartition)},
+		},
 		Filter: worker.FilterParams{
 			Window:      c.Window,
 			Generations: c.Generations,

@@ -60,6 +60,7 @@ func TestDefaultsAgree(t *testing.T) {
 			}{
 				{"group", got.Group, want.Group},
 				{"on-missing-key", got.OnMissingKey, want.OnMissingKey},
+				{"on-unwritable", got.OnUnwritable, want.OnUnwritable},
 				{"partitioning", got.Partitioning, want.Partitioning},
 				{"isolation-level", got.IsolationLevel, want.IsolationLevel},
 				{"start-from", got.StartFrom, want.StartFrom},
@@ -141,6 +142,9 @@ func TestWorkerAcceptsWhatConfigAccepts(t *testing.T) {
 		{"--max-replay", "1e18"},
 		{"--on-missing-key", "fail"},
 		{"--dead-letter", "dlq", "--on-missing-key", "dead-letter"},
+		{"--dead-letter", "dlq", "--on-unwritable", "dead-letter"},
+		{"--on-unwritable", "stall"},
+		{"--dead-letter", "dlq", "--on-unwritable", "drop"},
 		{"--partitioning", "hash", "--isolation-level", "read_uncommitted", "--on-restore-failure", "empty"},
 		{"--start-from", "latest", "--seed-from", "72h"},
 		{"--start-from", "2026-11-24T08:00:00Z"},
@@ -155,8 +159,8 @@ func TestWorkerAcceptsWhatConfigAccepts(t *testing.T) {
 }
 
 // TestValidateChangesNothing: Validate only reads; Resolve is the step that
-// fills the derived on-missing-key, and Validate accepts the Run before
-// and after it.
+// fills the derived on-missing-key and on-unwritable, and Validate accepts
+// the Run before and after it.
 func TestValidateChangesNothing(t *testing.T) {
 	for _, args := range [][]string{nil, {"--dead-letter", "dlq"}, {"--fpr", "2", "--window", "0s"}} {
 		cfg, err := Parse(append(append([]string{}, minimal...), args...), &bytes.Buffer{})
@@ -171,16 +175,16 @@ func TestValidateChangesNothing(t *testing.T) {
 		if fmt.Sprint(first) != fmt.Sprint(second) {
 			t.Errorf("%v: Validate twice: %v, then %v", args, first, second)
 		}
-		if cfg.OnMissingKey != "" {
-			t.Errorf("%v: on-missing-key %q before Resolve", args, cfg.OnMissingKey)
+		if cfg.OnMissingKey != "" || cfg.OnUnwritable != "" {
+			t.Errorf("%v: on-missing-key %q, on-unwritable %q before Resolve", args, cfg.OnMissingKey, cfg.OnUnwritable)
 		}
 		cfg.Resolve()
-		want := OnMissingForward
+		want, wantUnwritable := OnMissingForward, OnUnwritableStall
 		if cfg.DeadLetter != "" {
-			want = OnMissingDeadLetter
+			want, wantUnwritable = OnMissingDeadLetter, OnUnwritableDeadLetter
 		}
-		if cfg.OnMissingKey != want {
-			t.Errorf("%v: resolved on-missing-key %q, want %q", args, cfg.OnMissingKey, want)
+		if cfg.OnMissingKey != want || cfg.OnUnwritable != wantUnwritable {
+			t.Errorf("%v: resolved on-missing-key %q, on-unwritable %q; want %q, %q", args, cfg.OnMissingKey, cfg.OnUnwritable, want, wantUnwritable)
 		}
 		if again := cfg.Validate(); fmt.Sprint(again) != fmt.Sprint(first) {
 			t.Errorf("%v: Validate after Resolve: %v, before: %v", args, again, first)

@@ -8,8 +8,12 @@
 // that one table row per partition; a partition that is not yet running
 // gets a second row with the progress of its current phase (share of the
 // range, offsets done and left, keys remembered, rate, time left), and a
-// failing checkpoint a second row with the error. Numbers are rounded for
-// reading (see format.go); /status.json has them exact.
+// failing checkpoint a second row with the error. A stalled partition
+// (input waits and its position does not move, or it waits before a record
+// its output refuses) is named in a notice under the summary, with its
+// offset, for how long and its last error, and gets a second row too: it
+// does not make the worker unready (see worker.StallAfter). Numbers are
+// rounded for reading (see format.go); /status.json has them exact.
 //
 // Cost: each request takes one worker.Status snapshot (a copy under the
 // worker's lock) and renders it; nothing runs between requests.
@@ -45,6 +49,13 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"seconds":  seconds,
 	"age":      age,
 	"add":      func(a, b uint64) uint64 { return a + b },
+	"size":     func(n int64) string { return byteSize(uint64(max(n, 0))) },
+	"in": func(now, t time.Time) string {
+		if !t.After(now) {
+			return "now"
+		}
+		return "in " + duration(t.Sub(now))
+	},
 }).ParseFS(files, "page.html"))
 
 // view is what the template renders.
@@ -66,6 +77,8 @@ type view struct {
 	// only their partition number.
 	Topic string
 	Rows  []row
+	// Stalled lists the stalled partitions, one line each.
+	Stalled []string
 }
 
 // row is one partition.
@@ -109,6 +122,9 @@ func newView(st worker.Status, now time.Time) view {
 			}
 		}
 		v.Rows = append(v.Rows, r)
+		if p.Stalled {
+			v.Stalled = append(v.Stalled, stalledLine(p))
+		}
 		seen[p.Partition] = true
 		v.TotalRate += p.Rate
 		v.TotalLag += max(p.Lag, 0)
@@ -146,7 +162,26 @@ func newView(st worker.Status, now time.Time) view {
 		}
 	}
 	v.NotReady, v.Short = notReady(st, waiting)
+	if n := len(v.Stalled); n > 0 && st.Ready {
+		v.Short = fmt.Sprintf("%s, %d stalled", partitions(len(st.Assigned)), n)
+	}
 	return v
+}
+
+// stalledLine says where a stalled partition stands and why.
+func stalledLine(p worker.PartitionStatus) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s/%d %s at offset %s", p.Topic, p.Partition, p.State, offset(p.NextOffset))
+	if u := p.Unwritable; u != nil {
+		fmt.Fprintf(&b, ", before the record at offset %d (%s, %s) that %s does not take", u.Offset, u.Reason, byteSize(uint64(max(u.Size, 0))), u.Topic)
+	}
+	if p.StalledSeconds > 0 {
+		fmt.Fprintf(&b, ", %s with input waiting and no progress", seconds(p.StalledSeconds))
+	}
+	if p.LastError != "" {
+		b.WriteString(": " + p.LastError)
+	}
+	return b.String()
 }
 
 // notReady says why st is not ready, at length and in a few words, in the

@@ -135,6 +135,68 @@ func TestPageShowsProgress(t *testing.T) {
 	}
 }
 
+// stalledStatus is a ready worker with one partition running and one
+// stalled before a record its output refuses, and one stalled for failing
+// writes; at testNow.
+func stalledStatus() worker.Status {
+	return worker.Status{
+		Ready: true, Joined: true, Generation: 3, Assigned: []int{0, 1, 2},
+		Partitions: []worker.PartitionStatus{
+			{Topic: "orders", Partition: 0, Generation: 3, State: "running", NextOffset: 500, LastCheckpointOffset: -1},
+			{Topic: "orders", Partition: 1, Generation: 3, State: "stalled", NextOffset: 112, Lag: 51, LastCheckpointOffset: -1,
+				Stalled: true, StalledSeconds: 185, LastError: `offset 112: the record for topic "out" is unwritable (record_too_large: <2097232> bytes)`,
+				LastErrorAt: testNow.Add(-3 * time.Minute),
+				Unwritable: &worker.Unwritable{Offset: 112, Topic: "out", Reason: "record_too_large", Size: 2097232,
+					Since: testNow.Add(-3 * time.Minute), NextRetry: testNow.Add(20 * time.Second)}},
+			{Topic: "orders", Partition: 2, Generation: 3, State: "failing", NextOffset: 40, Lag: 9, LastCheckpointOffset: -1,
+				Stalled: true, StalledSeconds: 130, LastError: "writing 9 records: 9× [19] Not Enough Replicas"},
+		},
+	}
+}
+
+// TestPageShowsStalledPartitions: a stalled partition is named in a notice
+// with its offset, for how long and its error, its state is marked, and a
+// second row says where it stands; the worker stays ready.
+func TestPageShowsStalledPartitions(t *testing.T) {
+	body, _ := io.ReadAll(get(t, testHandler(stalledStatus()), "/").Body)
+	page := string(body)
+	notice := page[strings.Index(page, `id="stalled"`):]
+	notice = notice[:strings.Index(notice, "</div>\n")]
+	for _, want := range []string{
+		"orders/1 stalled at offset 112, before the record at offset 112 (record_too_large, 2.00 MiB) that out does not take, 3 m 5 s with input waiting and no progress: offset 112",
+		"&lt;2097232&gt;", // escaped
+		"orders/2 failing at offset 40, 2 m 10 s with input waiting and no progress: writing 9 records: 9× [19] Not Enough Replicas",
+	} {
+		if !strings.Contains(notice, want) {
+			t.Errorf("stalled notice lacks %q:\n%s", want, notice)
+		}
+	}
+	if strings.Contains(notice, "orders/0") {
+		t.Error("the running partition is listed as stalled")
+	}
+	for _, want := range []string{
+		`id="ready" class="ok">ready<`, // a stalled partition does not make the worker unready
+		`id="ready-detail">3 partitions, 2 stalled<`,
+		`<span class="bad">stalled</span><small class="bad">stalled 3 m 5 s</small>`,
+		`<div class="bad stalled">stalled at offset 112, before the record at offset 112: record_too_large, 2.00 MiB for out; next try in 20 s: offset 112`,
+		`<div class="bad stalled">stalled at offset 40: writing 9 records`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, `<tr class="more" data-partition="0">`) {
+		t.Error("the running partition has a second row")
+	}
+	var back worker.Status
+	if err := json.NewDecoder(get(t, testHandler(stalledStatus()), "/status.json").Body).Decode(&back); err != nil {
+		t.Fatal(err)
+	}
+	if p := back.Partitions[1]; !p.Stalled || p.NextOffset != 112 || p.Unwritable == nil || p.Unwritable.Offset != 112 || p.LastError == "" {
+		t.Errorf("status.json partition 1: %+v", p)
+	}
+}
+
 func TestNotReady(t *testing.T) {
 	running := worker.PartitionStatus{Topic: "orders", Partition: 0, Generation: 3, State: "running"}
 	old := running
@@ -246,7 +308,8 @@ func TestStatusJSONSnakeCase(t *testing.T) {
 	}
 	walk("", doc)
 	// The walk reached the nested objects.
-	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds"} {
+	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds",
+		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry"} {
 		if !keys[k] {
 			t.Errorf("status.json lacks %q:\n%s", k, body)
 		}

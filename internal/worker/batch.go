@@ -46,7 +46,11 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	if w.hooks.LegacyHeaders.Load() {
 		pp.rb.prov = nil
 	}
+	clear(pp.plan)
+	pp.plan = pp.plan[:0]
 	var t tally
+	// A stalled partition processes nothing from its unwritable record on.
+	pp.cutAtStall(&b)
 	batch := b.msgs
 	pp.filterAhead(batch)
 	if err := pp.filterErr(); err != nil {
@@ -54,6 +58,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	}
 	next := pp.next
 	var fatal error
+	var stalled *stallError
 	hwm := b.hwm
 	for i := range batch {
 		m := &batch[i]
@@ -78,40 +83,42 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 			}
 			switch w.cfg.OnMissingKey {
 			case MissingKeyDeadLetter:
-				pp.rb.add(w.cfg.DeadLetter, m, reason)
-				t.dead(reason)
+				stalled = pp.route(ctx, &t, w.cfg.DeadLetter, m, reason)
 			case MissingKeyForward:
-				pp.rb.add(w.cfg.Output, m, "")
-				t.forwarded++
+				stalled = pp.route(ctx, &t, w.cfg.Output, m, "")
 			case MissingKeyDrop:
 				t.drop(reason)
 			default: // fail: stop before this record
 				fatal = fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
 					errFatal, w.cfg.Input, pp.p, m.Offset, reason)
 			}
-			if fatal != nil {
+			if fatal != nil || stalled != nil {
 				break
 			}
 			t.consumed++
 			next = m.Offset + 1
 			continue
 		}
-		t.consumed++
-		next = m.Offset + 1
 		if e, ok := pp.skip.take(m.Offset); ok {
 			// Written before the crash, not committed: do not write again.
+			t.consumed++
+			next = m.Offset + 1
 			pp.countWritten(&t, e, "")
 			continue
 		}
-		if seen {
+		switch {
+		case !seen:
+			stalled = pp.route(ctx, &t, w.cfg.Output, m, "")
+		case w.cfg.Duplicates != "":
+			stalled = pp.route(ctx, &t, w.cfg.Duplicates, m, "")
+		default:
 			t.duplicates++
-			if w.cfg.Duplicates != "" {
-				pp.rb.add(w.cfg.Duplicates, m, "")
-			}
-			continue
 		}
-		t.forwarded++
-		pp.rb.add(w.cfg.Output, m, "")
+		if stalled != nil {
+			break
+		}
+		t.consumed++
+		next = m.Offset + 1
 	}
 
 	if err := pp.filterErr(); err != nil { // records tested one by one
@@ -119,50 +126,13 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		return 0, err
 	}
 	if len(pp.rb.msgs) > 0 {
-		if lost(ctx) {
-			return 0, fmt.Errorf("not writing: %w", context.Cause(ctx))
-		}
-		if pp.com.pausedTooLong() {
-			// A zombie: the group has moved this partition on.
-			pp.com.fence(errPaused)
-			return 0, fmt.Errorf("not writing: %w", errPaused)
-		}
-		// A write is never cancelled by a revoke: cancelled writes may still
-		// land later. WriteTimeout bounds it.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-		err := w.out.write(wctx, pp.p, pp.rb.msgs)
-		cancel()
-		if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
-			err = errors.New("acknowledgement lost (test)")
-		}
-		var tooLarge kafka.MessageTooLargeError
-		if errors.As(err, &tooLarge) {
-			// Nothing was written; retrying cannot help.
-			return 0, fmt.Errorf("%w: %s/%d offset %s: record of %d bytes exceeds --max-batch-bytes %d; raise it (e.g. --max-batch-bytes 4MiB) and the output topics' max.message.bytes with it",
-				errFatal, w.cfg.Input, pp.p, headerValue(tooLarge.Message.Headers, HeaderSrcOffset),
-				len(tooLarge.Message.Key)+len(tooLarge.Message.Value), w.cfg.MaxBatchBytes)
-		}
-		if err != nil {
-			pp.pm.writeFailures.Inc()
-			n := len(pp.rb.msgs)
-			var we kafka.WriteErrors
-			if !errors.As(err, &we) {
-				// Returned on the deadline: records may still be queued or in
-				// flight. The recovery that follows scans the output, so they
-				// must have completed first; if they do not in time, stop
-				// rather than risk writing them twice.
-				if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
-					return 0, fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
-						"stopping so that it cannot land after the recovery scan",
-						errFatal, w.cfg.Input, pp.p, 4*w.cfg.WriteTimeout+5*time.Second, err)
-				}
-			}
+		if err := pp.writeOut(ctx, &t); err != nil {
 			// The failed records may still be referenced by the writer.
 			pp.rb = recordBuilder{}
-			return 0, fmt.Errorf("writing %d records: %w", n, summarizeWriteErrors(err))
+			return 0, err
 		}
 	}
-	if fatal == nil {
+	if fatal == nil && stalled == nil {
 		// Markers, aborted records and gaps after the last record.
 		next = max(next, b.next)
 		t.markers, t.aborted = b.markers, b.aborted
@@ -176,8 +146,11 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		}
 	}
 	pp.next = next
+	if pp.isolate != nil && next > pp.isolate.hi {
+		pp.isolate = nil
+	}
 	if hwm >= 0 {
-		pp.pm.lag.Set(float64(max(hwm-next, 0)))
+		pp.setLag(hwm)
 	}
 	if w.hooks.AfterWrite != nil {
 		w.hooks.AfterWrite(pp.p, next)
@@ -185,9 +158,6 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	pp.offerCommit(ctx)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
 		ps.NextOffset = pp.next
-		if hwm >= 0 {
-			ps.Lag = max(hwm-next, 0)
-		}
 		ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
 			pp.consumed, pp.forwarded, pp.duplicates, pp.deadLettered, pp.dropped
 		ps.SkippedMarkers, ps.SkippedAborted = pp.skippedMarkers, pp.skippedAborted
@@ -195,7 +165,126 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	if fatal != nil {
 		return int64(t.replayed), fatal
 	}
+	if stalled != nil {
+		// The filter has seen keys past the stall (the lookahead): the
+		// session ends, and the recovery replays up to the stall.
+		pp.stall = &stall{stallError: stalled, since: w.deps.Now()}
+		return int64(t.replayed), stalled
+	}
 	return int64(t.replayed), nil
+}
+
+// writeOut writes the batch's records in order: runs of ordinary records
+// with one WriteMessages call each, the others (larger than the shared
+// Writer's bound, or in a range to isolate after a refused batch) one
+// record per produce request, an unwritable one placed by settle. Each
+// write is acknowledged before the next starts, so the output keeps the
+// input's order.
+func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
+	if lost(ctx) {
+		return fmt.Errorf("not writing: %w", context.Cause(ctx))
+	}
+	if pp.com.pausedTooLong() {
+		// A zombie: the group has moved this partition on.
+		pp.com.fence(errPaused)
+		return fmt.Errorf("not writing: %w", errPaused)
+	}
+	msgs := pp.rb.msgs
+	start := 0
+	for i := 0; i <= len(msgs); i++ {
+		if i < len(msgs) && !pp.plan[i].alone {
+			continue
+		}
+		if i > start {
+			if err := pp.writeRun(ctx, msgs[start:i], pp.plan[start:i]); err != nil {
+				return err
+			}
+		}
+		if i < len(msgs) {
+			if err := pp.writeOne(ctx, t, &msgs[i], pp.plan[i]); err != nil {
+				return err
+			}
+		}
+		start = i + 1
+	}
+	return nil
+}
+
+// writeRun writes records with the shared Writer in one call. A call
+// refused for what it holds marks its records' input offsets to be
+// written one record per request after the recovery that follows.
+func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, plan []planned) error {
+	w := pp.w
+	// A write is never cancelled by a revoke: cancelled writes may still
+	// land later. WriteTimeout bounds it.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
+	err := w.out.write(wctx, pp.p, msgs)
+	cancel()
+	if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
+		err = errors.New("acknowledgement lost (test)")
+	}
+	if err == nil {
+		return nil
+	}
+	pp.pm.writeFailures.Inc()
+	var we kafka.WriteErrors
+	var tooLarge kafka.MessageTooLargeError
+	switch {
+	case errors.As(err, &we):
+		for i, e := range we {
+			if e != nil && i < len(plan) && refusalReason(e) != "" {
+				pp.isolateOffset(plan[i].in.Offset)
+			}
+		}
+	case errors.As(err, &tooLarge):
+		// kafka-go refused the call before sending anything (a record
+		// over its BatchBytes, which writerSize should have caught).
+		for i := range plan {
+			pp.isolateOffset(plan[i].in.Offset)
+		}
+	default:
+		// Returned on the deadline: records may still be queued or in
+		// flight. The recovery that follows scans the output, so they
+		// must have completed first; if they do not in time, stop
+		// rather than risk writing them twice.
+		if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
+			return fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
+				"stopping so that it cannot land after the recovery scan",
+				errFatal, w.cfg.Input, pp.p, 4*w.cfg.WriteTimeout+5*time.Second, err)
+		}
+	}
+	if pp.isolate != nil {
+		return fmt.Errorf("writing %d records: %w; writing input offsets %d to %d one record per request after recovery",
+			len(msgs), summarizeWriteErrors(err), pp.isolate.lo, pp.isolate.hi)
+	}
+	return fmt.Errorf("writing %d records: %w", len(msgs), summarizeWriteErrors(err))
+}
+
+// writeOne writes one record in a produce request of its own; one refused
+// for what it is is placed by --on-unwritable instead.
+func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Message, pl planned) error {
+	w := pp.w
+	err := w.writeAlone(ctx, m)
+	if err == nil {
+		return nil
+	}
+	why := refusalReason(err)
+	if why == "" {
+		pp.pm.writeFailures.Inc()
+		return fmt.Errorf("writing the record of input offset %d alone: %w", pl.in.Offset, err)
+	}
+	t.unrouted(w.kindOf(m.Topic), pl.reason)
+	size := writerSize(m)
+	if _, _, err := pp.settle(ctx, t, pl.in, m.Topic, pl.reason, why, err, size, w.limits.bound(m.Topic), true); err != nil {
+		var st *stallError
+		if errors.As(err, &st) {
+			// Records before it are written; the recovery that follows
+			// finds them, and the session after it waits before this one.
+			pp.stall = &stall{stallError: st, since: w.deps.Now()}
+		}
+		return err
+	}
+	return nil
 }
 
 // filterErr reports a failure of the filter (FallibleFilter): its answers

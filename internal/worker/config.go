@@ -22,6 +22,36 @@ const (
 	MissingKeyFail       MissingKeyPolicy = "fail"        // Run returns an error
 )
 
+// UnwritablePolicy says what happens to a record that the topic it is
+// meant for cannot take: larger than the topic's produce bound (see
+// Config.MaxBatchBytes), or refused by the broker for what it is
+// (INVALID_RECORD such as a null key on a compacted topic,
+// MESSAGE_TOO_LARGE, INVALID_TIMESTAMP, CORRUPT_MESSAGE). Such a record
+// fails the same way on every attempt, so retrying the write cannot help.
+type UnwritablePolicy string
+
+const (
+	// UnwritableDeadLetter writes the record to the dead-letter topic with
+	// the reason in the bloomgate-error header; if the dead-letter topic
+	// cannot take it either, a small reference record in its place (see
+	// docs/worker.md, "Unwritable records"). If even that is refused, the
+	// partition stalls.
+	UnwritableDeadLetter UnwritablePolicy = "dead-letter"
+	// UnwritableStall stops the partition before the record, visibly
+	// (status, bloomgate_partition_stalled, an ERROR line), and retries it
+	// every UnwritableRetry: raising the topic's max.message.bytes, or
+	// fixing what the broker refuses, lets it go on without a restart.
+	// Other partitions keep flowing.
+	UnwritableStall UnwritablePolicy = "stall"
+	// UnwritableDrop counts the record in bloomgate_records_dropped_total
+	// with its reason and logs its offset at ERROR.
+	UnwritableDrop UnwritablePolicy = "drop"
+)
+
+// UnwritableRetry is how often a partition stalled before an unwritable
+// record (UnwritableStall) tries it again.
+const UnwritableRetry = 30 * time.Second
+
 // Partitioning chooses the output partition of a written record.
 type Partitioning string
 
@@ -74,6 +104,12 @@ type Config struct {
 	DeadLetter string // optional: records whose key cannot be extracted
 
 	OnMissingKey MissingKeyPolicy // default DefaultOnMissingKey(DeadLetter)
+	// Agreement lists settings outside this Config that the members of
+	// one group must agree on (the key, its normalization, exact mode),
+	// by flag name; see agreement.go.
+	Agreement []Setting
+	// OnUnwritable: default DefaultOnUnwritable(DeadLetter).
+	OnUnwritable UnwritablePolicy
 	// Filter sizes the filters; its Capacity is the expected number of
 	// distinct keys per window in the whole input topic, and each
 	// partition's filter gets Capacity / partitions (rounded up).
@@ -116,9 +152,11 @@ type Config struct {
 
 	BatchSize int // records per read/write batch, up to MaxBatchSize; default DefaultBatchSize
 	// MaxBatchBytes bounds one produce batch per partition, from
-	// MinBatchBytes to LargestBatchBytes; it must not exceed the output
-	// topics' max.message.bytes (Kafka's default 1 MiB, also the default
-	// here). A single record larger than it stops Run.
+	// MinBatchBytes to LargestBatchBytes (default 1 MiB, Kafka's default
+	// max.message.bytes). At start the worker reads every written topic's
+	// max.message.bytes and bounds batches by the smallest, less the
+	// batch framing, if that is lower (limits.go). A record larger than
+	// its topic's bound is unwritable: OnUnwritable places it.
 	MaxBatchBytes   int64
 	BatchTimeout    time.Duration // how long a batch waits to fill; default DefaultBatchTimeout
 	CommitInterval  time.Duration // default DefaultCommitInterval
@@ -218,6 +256,16 @@ func DefaultOnMissingKey(deadLetter string) MissingKeyPolicy {
 	return MissingKeyForward
 }
 
+// DefaultOnUnwritable is OnUnwritable's default for a dead-letter topic
+// (possibly ""): dead-letter when there is one, else stall, so that a
+// record the output refuses neither vanishes nor stops other partitions.
+func DefaultOnUnwritable(deadLetter string) UnwritablePolicy {
+	if deadLetter != "" {
+		return UnwritableDeadLetter
+	}
+	return UnwritableStall
+}
+
 // WithDefaults returns c with every zero setting replaced by its default.
 // New runs the worker with the result; Validate checks the relations
 // between settings on it.
@@ -227,6 +275,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.OnMissingKey == "" {
 		c.OnMissingKey = DefaultOnMissingKey(c.DeadLetter)
+	}
+	if c.OnUnwritable == "" {
+		c.OnUnwritable = DefaultOnUnwritable(c.DeadLetter)
 	}
 	if c.Partitioning == "" {
 		c.Partitioning = PartitioningSame
@@ -329,6 +380,15 @@ func (c Config) Validate() error {
 		}
 	default:
 		bad("on-missing-key: %q is not one of dead-letter|forward|drop|fail", c.OnMissingKey)
+	}
+	switch c.OnUnwritable {
+	case "", UnwritableStall, UnwritableDrop:
+	case UnwritableDeadLetter:
+		if c.DeadLetter == "" {
+			bad("on-unwritable: dead-letter needs a dead-letter topic; set dead-letter or choose stall|drop")
+		}
+	default:
+		bad("on-unwritable: %q is not one of dead-letter|stall|drop", c.OnUnwritable)
 	}
 	switch c.Partitioning {
 	case "", PartitioningSame, PartitioningHash:

@@ -31,6 +31,8 @@ func TestConfigValidate(t *testing.T) {
 		{"duplicates equals output", func(c *Config) { c.Duplicates = "out" }, "duplicates"},
 		{"dead-letter policy without topic", func(c *Config) { c.OnMissingKey = MissingKeyDeadLetter }, "on-missing-key"},
 		{"unknown policy", func(c *Config) { c.OnMissingKey = "ignore" }, "on-missing-key"},
+		{"unwritable to a dead-letter topic that is not set", func(c *Config) { c.OnUnwritable = UnwritableDeadLetter }, "on-unwritable"},
+		{"unknown unwritable policy", func(c *Config) { c.OnUnwritable = "fail" }, "on-unwritable"},
 		{"unknown partitioning", func(c *Config) { c.Partitioning = "random" }, "partitioning"},
 		{"unknown restore policy", func(c *Config) { c.OnRestoreFailure = "guess" }, "on-restore-failure"},
 		{"zero window", func(c *Config) { c.Filter.Window = 0 }, "window"},
@@ -84,11 +86,11 @@ func TestWithDefaults(t *testing.T) {
 	if after := fmt.Sprintf("%+v", c); after != before {
 		t.Fatalf("WithDefaults changed its receiver:\n%s\n%s", before, after)
 	}
-	got := []any{d.Group, d.OnMissingKey, d.Partitioning, d.IsolationLevel, d.OnRestoreFailure,
+	got := []any{d.Group, d.OnMissingKey, d.OnUnwritable, d.Partitioning, d.IsolationLevel, d.OnRestoreFailure,
 		d.BatchSize, d.MaxBatchBytes, d.BatchTimeout, d.CommitInterval, d.WriteTimeout, d.ShutdownTimeout,
 		d.CheckpointInterval, d.MaxCheckpointStaleness, d.CheckpointTimeout,
 		d.SessionTimeout, d.HeartbeatInterval, d.JoinGroupBackoff, d.RebalanceTimeout, d.Dialer.Timeout}
-	want := []any{DefaultGroup, MissingKeyForward, PartitioningSame, ReadCommitted, RestoreFail,
+	want := []any{DefaultGroup, MissingKeyForward, UnwritableStall, PartitioningSame, ReadCommitted, RestoreFail,
 		DefaultBatchSize, int64(DefaultMaxBatchBytes), DefaultBatchTimeout, DefaultCommitInterval, DefaultWriteTimeout, DefaultShutdownTimeout,
 		DefaultCheckpointInterval, DefaultMaxCheckpointStaleness, 2 * time.Minute,
 		DefaultSessionTimeout, DefaultHeartbeatInterval, DefaultJoinGroupBackoff, DefaultSessionTimeout + 10*time.Second, DefaultDialTimeout}
@@ -104,10 +106,10 @@ func TestWithDefaults(t *testing.T) {
 
 	c.DeadLetter, c.CheckpointInterval, c.SessionTimeout = "dlq", 5*time.Minute, time.Minute
 	d = c.WithDefaults()
-	if d.OnMissingKey != MissingKeyDeadLetter || d.MaxCheckpointStaleness != 50*time.Minute ||
+	if d.OnMissingKey != MissingKeyDeadLetter || d.OnUnwritable != UnwritableDeadLetter || d.MaxCheckpointStaleness != 50*time.Minute ||
 		d.CheckpointTimeout != 5*time.Minute || d.RebalanceTimeout != 70*time.Second {
-		t.Errorf("derived defaults: on-missing-key %s, staleness %v, checkpoint timeout %v, rebalance timeout %v",
-			d.OnMissingKey, d.MaxCheckpointStaleness, d.CheckpointTimeout, d.RebalanceTimeout)
+		t.Errorf("derived defaults: on-missing-key %s, on-unwritable %s, staleness %v, checkpoint timeout %v, rebalance timeout %v",
+			d.OnMissingKey, d.OnUnwritable, d.MaxCheckpointStaleness, d.CheckpointTimeout, d.RebalanceTimeout)
 	}
 	c.MaxCheckpointStaleness = NoBound
 	if d = c.WithDefaults(); d.MaxCheckpointStaleness != NoBound {

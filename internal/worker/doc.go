@@ -22,6 +22,11 @@
 //	batch.go        the per-batch path: handle, route, write, count, commit offer
 //	lookahead.go    a batch's keys extracted and looked up in one filter call
 //	output.go       the shared kafka.Writer, its Balancer, forwarded-record headers
+//	limits.go       the written topics' max.message.bytes and the produce bound
+//	unwritable.go   records a topic cannot take: placed by --on-unwritable
+//	                (dead letter, reference record, drop, stall), refused
+//	                batches written one record per request
+//	stuck.go        the stall watchdog: lag from the log end, stalled partitions
 //	writeerr.go     write failures summarised for logs and errors
 //	committer.go    the single offset committer of a generation; pause and
 //	                coordinator-contact guards

@@ -105,14 +105,21 @@ func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
 
 // leaderBalancer logs when this worker, as the group leader, assigns the
 // partitions: kafka-go calls AssignGroups on the leader only, and says so
-// nowhere else. The protocol name is the wrapped balancer's, so members
+// nowhere else. It announces the worker's settings in the member's user
+// data and assigns partitions only to members that agree with them
+// (agreement.go). The protocol name is the wrapped balancer's, so members
 // with and without the wrapper agree on the protocol.
 type leaderBalancer struct {
 	kafka.GroupBalancer
 	w *Worker
 }
 
+func (b leaderBalancer) UserData() ([]byte, error) {
+	return encodeSettings(b.w.agreedSettings()), nil
+}
+
 func (b leaderBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
-	b.w.log.Info("elected group leader; assigning partitions", "members", len(members), "balancer", b.ProtocolName())
-	return b.GroupBalancer.AssignGroups(members, partitions)
+	agree := b.w.agreeing(members)
+	b.w.log.Info("elected group leader; assigning partitions", "members", len(members), "agreeing", len(agree), "balancer", b.ProtocolName())
+	return b.GroupBalancer.AssignGroups(agree, partitions)
 }

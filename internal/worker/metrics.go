@@ -29,6 +29,8 @@ type metrics struct {
 	recoveryDuration *prometheus.HistogramVec
 	lag              *prometheus.GaugeVec
 	lsoLag           *prometheus.GaugeVec
+	stalled          *prometheus.GaugeVec
+	stalledSeconds   *prometheus.GaugeVec
 	remaining        *prometheus.GaugeVec
 	skipped          *prometheus.CounterVec
 	rebalances       prometheus.Counter
@@ -40,6 +42,8 @@ type metrics struct {
 	foreign          *prometheus.CounterVec
 	inputResets      *prometheus.CounterVec
 	inputLost        *prometheus.CounterVec
+	// settingsConflicts: members of the group whose settings differ.
+	settingsConflicts prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -51,11 +55,13 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: name, Help: help}, pl)
 	}
 	m := &metrics{
-		consumed:       counter("records_consumed_total", "Input records processed (each ends as exactly one of forwarded, duplicate, dead-lettered, dropped).", pl...),
-		forwarded:      counter("records_forwarded_total", "Records written to the output topic.", pl...),
-		duplicates:     counter("records_duplicates_total", "Records judged duplicate (written to the duplicates topic when configured, else discarded).", pl...),
-		deadLettered:   counter("records_dead_lettered_total", "Records whose key could not be extracted, written to the dead-letter topic.", "topic", "partition", "reason"),
-		dropped:        counter("records_dropped_total", "Records whose key could not be extracted, dropped by policy.", "topic", "partition", "reason"),
+		consumed:   counter("records_consumed_total", "Input records processed (each ends as exactly one of forwarded, duplicate, dead-lettered, dropped).", pl...),
+		forwarded:  counter("records_forwarded_total", "Records written to the output topic.", pl...),
+		duplicates: counter("records_duplicates_total", "Records judged duplicate (written to the duplicates topic when configured, else discarded).", pl...),
+		deadLettered: counter("records_dead_lettered_total", "Records written to the dead-letter topic: their key could not be extracted (key reasons), "+
+			"or the topic they were meant for refused them (record_too_large, invalid_record, invalid_timestamp, corrupt_record; --on-unwritable).", "topic", "partition", "reason"),
+		dropped: counter("records_dropped_total", "Records dropped by policy: their key could not be extracted (--on-missing-key drop), "+
+			"or the topic they were meant for refused them (--on-unwritable drop).", "topic", "partition", "reason"),
 		filterBytes:    gauge("filter_bytes", "Memory held by the partition's filter."),
 		filterFill:     gauge("filter_fill_ratio", "Fill ratio of the newest filter generation."),
 		filterFPR:      gauge("filter_estimated_fpr", "Estimated current false-positive rate of the partition's filter."),
@@ -73,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
 		}, []string{"topic"}),
 		lag: gauge("consumer_lag", "Records between the partition's high-water mark and the next offset to process."),
+		stalled: gauge("partition_stalled", "1 while the partition is stalled: input waits beyond its position and the position has not moved "+
+			"for 2 minutes (failing writes, restore or fetches), or it waits before a record its output refuses (--on-unwritable stall); else 0."),
+		stalledSeconds: gauge("partition_stalled_seconds", "Seconds input has waited beyond the partition's position without progress (0 while it progresses or has nothing to read)."),
 		lsoLag: gauge("partition_lso_lag", "Offsets between the partition's high-water mark and its last stable offset: "+
 			"held back by open transactions of upstream producers (read_committed stops at the last stable offset). 0 at read_uncommitted."),
 		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "recovery_remaining_offsets",
@@ -99,11 +108,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"recreated (another log: read from its start, memory kept), truncated (cut short: resumed at its end), "+
 			"retention (committed offset below the log start: records deleted before they were processed).", "topic", "reason"),
 		inputLost: counter("input_offsets_lost_total", "Input offsets deleted by retention before the worker processed them (lost upstream).", "topic"),
+		settingsConflicts: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_settings_conflicts",
+			Help: "Members of the consumer group whose filter, key or output settings differ from this worker's (as of the last generation joined); " +
+				"the group leader assigns partitions only to members that agree with it."}),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
-		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost} {
+		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
+		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}
@@ -116,7 +128,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 type partitionMetrics struct {
 	consumed, forwarded, duplicates, replayed, writeFailures, alreadyWritten prometheus.Counter
 	deadLettered, dropped                                                    map[string]prometheus.Counter
-	lag, lsoLag                                                              prometheus.Gauge
+	lag, lsoLag, stalled, stalledSeconds                                     prometheus.Gauge
 	remaining                                                                map[string]prometheus.Gauge // by phase
 	skippedMarkers, skippedAborted                                           prometheus.Counter
 	bytes, fill, fpr, keys, gens, overflow, clamped                          prometheus.Gauge
@@ -136,6 +148,8 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 		dropped:        map[string]prometheus.Counter{},
 		lag:            m.lag.WithLabelValues(topic, ps),
 		lsoLag:         m.lsoLag.WithLabelValues(topic, ps),
+		stalled:        m.stalled.WithLabelValues(topic, ps),
+		stalledSeconds: m.stalledSeconds.WithLabelValues(topic, ps),
 		skippedMarkers: m.skipped.WithLabelValues(topic, ps, "marker"),
 		skippedAborted: m.skipped.WithLabelValues(topic, ps, "aborted"),
 		bytes:          m.filterBytes.WithLabelValues(topic, ps),
@@ -149,9 +163,11 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 	for _, ph := range phases {
 		pm.remaining[ph] = m.remaining.WithLabelValues(topic, ps, ph)
 	}
-	for _, r := range KeyReasons {
-		pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)
-		pm.dropped[r] = m.dropped.WithLabelValues(topic, ps, r)
+	for _, reasons := range [][]string{KeyReasons, UnwritableReasons} {
+		for _, r := range reasons {
+			pm.deadLettered[r] = m.deadLettered.WithLabelValues(topic, ps, r)
+			pm.dropped[r] = m.dropped.WithLabelValues(topic, ps, r)
+		}
 	}
 	return pm
 }

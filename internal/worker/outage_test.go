@@ -92,8 +92,9 @@ func TestRestoreFailurePolicy(t *testing.T) {
 var _ = context.Background
 
 // TestLargeBatchesSplit: batches larger than a produce request may carry are
-// split by the writer; a single record above the limit stops Run with an
-// error naming the setting instead of retrying forever.
+// split by the writer; a single record above --max-batch-bytes is
+// unwritable: dead-lettered (as a reference record: the dead-letter topic
+// has the same bound) instead of stopping the worker or retrying forever.
 func TestLargeBatchesSplit(t *testing.T) {
 	t.Parallel()
 	brokers := newCluster(t, 1)
@@ -120,13 +121,17 @@ func TestLargeBatchesSplit(t *testing.T) {
 	cfg.Brokers = brokers
 	cfg.MaxBatchBytes = 10_000
 	rw2 := startWorker(t, cfg, newMemStore(), nil)
+	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw2.consumed() == 10 })
+	if d := rw2.metricSum(t, "bloomgate_records_dead_lettered_total"); d != 10 {
+		t.Errorf("%v records dead-lettered, want all 10 (each over --max-batch-bytes)", d)
+	}
+	if f := rw2.metricSum(t, "bloomgate_output_write_failures_total"); f != 0 {
+		t.Errorf("%v write failures: a record over the bound was sent", f)
+	}
 	select {
 	case err := <-rw2.done:
-		rw2.done <- nil
-		if err == nil || !strings.Contains(err.Error(), "max-batch-bytes") {
-			t.Fatalf("Run = %v, want an error naming max-batch-bytes", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("worker kept retrying a record larger than max-batch-bytes")
+		rw2.done <- err
+		t.Fatalf("Run = %v: a record over --max-batch-bytes stopped the worker", err)
+	default:
 	}
 }

@@ -52,6 +52,8 @@ type partitionProc struct {
 	lsoLag       int64
 
 	rb             recordBuilder
+	plan           []planned     // how each record of rb is written
+	rbAlone        recordBuilder // records written alone, one at a time
 	keyBuf         []byte
 	ahead          lookahead
 	lastCheckpoint time.Time
@@ -68,6 +70,14 @@ type partitionProc struct {
 	rateAt    time.Time
 	stats     FilterStats
 	statsAt   time.Time
+	// Assignment state about unwritable records (unwritable.go): input
+	// offsets to write one record per request after a refused batch, and
+	// the record the partition stalls before.
+	isolate         *offsetRange
+	stall           *stall
+	unwritableLogAt time.Time
+	unwritableQuiet int
+
 	// totals for the status page
 	consumed, forwarded, duplicates, deadLettered, dropped uint64
 	skippedMarkers, skippedAborted                         uint64
@@ -98,7 +108,9 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		pp.pm.lag.Set(0)
 		pp.pm.setFilter(FilterStats{})
 	}()
+	w.startPartitionStatus(a.ID, gen, a.Offset)
 	b := newBackoff(200*time.Millisecond, 5*time.Second)
+	var failing failureLog
 	for {
 		began := time.Now()
 		err := pp.session(ctx)
@@ -114,14 +126,62 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 			w.stop(err)
 			return
 		}
+		var st *stallError
+		if errors.As(err, &st) {
+			// Not a failure: the next session recovers up to the record
+			// and waits before it. Logged once per record.
+			if failing.stalledAt != st.offset+1 {
+				failing.stalledAt = st.offset + 1
+				pp.log.Error("partition stalled before an unwritable record; other partitions go on",
+					"offset", st.offset, "topic", st.topic, "reason", st.why, "size", st.size, "err", st)
+			}
+			pp.showStall(w.deps.Now().Add(w.unwritableRetry))
+			b.reset()
+			continue
+		}
 		if time.Since(began) > time.Minute {
 			b.reset() // a session that ran a while is a new failure
 		}
-		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", b.delay())
+		pp.failed(err, &failing, b.delay())
 		if !b.wait(ctx, 0) {
 			return
 		}
 	}
+}
+
+// failureLog rate-limits the log lines of a partition whose sessions keep
+// failing: the first failure and each new error at WARN, repeats of the
+// same one at most once a minute (the stall watchdog reports the
+// partition at ERROR; stuck.go).
+type failureLog struct {
+	last      string
+	at        time.Time
+	repeats   int
+	stalledAt int64 // 1 + the offset of the last stall logged
+}
+
+const failureLogEvery = time.Minute
+
+// failed records a failed session: its state and error on the status
+// page, and a log line unless a recent one said the same.
+func (pp *partitionProc) failed(err error, fl *failureLog, backoff time.Duration) {
+	msg := err.Error()
+	now := pp.w.deps.Now()
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+		ps.Topic, ps.Partition, ps.Generation, ps.State = pp.w.cfg.Input, pp.p, pp.gen, "failing"
+		ps.LastError, ps.LastErrorAt = msg, now
+	})
+	if msg == fl.last && now.Sub(fl.at) < failureLogEvery {
+		fl.repeats++
+		pp.log.Debug("partition failed again; re-running exact recovery", "err", err, "backoff", backoff)
+		return
+	}
+	attrs := []any{"err", err, "backoff", backoff, "offset", pp.next}
+	if fl.repeats > 0 && msg == fl.last {
+		attrs = append(attrs, "same_failures_since_last_line", fl.repeats)
+	}
+	pp.log.Warn("partition failed; re-running exact recovery", attrs...)
+	fl.last, fl.at, fl.repeats = msg, now, 0
 }
 
 func (pp *partitionProc) setState(s string) {
@@ -148,15 +208,11 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
 
-	src, err := w.newFetcher(w.cfg.Input, pp.p, c)
+	stopReading, err := pp.startReading(ctx, c)
 	if err != nil {
 		return err
 	}
-	rctx, stopReading := context.WithCancel(ctx)
-	pp.pieces = make(chan piece, 1)
-	pumpDone := make(chan struct{})
-	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()
-	defer func() { stopReading(); <-pumpDone }()
+	defer func() { stopReading() }()
 
 	pp.cp = newCheckpointer(pp.store, w.cfg.CheckpointTimeout, pp.log, w.deps.Now, pp.fence)
 	if restored.InputOffset >= 0 && restored.InputOffset == c {
@@ -248,9 +304,29 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
 	pp.pm.setFilter(pp.stats)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Filter = pp.stats })
-	pp.setState("running")
+	w.partitionRecovered(pp.p)
+	if pp.stall == nil {
+		pp.setState("running")
+	} else {
+		pp.showStall(pp.w.deps.Now().Add(pp.w.unwritableRetry))
+	}
 
 	for {
+		if st := pp.stall; st != nil && st.msg != nil && pp.next == st.offset {
+			// The reader is ahead of the stalled record: stop it, and
+			// read again from the record once it is placed.
+			stopReading()
+			done, err := pp.waitStalled(ctx)
+			if done {
+				return pp.finish(ctx)
+			}
+			if err != nil {
+				return err
+			}
+			if stopReading, err = pp.startReading(ctx, pp.next); err != nil {
+				return err
+			}
+		}
 		batch, err := pp.nextBatch(ctx, time.Second)
 		if ctx.Err() != nil {
 			return pp.finish(ctx)
@@ -263,6 +339,21 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		}
 		pp.housekeeping(ctx)
 	}
+}
+
+// startReading starts the pump from offset; the returned function stops
+// it and waits for it (calling it again does nothing).
+func (pp *partitionProc) startReading(ctx context.Context, offset int64) (stop func(), err error) {
+	w := pp.w
+	src, err := w.newFetcher(w.cfg.Input, pp.p, offset)
+	if err != nil {
+		return func() {}, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	pp.pieces = make(chan piece, 1)
+	pumpDone := make(chan struct{})
+	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()
+	return func() { cancel(); <-pumpDone }, nil
 }
 
 // housekeeping starts due checkpoints and refreshes filter metrics.

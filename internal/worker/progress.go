@@ -120,7 +120,7 @@ func (w *Worker) logProgress(ctx context.Context, every time.Duration) {
 		}
 		s := w.Status()
 		var lag int64
-		running, paused := 0, 0
+		running, paused, stalled := 0, 0, 0
 		var oldest time.Time
 		for _, p := range s.Partitions {
 			lag += p.Lag
@@ -129,6 +129,9 @@ func (w *Worker) logProgress(ctx context.Context, every time.Duration) {
 			}
 			if p.CommitsPaused {
 				paused++
+			}
+			if p.Stalled {
+				stalled++
 			}
 			if !p.LastCheckpoint.IsZero() && (oldest.IsZero() || p.LastCheckpoint.Before(oldest)) {
 				oldest = p.LastCheckpoint
@@ -147,6 +150,9 @@ func (w *Worker) logProgress(ctx context.Context, every time.Duration) {
 		}
 		if paused > 0 {
 			attrs = append(attrs, "commits_paused_partitions", paused)
+		}
+		if stalled > 0 {
+			attrs = append(attrs, "stalled_partitions", stalled)
 		}
 		w.log.Info("progress", attrs...)
 		last, lastAt = cur, now

@@ -177,9 +177,15 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 	}
 }
 
-// observeOffsets shows how far an open transaction holds the partition back.
+// observeOffsets shows, after every fetch, the lag from the input's log
+// end (whatever the writes do) and how far an open transaction holds the
+// partition back.
 func (pp *partitionProc) observeOffsets(hwm, lso int64) {
-	if hwm < 0 || lso < 0 {
+	if hwm < 0 {
+		return
+	}
+	pp.setLag(hwm)
+	if lso < 0 {
 		return
 	}
 	held := max(hwm-lso, 0)
@@ -189,4 +195,15 @@ func (pp *partitionProc) observeOffsets(hwm, lso int64) {
 	pp.lsoLag = held
 	pp.pm.lsoLag.Set(float64(held))
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.LSOLag = held })
+}
+
+// setLag shows how far the input's high-water mark hwm is ahead of the
+// partition's position (the next offset to process).
+func (pp *partitionProc) setLag(hwm int64) {
+	if pp.next < 0 {
+		return
+	}
+	lag := max(hwm-pp.next, 0)
+	pp.pm.lag.Set(float64(lag))
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Lag = lag })
 }

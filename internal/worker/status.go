@@ -24,6 +24,9 @@ type Status struct {
 	Assigned        []int             `json:"assigned"`
 	Partitions      []PartitionStatus `json:"partitions"`
 	Error           string            `json:"error,omitempty"`
+	// SettingsConflicts lists the group's members whose settings differ
+	// from this worker's (agreement.go), as of the last generation joined.
+	SettingsConflicts []conflict `json:"settings_conflicts,omitempty"`
 }
 
 // PartitionStatus describes one assigned partition.
@@ -31,7 +34,10 @@ type PartitionStatus struct {
 	Topic      string `json:"topic"`
 	Partition  int    `json:"partition"`
 	Generation int32  `json:"generation"`
-	// State: restoring, recovering (output scan), replaying, running, stopping.
+	// State: restoring, recovering (output scan), replaying, running,
+	// failing (a session failed; recovery runs again after a backoff),
+	// stalled (waits before a record the output refuses; Unwritable),
+	// stopping.
 	State string `json:"state"`
 	// NextOffset is the next input offset to process (all before it written
 	// and acknowledged).
@@ -66,6 +72,22 @@ type PartitionStatus struct {
 	// Progress is set while the partition seeds, replays or scans its
 	// outputs before it runs; nil once it runs.
 	Progress *Progress `json:"progress,omitempty"`
+
+	// Stalled: input waits beyond the partition's position and the
+	// position has not moved for the stall threshold (StallAfter), whatever
+	// the cause (writes failing and retried, a restore that does not
+	// finish, …), or the partition waits before an unwritable record
+	// (Unwritable set; State stalled once it reached it). StalledSeconds is how long input has waited without
+	// progress, 0 while the partition progresses or has nothing to read.
+	Stalled        bool    `json:"stalled"`
+	StalledSeconds float64 `json:"stalled_seconds"`
+	// LastError is the partition's last failure (a failed write, fetch or
+	// recovery) or why it stalls; LastErrorAt is when. Kept after the
+	// partition recovered.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	// Unwritable is the record a stalled partition waits before.
+	Unwritable *Unwritable `json:"unwritable,omitempty"`
 }
 
 // Progress of a long phase before a partition runs.
@@ -96,7 +118,25 @@ func (p *Progress) Fraction() float64 {
 	return min(1, max(0, float64(p.Done)/float64(p.To-p.From)))
 }
 
-type partitionStatus struct{ PartitionStatus }
+// partitionStatus is a partition's status and what the stall watchdog
+// (stuck.go) tracks about it, for one assignment.
+type partitionStatus struct {
+	PartitionStatus
+	// base is the offset at assignment (-1: none committed), the position
+	// until the first session knows better.
+	base int64
+	// recovered: a session of this assignment finished its recovery.
+	recovered bool
+	// Progress: the position passed maxNext, or a phase passed the most it
+	// had done, at progressAt; lagSince is when input began to wait (zero
+	// while none waits).
+	maxNext              int64
+	maxDone              map[string]int64
+	progressAt, lagSince time.Time
+	// reportedAt: when the watchdog last logged the stall (zero: not
+	// stalled).
+	reportedAt time.Time
+}
 
 // Status returns a copy of the current status.
 func (w *Worker) Status() Status {
@@ -117,7 +157,11 @@ func (w *Worker) Status() Status {
 			ps.Progress = &pr
 		}
 		s.Partitions = append(s.Partitions, ps)
-		if p.State == "running" && p.Generation == s.Generation {
+		// A partition that recovered once counts as restored even while a
+		// failure makes it recover again or it stalls: those show as
+		// stalled (status, metric, alert), not as an unready pod that
+		// Kubernetes would take out of service.
+		if p.recovered && p.Generation == s.Generation {
 			running++
 		}
 	}
@@ -134,10 +178,34 @@ func (w *Worker) updatePartition(p int, f func(*PartitionStatus)) {
 	w.mu.Lock()
 	ps := w.parts[p]
 	if ps == nil {
-		ps = &partitionStatus{}
+		ps = newPartitionStatus(w.deps.Now(), -1)
 		w.parts[p] = ps
 	}
 	f(&ps.PartitionStatus)
+	ps.track(w.deps.Now())
+	w.mu.Unlock()
+}
+
+func newPartitionStatus(now time.Time, base int64) *partitionStatus {
+	return &partitionStatus{base: base, maxNext: -1, progressAt: now,
+		PartitionStatus: PartitionStatus{NextOffset: -1, Committed: -1, LastCheckpointOffset: -1}}
+}
+
+// startPartitionStatus begins the status of a new assignment of p.
+func (w *Worker) startPartitionStatus(p int, gen int32, base int64) {
+	w.mu.Lock()
+	ps := newPartitionStatus(w.deps.Now(), base)
+	ps.Topic, ps.Partition, ps.Generation, ps.State = w.cfg.Input, p, gen, "restoring"
+	w.parts[p] = ps
+	w.mu.Unlock()
+}
+
+// partitionRecovered notes that a session of p's assignment recovered.
+func (w *Worker) partitionRecovered(p int) {
+	w.mu.Lock()
+	if ps := w.parts[p]; ps != nil {
+		ps.recovered = true
+	}
 	w.mu.Unlock()
 }
 
@@ -145,6 +213,12 @@ func (w *Worker) removePartition(p int, gen int32) {
 	w.mu.Lock()
 	if ps := w.parts[p]; ps != nil && ps.Generation == gen {
 		delete(w.parts, p)
+		// The partition's gauges belong to its next owner (here under the
+		// lock the stall watchdog sets them under).
+		pm := w.m.partition(w.cfg.Input, p)
+		pm.lag.Set(0)
+		pm.stalled.Set(0)
+		pm.stalledSeconds.Set(0)
 	}
 	w.mu.Unlock()
 }

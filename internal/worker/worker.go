@@ -49,6 +49,12 @@ type Worker struct {
 	partitions map[string]int // partition count per topic
 	out        *output
 	client     *kafka.Client
+	limits     *outputLimits
+
+	// The stall watchdog's threshold and round (StallAfter and
+	// stallWatchEvery), and the retry of a record a partition stalls
+	// before (UnwritableRetry); tests shorten them.
+	stallAfter, stallWatchEvery, unwritableRetry time.Duration
 
 	// count totals the records of every partition since start (the
 	// periodic progress line).
@@ -128,6 +134,8 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		cfg: cfg, deps: deps, m: m, hooks: hooks,
 		log:   deps.Logger.With("group", cfg.Group, "input", cfg.Input),
 		parts: map[int]*partitionStatus{},
+
+		stallAfter: StallAfter, stallWatchEvery: stallWatchEvery, unwritableRetry: UnwritableRetry,
 	}, nil
 }
 
@@ -153,7 +161,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.checkSeedTopic(ctx); err != nil {
 		return err
 	}
+	w.limits = w.startLimits(ctx)
 	w.out = newOutput(w.cfg)
+	w.out.w.BatchBytes = w.limits.writerBytes
 	w.out.w.ErrorLogger = kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka writer: " + fmt.Sprintf(msg, a...)) })
 	defer w.out.w.Close()
 	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
@@ -214,6 +224,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.logStart()
 	progressDone := make(chan struct{})
 	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgressInterval) }()
+	stallsDone := make(chan struct{})
+	go func() { defer close(stallsDone); w.watchPartitions(watchCtx) }()
 	for {
 		nctx, ncancel := context.WithCancel(ctx)
 		rebuild.Store(&ncancel)
@@ -250,6 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	stopWatch()
 	<-watched
 	<-progressDone
+	<-stallsDone
 	w.stopping.Store(true)
 
 	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
@@ -440,6 +453,8 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		com.maxGap = w.cfg.sessionTimeout()
 		go com.run()
 		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); w.checkAgreement(gctx, gen.MemberID) }()
 		for _, a := range assigned {
 			wg.Add(1)
 			gen.Start(func(context.Context) {
