@@ -104,7 +104,9 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		if time.Since(began) > time.Minute {
 			b.reset() // a session that ran a while is a new failure
 		}
-		pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", b.delay())
+		if !w.accessFailed(err) {
+			pp.log.Warn("partition failed; re-running exact recovery", "err", err, "backoff", b.delay())
+		}
 		if !b.wait(ctx, 0) {
 			return
 		}
