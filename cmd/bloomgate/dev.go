@@ -411,13 +411,15 @@ func devCheckpointURL(raw, runID string) (string, error) {
 		return "", fmt.Errorf("%q: use file:///dir, s3://bucket/prefix or mem://name", raw)
 	}
 	if u.Scheme == "file" {
-		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+		// Owner only, as the checkpoint store creates them: manifests hold
+		// the memory's secret hash seed.
+		if err := os.MkdirAll(u.Path, 0o700); err != nil {
 			return "", err
 		}
 		// Two runs started within the same second get distinct directories.
 		base := runID
 		for i := 2; ; i++ {
-			err := os.Mkdir(filepath.Join(u.Path, runID), 0o755)
+			err := os.Mkdir(filepath.Join(u.Path, runID), 0o700)
 			if err == nil {
 				break
 			}
