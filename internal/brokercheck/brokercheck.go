@@ -221,6 +221,15 @@ func (c *Client) Explain(err error) *Error {
 }
 
 func (c *Client) explain(err error) *Error {
+	var we kafka.WriteErrors // one error per message, without Unwrap
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if x := c.explain(e); e != nil && x != nil {
+				x.err = err
+				return x
+			}
+		}
+	}
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
 		return c.explainTLS(err)
