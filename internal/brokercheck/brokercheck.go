@@ -4,7 +4,8 @@
 // the repartition hop, loadgen) goes through it:
 //
 //   - authentication failures (a wrong password or user, error 58; an
-//     unsupported mechanism; an illegal SASL state) are not retried: each
+//     unsupported mechanism; an illegal SASL state, which a listener
+//     without SASL answers) are not retried: each
 //     failed login counts towards an account lockout where the brokers'
 //     identity provider has one, and the error names --sasl-mechanism,
 //     --sasl-username and where the password comes from;
@@ -235,8 +236,13 @@ func (c *Client) explain(err error) *Error {
 		return c.explainTLS(err)
 	}
 	switch ke {
-	case kafka.SASLAuthenticationFailed, kafka.IllegalSASLState:
+	case kafka.SASLAuthenticationFailed:
 		return &Error{Kind: Authentication, err: err, msg: c.authenticationFailed(err)}
+	case kafka.IllegalSASLState:
+		// What a Kafka listener without SASL answers a SaslHandshake with.
+		return &Error{Kind: Authentication, err: err, msg: fmt.Sprintf(
+			"--sasl-mechanism %s: the brokers refused the SASL exchange (%v); their listener may not expect SASL: "+
+				"drop --sasl-mechanism or use the brokers' SASL port", c.mechanism(), unwrapStep(err))}
 	case kafka.UnsupportedSASLMechanism:
 		return &Error{Kind: Authentication, err: err, msg: fmt.Sprintf(
 			"--sasl-mechanism %s: the brokers do not offer this mechanism on this listener (%v); "+

@@ -51,6 +51,9 @@ func TestExplain(t *testing.T) {
 			`--sasl-mechanism scram-sha-512: the brokers do not offer this mechanism on this listener ` +
 				`(k1:9093: SASL authentication: [33] Unsupported SASL Mechanism: the broker does not support the requested SASL mechanism); ` +
 				`use one they enable (their sasl.enabled.mechanisms), or check the port`},
+		{"SASL at a listener without it", c, step(stepSASL, kafka.IllegalSASLState), Authentication,
+			`--sasl-mechanism scram-sha-512: the brokers refused the SASL exchange ([34] Illegal SASL State: the request is not ` +
+				`valid given the current SASL state); their listener may not expect SASL: drop --sasl-mechanism or use the brokers' SASL port`},
 		{"group", c, kafka.GroupAuthorizationFailed, Authorization,
 			`principal User:bob (--sasl-username) is not authorized for a consumer group ([30] Group Authorization Failed: ` +
 				`the client is not authorized to access a particular group id); the worker needs READ on group "dedup" (--group): ` +

@@ -95,6 +95,10 @@ func (c *Client) check(last error) string {
 		case se.step == stepAPIVersions && c.TLS == nil && closed:
 			return "the brokers closed the connection at the first request: their listener may expect TLS " +
 				"(set --tls-enabled, and --tls-ca-file if its CA is private); else check the addresses"
+		case se.step == stepSASL && closed:
+			return "the brokers closed the connection during SASL authentication: their listener may not expect SASL " +
+				"(drop --sasl-mechanism or use the brokers' SASL port), or they close instead of answering a refused login " +
+				"(check --sasl-username and " + PasswordSource + ")"
 		case se.step == stepMetadata && c.SASL == nil && closed:
 			return "the brokers answered the first request and closed the connection at the next: their listener may " +
 				"require SASL (set --sasl-mechanism, --sasl-username and " + PasswordSource + ")"
