@@ -22,6 +22,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/broker"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
 	"github.com/bloomgate/bloomgate/internal/repartition"
@@ -245,7 +246,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 
 	d := &demo{
 		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),
-		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: cpURL, prog: commandName(),
+		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: checkpoint.RedactURL(cpURL), prog: commandName(),
 	}
 	var (
 		srv *http.Server
@@ -403,21 +404,23 @@ func devCheckpointURL(raw, runID string) (string, error) {
 	raw = absFileURLArg(raw)
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", err
+		return "", errors.New(checkpoint.UnparsableURL) // url.Error repeats the URL
 	}
 	switch u.Scheme {
 	case "file", "s3", "mem":
 	default:
-		return "", fmt.Errorf("%q: use file:///dir, s3://bucket/prefix or mem://name", raw)
+		return "", fmt.Errorf("%s: use file:///dir, s3://bucket/prefix or mem://name", checkpoint.RedactURL(raw))
 	}
 	if u.Scheme == "file" {
-		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+		// Owner only, as the checkpoint store creates them: manifests hold
+		// the memory's secret hash seed.
+		if err := os.MkdirAll(u.Path, 0o700); err != nil {
 			return "", err
 		}
 		// Two runs started within the same second get distinct directories.
 		base := runID
 		for i := 2; ; i++ {
-			err := os.Mkdir(filepath.Join(u.Path, runID), 0o755)
+			err := os.Mkdir(filepath.Join(u.Path, runID), 0o700)
 			if err == nil {
 				break
 			}
@@ -429,7 +432,7 @@ func devCheckpointURL(raw, runID string) (string, error) {
 	}
 	u.Path = path.Join("/", u.Path, runID)
 	if u.Scheme != "file" && u.Path == "/"+runID && u.Host == "" {
-		return "", fmt.Errorf("%q: missing bucket or name", raw)
+		return "", fmt.Errorf("%s: missing bucket or name", checkpoint.RedactURL(raw))
 	}
 	return u.String(), nil
 }

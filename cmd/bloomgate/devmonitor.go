@@ -33,7 +33,7 @@ type demo struct {
 	stdout, stderr io.Writer
 	tty            bool
 	lw             *lineWriter
-	cpURL          string
+	cpURL          string // redacted, for display (checkpoint.RedactURL)
 	metricsAddr    string
 	prog           string // the command as the user runs it
 

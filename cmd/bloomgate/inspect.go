@@ -77,7 +77,7 @@ Flags:
 	rep, err := inspectLocation(ctx, raw)
 	switch {
 	case errors.Is(err, checkpoint.ErrEmptyLocation):
-		fmt.Fprintf(stderr, "bloomgate inspect: %s holds no checkpoints (no worker has written one there yet)\n", raw)
+		fmt.Fprintf(stderr, "bloomgate inspect: %s holds no checkpoints (no worker has written one there yet)\n", checkpoint.RedactURL(raw))
 		return exitEmpty
 	case err != nil:
 		return exitCode(stderr, "inspect", err)
@@ -191,10 +191,10 @@ func inspectLocation(ctx context.Context, raw string) (*checkpoint.Report, error
 	if u, err := url.Parse(raw); err == nil && u.Scheme == "file" && u.Path != "" {
 		st, err := os.Stat(u.Path)
 		if err != nil {
-			return nil, fmt.Errorf("checkpoint location %s: %w", raw, err)
+			return nil, fmt.Errorf("checkpoint location %s: %w", checkpoint.RedactURL(raw), err)
 		}
 		if !st.IsDir() {
-			return nil, fmt.Errorf("checkpoint location %s: %s is not a directory", raw, u.Path)
+			return nil, fmt.Errorf("checkpoint location %s: %s is not a directory", checkpoint.RedactURL(raw), u.Path)
 		}
 	}
 	store, err := checkpoint.Open(ctx, raw, checkpoint.Options{

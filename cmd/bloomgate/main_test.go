@@ -285,11 +285,57 @@ func TestLoadgenWithSASL(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "events=100 ") {
 		t.Fatalf("loadgen with SASL: %v\n%s", err, out)
 	}
+	// A wrong password: one login, exit code 2 at once, the settings named.
 	bad := exec.CommandContext(ctx, binary, "loadgen", "--brokers", addr, "--topic", "t", "--count", "1", "--quiet",
 		"--sasl-mechanism", "scram-sha-256", "--sasl-username", "alice", "--sasl-password", "wrong")
-	if err := bad.Run(); err == nil {
-		t.Fatal("loadgen with a wrong password succeeded")
+	var stderr bytes.Buffer
+	bad.Stderr = &stderr
+	start := time.Now()
+	_ = bad.Run()
+	took := time.Since(start)
+	if code := bad.ProcessState.ExitCode(); code != exitUsage {
+		t.Fatalf("loadgen with a wrong password: exit %d, want %d; stderr:\n%s", code, exitUsage, stderr.String())
 	}
+	for _, want := range []string{`--sasl-username "alice" with --sasl-mechanism scram-sha-256: the brokers refused the login`,
+		"BLOOMGATE_SASL_PASSWORD (or --sasl-password)", "gave up after 1 attempt"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("loadgen with a wrong password: stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("loadgen with a wrong password took %s, want an answer at once", took)
+	}
+}
+
+// TestRunWrongPassword: `bloomgate run` with a wrong SASL password stops
+// at the first login with exit code 2 and an error naming the settings,
+// instead of retrying for the start-up bound.
+func TestRunWrongPassword(t *testing.T) {
+	addr, _ := startBroker(t, "--topic", "in:2", "--topic", "out:2", "--user", "SCRAM-SHA-512:bloomgate:right")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "run", "--brokers", addr, "--input", "in", "--output", "out",
+		"--sasl-mechanism", "scram-sha-512", "--sasl-username", "bloomgate",
+		"--checkpoint-url", "file://"+t.TempDir(), "--metrics-addr", "127.0.0.1:0")
+	cmd.Env = append(os.Environ(), "BLOOMGATE_SASL_PASSWORD=wrong")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	start := time.Now()
+	_ = cmd.Run()
+	took := time.Since(start)
+	if code := cmd.ProcessState.ExitCode(); code != exitUsage {
+		t.Fatalf("exit %d, want %d; stderr:\n%s", code, exitUsage, stderr.String())
+	}
+	for _, want := range []string{`--sasl-username \"bloomgate\" with --sasl-mechanism scram-sha-512: the brokers refused the login`,
+		"invalid credentials with SASL mechanism SCRAM-SHA-512 (error 58", "BLOOMGATE_SASL_PASSWORD (or --sasl-password)", "gave up after 1 attempt"} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("took %s, want an answer at once", took)
+	}
+	t.Logf("exit %d after %s", cmd.ProcessState.ExitCode(), took.Round(time.Millisecond))
 }
 
 // TestBrokerOffsetsSurviveKill: offsets a consumer group committed before a

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/broker"
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
 )
@@ -207,6 +208,7 @@ Flags:
 			return exitCode(stderr, "loadgen", usageError{err})
 		}
 		cfg.Transport = tr
+		cfg.SASLUsername = sec.SASL.Username
 	}
 	if cfg.AdjacentFraction == 0 {
 		cfg.AdjacentFraction = -1 // explicit zero
@@ -223,6 +225,10 @@ Flags:
 	st, err := loadgen.Run(ctx, cfg)
 	fmt.Fprintf(stdout, "events=%d unique=%d duplicates=%d adjacent_duplicates=%d bytes=%d seconds=%.3f rate=%.0f\n",
 		st.Events, st.Unique, st.Duplicates, st.AdjacentDuplicates, st.Bytes, st.Elapsed.Seconds(), st.Rate())
+	var refused *brokercheck.Error
+	if errors.As(err, &refused) {
+		err = usageError{err} // credentials, ACLs or TLS settings
+	}
 	if err != nil {
 		return exitCode(stderr, "loadgen", err)
 	}

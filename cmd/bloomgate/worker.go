@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
@@ -77,13 +78,16 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 		return workerErr(werr)
 	}
 	if herr != nil {
-		return fmt.Errorf("repartition hop: %w", herr)
+		return workerErr(fmt.Errorf("repartition hop: %w", herr))
 	}
 	return nil
 }
 
+// workerErr marks configuration errors: the topics, and failures that
+// waiting does not fix (refused logins, missing ACLs, TLS settings).
 func workerErr(err error) error {
-	if errors.Is(err, worker.ErrTopicConfig) {
+	var refused *brokercheck.Error
+	if errors.Is(err, worker.ErrTopicConfig) || errors.As(err, &refused) {
 		return usageError{err}
 	}
 	return err
@@ -116,13 +120,13 @@ func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, r
 		MaxBatchBytes: cfg.MaxBatchBytes, CommitInterval: cfg.CommitInterval, WriteTimeout: cfg.WriteTimeout,
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
-		Dialer: dialer, Transport: transport,
+		Dialer: dialer, Transport: transport, SASLUsername: cfg.SASL.Username,
 	}, ex, logger, reg)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	if err := hop.EnsureOutput(ctx); err != nil {
-		return nil, err
+		return nil, workerErr(err)
 	}
 	return hop, nil
 }

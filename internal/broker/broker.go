@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -62,6 +63,12 @@ type User struct {
 	Mechanism string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
 	Username  string
 	Password  string
+	// ACLs are what the user may do when Config.ACLs is set (Principal is
+	// taken from Username; READ, WRITE, DELETE and ALTER imply DESCRIBE, as
+	// in Kafka). Without Config.ACLs, or with Superuser, a user may do
+	// everything.
+	ACLs      []kfake.ACL
+	Superuser bool
 }
 
 // Config configures a Broker.
@@ -94,10 +101,14 @@ type Config struct {
 	// TLS, if set, serves TLS with this server configuration.
 	TLS *tls.Config
 	// Users, if any, enable SASL: clients must authenticate as one of them.
-	// kafka-go and franz-go clients work; librdkafka 2.0 (Debian's kcat)
-	// refuses to authenticate because kfake advertises SaslHandshake from
-	// version 1 only, while librdkafka requires version 0 in the range.
+	// A failed authentication is answered as Apache Kafka answers it (error
+	// 58, SASL_AUTHENTICATION_FAILED, then the connection closes), and
+	// SaslHandshake is advertised from version 0, which librdkafka (kcat)
+	// needs (sasl.go).
 	Users []User
+	// ACLs checks every request of a user against its User.ACLs, as a
+	// Kafka cluster with an authorizer does.
+	ACLs bool
 	// Logger receives the broker's warnings and errors. Default: discard.
 	Logger *slog.Logger
 }
@@ -129,6 +140,9 @@ func (c Config) Validate() error {
 			return errors.New("SASL user with an empty name")
 		}
 	}
+	if c.ACLs && len(c.Users) == 0 {
+		return errors.New("ACLs need SASL users: without them every client is User:ANONYMOUS and may do nothing")
+	}
 	if c.DefaultPartitions < 0 || c.GroupMinSessionTimeout < 0 {
 		return errors.New("negative DefaultPartitions or GroupMinSessionTimeout")
 	}
@@ -141,6 +155,8 @@ type Broker struct {
 	cluster *kfake.Cluster
 	addr    string
 	keep    *keepalive // nil with TLS or SASL
+	// closing is set by Close before the cluster stops (sasl.go).
+	closing *atomic.Bool
 
 	closeOnce sync.Once
 }
@@ -169,13 +185,19 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
 	adv := advertised(ln.Addr().(*net.TCPAddr), cfg.AdvertisedHost)
+	closing := new(atomic.Bool)
+	var served net.Listener = ln
+	if len(cfg.Users) > 0 {
+		// TLS, if any, is terminated below the SASL connections (sasl.go).
+		served = &saslListener{Listener: ln, tls: cfg.TLS, closing: closing}
+	}
 	used := false
 	listenFn := func(network, _ string) (net.Listener, error) {
 		if used {
 			return nil, errors.New("one listener only")
 		}
 		used = true
-		return &advertisedListener{Listener: ln, addr: adv}, nil
+		return &advertisedListener{Listener: served, addr: adv}, nil
 	}
 
 	opts := []kfake.Opt{
@@ -197,13 +219,20 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.AutoCreateTopics {
 		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
-	if cfg.TLS != nil {
+	if cfg.TLS != nil && len(cfg.Users) == 0 {
 		opts = append(opts, kfake.TLS(cfg.TLS))
 	}
 	if len(cfg.Users) > 0 {
 		opts = append(opts, kfake.EnableSASL())
 		for _, u := range cfg.Users {
-			opts = append(opts, kfake.Superuser(u.Mechanism, u.Username, u.Password))
+			if !cfg.ACLs || u.Superuser {
+				opts = append(opts, kfake.Superuser(u.Mechanism, u.Username, u.Password))
+			} else {
+				opts = append(opts, kfake.User(u.Mechanism, u.Username, u.Password, u.ACLs...))
+			}
+		}
+		if cfg.ACLs {
+			opts = append(opts, kfake.EnableACLs())
 		}
 	}
 	c, err := kfake.NewCluster(opts...)
@@ -211,7 +240,7 @@ func New(cfg Config) (*Broker, error) {
 		ln.Close()
 		return nil, fmt.Errorf("starting broker: %w", err)
 	}
-	b := &Broker{cfg: cfg, cluster: c, addr: adv.String()}
+	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing}
 	if cfg.TLS == nil && len(cfg.Users) == 0 {
 		// An admin connection would need credentials we do not keep; see
 		// docs/worker.md for what a TLS or SASL embedded broker lacks.
@@ -248,6 +277,7 @@ func (b *Broker) Run(ctx context.Context) error {
 // directory writes the final state to disk. Safe to call more than once.
 func (b *Broker) Close() {
 	b.closeOnce.Do(func() {
+		b.closing.Store(true)
 		if b.keep != nil {
 			b.keep.stop()
 		}

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -72,5 +73,34 @@ func TestTLS(t *testing.T) {
 	defer cancel2()
 	if err := plain.WriteMessages(ctx2, kafka.Message{Value: []byte("plain")}); err == nil {
 		t.Fatal("plaintext client accepted by a TLS broker")
+	}
+}
+
+// TestSASLOverTLS: with SASL the broker terminates TLS itself (sasl.go);
+// clients authenticate over it, and a wrong password gets error 58.
+func TestSASLOverTLS(t *testing.T) {
+	cert, caFile := selfSigned(t)
+	b, _, _ := start(t, Config{
+		Topics: []TopicSpec{{"t", 1}},
+		TLS:    &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		Users:  []User{{Mechanism: "SCRAM-SHA-256", Username: "bob", Password: "pw"}},
+	})
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, pass := range []string{"pw", "wrong"} {
+		tr := &kafka.Transport{TLS: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, SASL: mechanism(t, "SCRAM-SHA-256", "bob", pass)}
+		_, err := (&kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{Topics: []string{"t"}})
+		switch {
+		case pass == "pw" && err != nil:
+			t.Errorf("TLS and SASL with the right password: %v", err)
+		case pass == "wrong" && !errors.Is(err, kafka.SASLAuthenticationFailed):
+			t.Errorf("TLS and SASL with a wrong password: got %v, want error 58", err)
+		}
 	}
 }

@@ -69,40 +69,63 @@ type location struct {
 	query  url.Values
 }
 
+// UnparsableURL says that a checkpoint URL does not parse, without the
+// parser's message, which repeats part of the URL (all of it, an invalid
+// port or escape) and with it what may be a secret.
+const UnparsableURL = "not a valid URL; check its syntax, e.g. s3://bucket/prefix?region=eu-west-1 " +
+	"or file:///var/lib/bloomgate (the parser's message is not shown: it repeats part of the URL)"
+
+// CheckURL reports what Open would refuse in a checkpoint URL (scheme,
+// bucket, path, parameters) without opening anything. Its errors show the
+// URL redacted (RedactURL).
+func CheckURL(raw string) error {
+	_, err := parseLocation(raw)
+	return err
+}
+
+// parseLocation's errors show the URL redacted (RedactURL), and an
+// unparsable one not at all.
 func parseLocation(raw string) (location, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return location{}, fmt.Errorf("parsing checkpoint URL: %w", err)
+		return location{}, errors.New("checkpoint URL: " + UnparsableURL)
 	}
-	loc := location{scheme: u.Scheme, query: u.Query()}
+	shown := RedactURL(raw)
+	query, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return location{}, fmt.Errorf("checkpoint URL %s: malformed query (escape %%, & and = in values)", shown)
+	}
+	loc := location{scheme: u.Scheme, query: query}
 	switch u.Scheme {
 	case "mem":
 		loc.bucket = u.Host
 		loc.prefix = strings.Trim(u.Path, "/")
 	case "file":
 		if u.Host != "" && u.Host != "localhost" {
-			return location{}, fmt.Errorf("checkpoint URL %q: file URLs take an absolute path (file:///dir), got host %q", raw, u.Host)
+			return location{}, fmt.Errorf("checkpoint URL %s: file URLs take an absolute path (file:///dir), got host %q", shown, u.Host)
 		}
 		if u.Path == "" || !strings.HasPrefix(u.Path, "/") {
-			return location{}, fmt.Errorf("checkpoint URL %q: file URLs need an absolute path, e.g. file:///var/lib/bloomgate", raw)
+			return location{}, fmt.Errorf("checkpoint URL %s: file URLs need an absolute path, e.g. file:///var/lib/bloomgate", shown)
 		}
 		loc.dir = u.Path
 	case "s3":
 		if u.Host == "" {
-			return location{}, fmt.Errorf("checkpoint URL %q: missing bucket, e.g. s3://bucket/prefix", raw)
+			return location{}, fmt.Errorf("checkpoint URL %s: missing bucket, e.g. s3://bucket/prefix", shown)
 		}
 		loc.bucket = u.Host
 		loc.prefix = strings.Trim(u.Path, "/")
 	case "":
-		return location{}, fmt.Errorf("checkpoint URL %q: missing scheme (s3://, file:// or mem://)", raw)
+		return location{}, fmt.Errorf("checkpoint URL %s: missing scheme (s3://, file:// or mem://)", shown)
 	default:
-		return location{}, fmt.Errorf("checkpoint URL %q: unsupported scheme %q (s3, file or mem)", raw, u.Scheme)
+		return location{}, fmt.Errorf("checkpoint URL %s: unsupported scheme %q (s3, file or mem)", shown, u.Scheme)
 	}
 	for k := range loc.query {
 		switch {
 		case u.Scheme == "s3" && (k == "endpoint" || k == "region"):
+		case plainName(k):
+			return location{}, fmt.Errorf("checkpoint URL %s: unknown parameter %q (s3 takes endpoint and region; file and mem none)", shown, k)
 		default:
-			return location{}, fmt.Errorf("checkpoint URL %q: unknown parameter %q", raw, k)
+			return location{}, fmt.Errorf("checkpoint URL %s: unknown parameter (s3 takes endpoint and region; file and mem none)", shown)
 		}
 	}
 	return loc, nil

@@ -17,10 +17,24 @@ import (
 // tmpPrefix marks files being written; List skips them.
 const tmpPrefix = ".tmp."
 
+// The modes of the files and directories a fileBucket creates: the owner
+// only (see fileBucket).
+const (
+	fileMode = 0o600
+	dirMode  = 0o700
+)
+
 // fileBucket stores objects as files under a root directory. Writes go to a
 // temporary file in the target directory, are fsynced, then published with
 // rename (replace) or link (create-only: link fails if the name exists, which
 // is atomic on POSIX file systems), and the directory is fsynced.
+//
+// Files are created 0600 and directories 0700 (fileMode, dirMode), less
+// whatever the umask removes: a manifest holds the memory's secret hash
+// seed, which lets whoever reads it craft keys that collide with chosen
+// ones. Files and directories that exist are left as they are (a
+// directory created by an older version, 0755, stays so; see
+// docs/checkpoints.md).
 type fileBucket struct {
 	root string
 }
@@ -70,13 +84,13 @@ func (b *fileBucket) Put(ctx context.Context, key string, r io.Reader, createOnl
 		return 0, err
 	}
 	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return 0, fmt.Errorf("put %s: %w", key, err)
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(dir, tmpPrefix+filepath.Base(p)+"."+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, fileMode)
 	if err != nil {
 		return 0, fmt.Errorf("put %s: %w", key, err)
 	}

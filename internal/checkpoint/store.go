@@ -194,17 +194,114 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}, nil
 }
 
-// RedactURL returns raw without user information (credentials), for logs and errors.
+// RedactURL returns raw fit for logs and errors. A checkpoint URL may
+// carry a secret anywhere a user can type one: in its user information, in
+// a query parameter (a mistyped `?aws_secret_access_key=…` is refused as
+// unknown, and the refusal must not repeat it) or in its fragment. So it
+// keeps the scheme, host and path, the values of the parameters the stores
+// take (harmlessParams; an endpoint loses its own user information) and
+// the names of the others, and replaces every other value, and a name
+// that does not look like one, with REDACTED. A URL that does not parse
+// keeps its scheme only.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
-	if err != nil || u.User == nil {
-		return raw
+	if err != nil {
+		scheme, _, ok := strings.Cut(raw, ":")
+		if !ok || !validScheme(scheme) {
+			return "(a URL that does not parse; not shown)"
+		}
+		return scheme + ":(a URL that does not parse; not shown)"
 	}
 	u.User = nil
+	if u.RawQuery != "" {
+		u.RawQuery = redactQuery(u.RawQuery)
+		u.ForceQuery = false
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = redacted, ""
+	}
 	return u.String()
 }
 
-// URL is the location the store was opened with (without credentials).
+const redacted = "REDACTED"
+
+// harmlessParams are the query parameters some store takes (parseLocation)
+// whose values are no secret.
+var harmlessParams = map[string]bool{"region": true, "endpoint": true}
+
+// redactQuery keeps the query's parameters in their order, with the values
+// of harmlessParams and the names of the others (see RedactURL).
+func redactQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, part := range parts {
+		name, value, hasValue := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(name)
+		if err != nil || !plainName(key) {
+			parts[i] = redacted
+			continue
+		}
+		switch {
+		case !hasValue || value == "":
+		case key == "endpoint":
+			parts[i] = name + "=" + redactEndpoint(value)
+		case harmlessParams[key]:
+		default:
+			parts[i] = name + "=" + redacted
+		}
+	}
+	return strings.Join(parts, "&")
+}
+
+// redactEndpoint drops the user information of an endpoint URL.
+func redactEndpoint(value string) string {
+	v, err := url.QueryUnescape(value)
+	if err != nil {
+		return redacted
+	}
+	eu, err := url.Parse(v)
+	if err != nil {
+		return redacted
+	}
+	if eu.User == nil && eu.RawQuery == "" && eu.Fragment == "" {
+		return value
+	}
+	eu.User = nil
+	if eu.RawQuery != "" {
+		eu.RawQuery = redactQuery(eu.RawQuery)
+	}
+	if eu.Fragment != "" {
+		eu.Fragment, eu.RawFragment = redacted, ""
+	}
+	return eu.String()
+}
+
+// plainName: letters, digits, '_', '-', '.' — a parameter name, not a
+// secret typed where a name goes.
+func plainName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func validScheme(s string) bool {
+	if s == "" || len(s) > 16 {
+		return false
+	}
+	for i, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && (r >= '0' && r <= '9' || r == '+' || r == '-' || r == '.')) {
+			return false
+		}
+	}
+	return true
+}
+
+// URL is the location the store was opened with, redacted (RedactURL).
 func (s *Store) URL() string { return s.url }
 
 // Close releases the store's connections. Partitions must not be used after.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -347,9 +348,15 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 // secretSettings are never logged.
 var secretSettings = map[string]bool{"sasl-password": true}
 
+// redactedSettings are logged through a function that removes what may be
+// secret in them.
+var redactedSettings = map[string]func(string) string{"checkpoint-url": checkpoint.RedactURL}
+
 // LogValue logs every setting under its flag name (the YAML key), in the
 // order of --help, with its value as a flag would take it (24h, 10M,
-// 1MiB); secrets show as [redacted] when set.
+// 1MiB); secrets show as [redacted] when set, and the checkpoint URL
+// without user information or query values other than region and endpoint
+// (checkpoint.RedactURL).
 func (c *Run) LogValue() slog.Value {
 	cp := *c // FlagSet binds the values it reads: bind a copy
 	fs := cp.FlagSet("log")
@@ -359,6 +366,8 @@ func (c *Run) LogValue() slog.Value {
 		switch {
 		case secretSettings[f.Name] && v != "":
 			attrs = append(attrs, slog.String(f.Name, "[redacted]"))
+		case redactedSettings[f.Name] != nil:
+			attrs = append(attrs, slog.String(f.Name, redactedSettings[f.Name](v)))
 		case isBoolValue(f.Value):
 			attrs = append(attrs, slog.Bool(f.Name, v == "true"))
 		default:

@@ -59,7 +59,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "PEM client certificate `file` for mutual TLS (with --tls-key-file)")
 	fs.StringVar(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "PEM client key `file` for mutual TLS (with --tls-cert-file)")
 	fs.BoolVar(&c.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", c.TLS.InsecureSkipVerify, "do not verify the broker certificate (testing only)")
-	fs.StringVar(&c.SASL.Mechanism, "sasl-mechanism", c.SASL.Mechanism, "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (empty: no SASL)")
+	fs.StringVar(&c.SASL.Mechanism, "sasl-mechanism", c.SASL.Mechanism, "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (empty: no SASL); a refused login stops the start, it is not retried")
 	fs.StringVar(&c.SASL.Username, "sasl-username", c.SASL.Username, "SASL user `name`")
 	fs.StringVar(&c.SASL.Password, "sasl-password", c.SASL.Password, "SASL `password` (prefer the environment variable; never logged)")
 
@@ -78,7 +78,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&c.Exact, "exact", c.Exact, "exact mode: confirm every positive of the filter in a local store of the keys' 128-bit hashes (16 B per key on disk, checkpointed with the filter); a refuted one (a false positive) is forwarded: no false positives")
 	fs.StringVar(&c.ExactDir, "exact-dir", c.ExactDir, "local `directory` of exact mode's stores, one subdirectory per group/topic/partition; a cache of the checkpoints (rebuilt from them when lost); one per worker process")
 
-	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir, mem://name")
+	fs.StringVar(&c.CheckpointURL, "checkpoint-url", c.CheckpointURL, "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir (files 0600), mem://name; logged with other query values REDACTED")
 	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
 	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
 	BoundVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")

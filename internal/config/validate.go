@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
+	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -349,12 +350,9 @@ func checkCheckpointURL(raw string) error {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		// url.Error repeats the URL, which may hold credentials: report only the cause.
-		var ue *url.Error
-		if errors.As(err, &ue) {
-			err = ue.Err
-		}
-		return fmt.Errorf("not a valid URL: %v", err)
+		// The parser's message repeats part of the URL (the whole of it,
+		// an invalid port or escape), which may be a secret.
+		return errors.New(checkpoint.UnparsableURL)
 	}
 	hasUser := u.User != nil
 	if ep := u.Query().Get("endpoint"); ep != "" {
@@ -367,18 +365,24 @@ func checkCheckpointURL(raw string) error {
 		return errors.New("credentials in the URL are not supported (and would end up in logs): " +
 			"give them through the AWS chain, e.g. AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a shared config profile or an IAM role")
 	}
+	shown := checkpoint.RedactURL(raw) // a query may hold a secret
 	switch u.Scheme {
 	case "file":
 		if u.Path == "" || u.Path == "/" {
-			return fmt.Errorf("%q: no directory; use file:///absolute/dir or file://./relative/dir", raw)
+			return fmt.Errorf("%s: no directory; use file:///absolute/dir or file://./relative/dir", shown)
 		}
 	case "s3":
 		if u.Host == "" {
-			return fmt.Errorf("%q: no bucket; use s3://bucket/prefix", raw)
+			return fmt.Errorf("%s: no bucket; use s3://bucket/prefix", shown)
 		}
 	case "mem":
 	default:
-		return fmt.Errorf("%q: scheme must be s3, file or mem", raw)
+		return fmt.Errorf("%s: scheme must be s3, file or mem", shown)
+	}
+	// What the store would refuse when opened (parameters, a file URL's
+	// host), now rather than after the start-up log line.
+	if err := checkpoint.CheckURL(AbsFileURL(raw)); err != nil {
+		return err
 	}
 	return nil
 }

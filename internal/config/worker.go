@@ -74,6 +74,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		JoinGroupBackoff:       c.JoinGroupBackoff,
 		Dialer:                 dialer,
 		Transport:              transport,
+		SASLUsername:           c.SASL.Username,
 	}, nil
 }
 

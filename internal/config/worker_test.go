@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -212,5 +213,14 @@ func TestStalenessNoBound(t *testing.T) {
 	}
 	if _, err := Load(append(append([]string{}, minimal...), "--max-checkpoint-staleness", "-1ns"), &bytes.Buffer{}); err == nil {
 		t.Error("a negative staleness was accepted")
+	}
+}
+
+// TestPasswordSourceNamed: the messages about refused logins name the
+// variable the password is read from.
+func TestPasswordSourceNamed(t *testing.T) {
+	want := LookupEnvName("sasl-password") + " (or --sasl-password)"
+	if brokercheck.PasswordSource != want {
+		t.Errorf("brokercheck.PasswordSource = %q, want %q", brokercheck.PasswordSource, want)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 )
 
 // Message key modes.
@@ -31,6 +33,9 @@ type Config struct {
 	BatchTimeout time.Duration
 	// Transport carries TLS/SASL settings; nil uses kafka-go's default.
 	Transport kafka.RoundTripper
+	// SASLUsername is the user the Transport's SASL mechanism logs in as,
+	// for messages about refused logins and missing ACLs.
+	SASLUsername string
 	// Progress, if set, is called about every ProgressInterval (default 1s)
 	// and once at the end, from the goroutine running Run.
 	Progress         func(Stats)
@@ -104,6 +109,9 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	}
 	gen, err := NewGenerator(cfg.GenConfig)
 	if err != nil {
+		return Stats{}, err
+	}
+	if err := checkAccess(ctx, cfg); err != nil {
 		return Stats{}, err
 	}
 	w := &kafka.Writer{
@@ -191,4 +199,29 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 	st.Elapsed = time.Since(start)
 	report(true)
 	return st, nil
+}
+
+// checkAccess asks the brokers about the topic once before writing: a
+// refused login, a missing WRITE ACL or a TLS mismatch ends the run at once
+// (brokercheck) instead of after the writer's retries, each of which would
+// log in again. Other failures are left to the writer, which reports them.
+func checkAccess(ctx context.Context, cfg Config) error {
+	c := &brokercheck.Client{Brokers: cfg.Brokers, Username: cfg.SASLUsername, Component: "loadgen",
+		Needs: []brokercheck.Need{{Resource: brokercheck.TopicResource, Name: cfg.Topic, Setting: "--topic", Op: brokercheck.Write}}}
+	if tr, ok := cfg.Transport.(*kafka.Transport); ok && tr != nil {
+		c.TLS, c.SASL = tr.TLS, tr.SASL
+	}
+	topics, err := c.Topics(ctx, []string{cfg.Topic})
+	if e := c.Diagnose(ctx, err); e != nil {
+		e.Attempts = 1
+		return e
+	}
+	if err != nil {
+		return nil
+	}
+	if e := c.CheckTopics(topics); e != nil {
+		e.Attempts = 1
+		return e
+	}
+	return nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/murmur3"
 
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
@@ -84,6 +85,9 @@ type Config struct {
 
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
+	// SASLUsername is the user the Transport's SASL mechanism logs in as,
+	// for messages about refused logins and missing ACLs.
+	SASLUsername string
 }
 
 // Validate reports missing settings.
@@ -144,6 +148,11 @@ type Repartitioner struct {
 	ex     Extractor
 	client *kafka.Client
 	w      *kafka.Writer
+	// check explains failures to reach the brokers; access applies the
+	// runtime rule to refused access, stopping Run through fail.
+	check  *brokercheck.Client
+	access *brokercheck.Watch
+	fail   context.CancelCauseFunc
 
 	records, badKeys *prometheus.CounterVec
 	written          prometheus.Counter
@@ -166,6 +175,7 @@ func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) 
 	}
 	r := &Repartitioner{
 		cfg: cfg, ex: ex, log: log.With("component", "repartition", "input", cfg.Input, "output", cfg.Output),
+		fail: func(error) {},
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_records_total",
 			Help: "Input records read and written to the repartition topic by the repartition hop (re-reads after a crash included)."}, []string{"topic", "partition"}),
 		badKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_bad_keys_total",
@@ -178,7 +188,31 @@ func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) 
 			return nil, fmt.Errorf("registering repartition metrics: %w", err)
 		}
 	}
+	r.check = &brokercheck.Client{
+		Brokers: cfg.Brokers, TLS: cfg.Transport.TLS, SASL: cfg.Transport.SASL, Username: cfg.SASLUsername,
+		Component: "the repartition hop", DialTimeout: cfg.Dialer.Timeout,
+		Needs: []brokercheck.Need{
+			{Resource: brokercheck.TopicResource, Name: cfg.Input, Setting: "--input", Op: brokercheck.Read},
+			{Resource: brokercheck.TopicResource, Name: cfg.Output, Setting: "--repartition", Op: brokercheck.Write},
+			{Resource: brokercheck.TopicResource, Name: cfg.Output, Setting: "--repartition", Op: brokercheck.Create, Unless: "the topic exists"},
+			{Resource: brokercheck.GroupResource, Name: cfg.Group, Setting: "--repartition", Op: brokercheck.Read},
+		},
+	}
+	if cfg.PartitionsLike != "" {
+		r.check.Needs = append(r.check.Needs, brokercheck.Need{Resource: brokercheck.TopicResource, Name: cfg.PartitionsLike, Setting: "--output", Op: brokercheck.Describe})
+	}
+	r.access = &brokercheck.Watch{Client: r.check, Log: r.log}
 	return r, nil
+}
+
+// refused reports whether err is refused access; if so it is logged, or it
+// stops Run once the runtime rule says so (brokercheck.Watch).
+func (r *Repartitioner) refused(err error) bool {
+	refused, stop := r.access.Failed(err)
+	if stop != nil {
+		r.fail(stop)
+	}
+	return refused
 }
 
 // Run creates the output topic if needed, joins the group and moves records
@@ -186,6 +220,18 @@ func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) 
 func (r *Repartitioner) Run(ctx context.Context) error {
 	if err := r.EnsureOutput(ctx); err != nil {
 		return err
+	}
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	r.fail = cancel
+	// stopped is Run's result once ctx ended: nil after a shutdown, the
+	// cause when refused access stopped the hop.
+	stopped := func() error {
+		if parent.Err() == nil {
+			return context.Cause(ctx)
+		}
+		return nil
 	}
 	r.w = &kafka.Writer{
 		Addr:         kafka.TCP(r.cfg.Brokers...),
@@ -218,20 +264,28 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 	}
 	defer cg.Close()
 	r.log.Info("repartition hop started")
+	joined := false
 	for {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				return nil
+				return stopped()
 			}
-			r.log.Warn("repartition group generation failed; rejoining", "err", err)
+			if e := r.check.Explain(err); e != nil && !joined {
+				e.Attempts = 1 // a refused login or group ACL at start
+				return e
+			}
+			if !r.refused(err) {
+				r.log.Warn("repartition group generation failed; rejoining", "err", err)
+			}
 			select {
 			case <-ctx.Done():
-				return nil
+				return stopped()
 			case <-time.After(200 * time.Millisecond):
 			}
 			continue
 		}
+		joined = true
 		r.runGeneration(gen)
 	}
 }
@@ -247,33 +301,31 @@ func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
 	if r.cfg.PartitionsLike != "" {
 		topics = append(topics, r.cfg.PartitionsLike)
 	}
-	var md *kafka.MetadataResponse
-	deadline := time.Now().Add(time.Minute)
-	for backoff := 200 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	var md []brokercheck.Topic
+	err := r.check.Retry(ctx, r.log, func(ctx context.Context) error {
 		var err error
-		if md, err = r.client.Metadata(ctx, &kafka.MetadataRequest{Topics: topics}); err == nil {
-			break
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("reading metadata of %v from %v: %w", topics, r.cfg.Brokers, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
+		md, err = r.check.Topics(ctx, topics)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if e := r.check.CheckTopics(md); e != nil {
+		e.Attempts = 1
+		return e
 	}
 	in, out, like := 0, 0, 0
-	for _, t := range md.Topics {
-		if t.Error != nil {
+	for _, t := range md {
+		if t.Err != nil {
 			continue
 		}
 		switch t.Name {
 		case r.cfg.Input:
-			in = len(t.Partitions)
+			in = t.Partitions
 		case r.cfg.Output:
-			out = len(t.Partitions)
+			out = t.Partitions
 		case r.cfg.PartitionsLike:
-			like = len(t.Partitions)
+			like = t.Partitions
 		}
 	}
 	if in == 0 {
@@ -294,6 +346,10 @@ func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
 	}}})
 	if err == nil {
 		err = res.Errors[r.cfg.Output]
+	}
+	if e := r.check.Explain(err); e != nil {
+		e.Attempts = 1
+		err = e
 	}
 	if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
 		return fmt.Errorf("creating the repartition topic %q with %d partitions: %w; create it yourself "+
@@ -353,7 +409,7 @@ func (r *Repartitioner) runGeneration(gen *kafka.Generation) {
 		for {
 			select {
 			case <-t.C:
-				if err := commit(); err != nil {
+				if err := commit(); err != nil && !r.refused(err) {
 					r.log.Warn("repartition offset commit failed", "err", err)
 				}
 				continue
@@ -380,7 +436,9 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 			start = b
 			break
 		}
-		log.Warn("listing offsets failed; retrying", "err", err)
+		if !r.refused(err) {
+			log.Warn("listing offsets failed; retrying", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -413,7 +471,9 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 					continue
 				}
 			}
-			log.Debug("fetch failed; retrying", "err", err)
+			if !r.refused(err) {
+				log.Debug("fetch failed; retrying", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -459,7 +519,9 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 		err = r.w.WriteMessages(wctx, out...)
 		cancel()
 		if err != nil {
-			log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", err, "offset", from)
+			if !r.refused(err) {
+				log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", err, "offset", from)
+			}
 			f.SetOffset(from)
 			select {
 			case <-ctx.Done():

@@ -41,11 +41,7 @@ func (t *tally) drop(reason string) {
 // one acknowledged write, then the offset goes to the committer.
 func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
 	w := pp.w
-	pp.rb.reset(pp.p)
-	pp.rb.prov = pp.prov
-	if w.hooks.LegacyHeaders.Load() {
-		pp.rb.prov = nil
-	}
+	pp.rb.reset(pp.p, pp.writtenProvenance())
 	clear(pp.plan)
 	pp.plan = pp.plan[:0]
 	var t tally
@@ -285,6 +281,15 @@ func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Messag
 		return err
 	}
 	return nil
+}
+
+// writtenProvenance is the provenance the partition's written records
+// carry (nil: none, only when a test stages an older build).
+func (pp *partitionProc) writtenProvenance() *provenance {
+	if pp.w.hooks.LegacyHeaders.Load() {
+		return nil
+	}
+	return pp.prov
 }
 
 // filterErr reports a failure of the filter (FallibleFilter): its answers

@@ -33,6 +33,9 @@ type committer struct {
 	fence func(error)
 	// halted, when true, suppresses commits (tests simulate kill -9).
 	halted func() bool
+	// denied, if set, takes a failed commit and reports whether it was
+	// refused access, which it then reports itself (access.go).
+	denied func(error) bool
 	// maxGap, if set, is the session timeout: a process that did not run
 	// for longer (SIGSTOP, a long pause) has lost its membership, and its
 	// partitions must not write what they fetched before (a zombie). The
@@ -146,7 +149,7 @@ func (c *committer) run() {
 					err = errors.Join(errStaleGeneration, err)
 				} else if lostContact(err) {
 					err = errors.Join(errNoContact, err)
-				} else {
+				} else if c.denied == nil || !c.denied(err) {
 					c.log.Warn("offset commit failed; retrying", "err", err)
 				}
 			}
@@ -205,7 +208,7 @@ func (c *committer) run() {
 							stale = true
 							c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
 							c.fence(errors.Join(errStaleGeneration, err))
-						} else if !lostContact(err) {
+						} else if !lostContact(err) && (c.denied == nil || !c.denied(err)) {
 							c.log.Warn("offset commit failed; retrying", "err", err)
 						}
 					}

@@ -180,6 +180,9 @@ type Config struct {
 	// Dialer with DefaultDialTimeout, a Transport with kafka-go's defaults.
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
+	// SASLUsername is the user the Transport's SASL mechanism logs in as;
+	// messages about refused logins and missing ACLs name it.
+	SASLUsername string
 
 	// Owner names this worker in checkpoints (default host/pid).
 	Owner string

@@ -143,7 +143,7 @@ func TestBalancerSame(t *testing.T) {
 
 func TestRecordBuilderHeaders(t *testing.T) {
 	var b recordBuilder
-	b.reset(7)
+	b.reset(7, nil)
 	in := kafka.Message{Offset: 12345, Key: []byte("k"), Value: []byte("v"), Time: time.Unix(100, 0),
 		Headers: []kafka.Header{{Key: "trace", Value: []byte("abc")}}}
 	for i := 0; i < 100; i++ { // grow the arena across reallocations

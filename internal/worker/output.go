@@ -200,7 +200,8 @@ type recordBuilder struct {
 	msgs           []kafka.Message
 }
 
-func (b *recordBuilder) reset(partition int) {
+func (b *recordBuilder) reset(partition int, prov *provenance) {
+	b.prov = prov
 	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
 	b.arena = b.arena[:0]
 	// Earlier batches' records are done with their headers (a failed write

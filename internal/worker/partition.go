@@ -142,7 +142,12 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a
 		if time.Since(began) > time.Minute {
 			b.reset() // a session that ran a while is a new failure
 		}
-		pp.failed(err, &failing, b.delay())
+		if w.accessFailed(err) {
+			// Logged at ERROR by the access rule; the status shows it.
+			pp.failed(err, &failureLog{last: err.Error(), at: w.deps.Now()}, b.delay())
+		} else {
+			pp.failed(err, &failing, b.delay())
+		}
 		if !b.wait(ctx, 0) {
 			return
 		}

@@ -103,8 +103,7 @@ func TestSrcOfTakesTheWorkersHeaders(t *testing.T) {
 func TestRecordBuilderWritesProvenance(t *testing.T) {
 	pv := newProvenance([]byte("k"), "g", "in", 1)
 	var b recordBuilder
-	b.reset(1)
-	b.prov = pv
+	b.reset(1, pv)
 	for i := range 50 {
 		in := kafka.Message{Offset: int64(100 + i), Key: []byte(fmt.Sprint(i)),
 			Headers: []kafka.Header{{Key: HeaderProvenance, Value: []byte("1 upstream stage's")}}}

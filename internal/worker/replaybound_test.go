@@ -36,9 +36,10 @@ func TestMaxReplayBoundsCommits(t *testing.T) {
 	if c := fidGroupOffsets(t, brokers, tIn)[0]; c > 1500 {
 		t.Errorf("committed offset %d with the last checkpoint at 1000 and max-replay 500", c)
 	}
-	if ps := first.w.Status().Partitions; len(ps) != 1 || !ps[0].CommitsPaused {
-		t.Errorf("status does not show commits held: %+v", ps)
-	}
+	waitFor(t, 10*time.Second, "the status showing commits held", func() bool {
+		ps := first.w.Status().Partitions
+		return len(ps) == 1 && ps[0].CommitsPaused
+	})
 	wk.hooks.Halted.Store(true) // kill -9
 	first.cancel()
 	first.done <- <-first.done // for the cleanup's stop

@@ -23,25 +23,17 @@ func (w *Worker) checkSeedTopic(ctx context.Context) error {
 	if w.cfg.SeedTopic == "" {
 		return nil
 	}
-	md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{w.cfg.SeedTopic}})
-	if err != nil {
-		return fmt.Errorf("reading the metadata of the seed topic %q: %w", w.cfg.SeedTopic, err)
+	// checkTopics read it with the other topics (and refused it if not
+	// readable).
+	if w.seedErr != nil {
+		return fmt.Errorf("%w: --seed-topic %q: %w (name an existing topic, or drop --seed-topic)", ErrTopicConfig, w.cfg.SeedTopic, w.seedErr)
 	}
-	for _, t := range md.Topics {
-		if t.Name != w.cfg.SeedTopic {
-			continue
-		}
-		if t.Error != nil {
-			return fmt.Errorf("%w: --seed-topic %q: %w (name an existing topic, or drop --seed-topic)", ErrTopicConfig, w.cfg.SeedTopic, t.Error)
-		}
-		if n, want := len(t.Partitions), w.partitions[w.cfg.Input]; n != want {
-			return fmt.Errorf("%w: --seed-topic %q has %d partitions, the input %q has %d: partition p of the seed topic seeds the memory of "+
-				"input partition p, so it must be partitioned like the input (the output of a dedup stage with the same partitioning, "+
-				"or a topic keyed by the dedup key with the same partitioner)", ErrTopicConfig, w.cfg.SeedTopic, n, w.cfg.Input, want)
-		}
-		return nil
+	if n, want := w.seedPartitions, w.partitions[w.cfg.Input]; n != want {
+		return fmt.Errorf("%w: --seed-topic %q has %d partitions, the input %q has %d: partition p of the seed topic seeds the memory of "+
+			"input partition p, so it must be partitioned like the input (the output of a dedup stage with the same partitioning, "+
+			"or a topic keyed by the dedup key with the same partitioner)", ErrTopicConfig, w.cfg.SeedTopic, n, w.cfg.Input, want)
 	}
-	return fmt.Errorf("%w: --seed-topic %q: not in the cluster's metadata (name an existing topic)", ErrTopicConfig, w.cfg.SeedTopic)
+	return nil
 }
 
 // seedRange resolves the seeding read of a memory that has no checkpoint:

@@ -89,7 +89,9 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 			if failingSince.IsZero() {
 				failingSince = time.Now()
 			}
-			if errors.As(err, &oe) || time.Since(failingSince) > fetchGiveUp {
+			// Refused access is not waited out here: the partition's
+			// failure path logs it and applies the runtime rule (access.go).
+			if errors.As(err, &oe) || time.Since(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
 				select {
 				case out <- piece{err: err}:
 				case <-ctx.Done():

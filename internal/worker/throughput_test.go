@@ -46,8 +46,9 @@ func TestThroughput(t *testing.T) {
 			defer r.Close()
 			ctx := context.Background()
 			var rb recordBuilder
+			prov := newProvenance(nil, "g", tIn, p)
 			for got := 0; got < per[p]; {
-				rb.reset(p)
+				rb.reset(p, prov)
 				m, err := r.FetchMessage(ctx)
 				if err != nil {
 					t.Error(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -189,27 +188,5 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	if _, body := get("/status.json"); !strings.Contains(body, `"ready": true`) || !strings.Contains(body, `"state": "running"`) {
 		t.Errorf("/status.json = %s", body)
-	}
-}
-
-// TestBrokersUnreachableError: the error after the start-up retries names
-// --brokers, what was tried and what to check.
-func TestBrokersUnreachableError(t *testing.T) {
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connect: connection refused")}
-	dns := &net.DNSError{Err: "no such host", Name: "kafka.invalid", IsNotFound: true}
-	for _, tc := range []struct {
-		last error
-		want string
-	}{
-		{refused, "--brokers a:1,b:2: no broker answered in 14 attempts over 1m0s (the start-up bound is 1m0s); last error: dial tcp: connect: connection refused; check the addresses and that this host can reach the brokers"},
-		{dns, `--brokers a:1,b:2: no broker answered in 14 attempts over 1m0s (the start-up bound is 1m0s); last error: lookup kafka.invalid: no such host; check the host name "kafka.invalid", which does not resolve`},
-	} {
-		err := brokersUnreachable([]string{"a:1", "b:2"}, 14, time.Minute+300*time.Millisecond, tc.last)
-		if err.Error() != tc.want || !errors.Is(err, tc.last) {
-			t.Errorf("got  %v\nwant %s", err, tc.want)
-		}
-		if errors.Is(err, ErrTopicConfig) {
-			t.Errorf("unreachable brokers marked as a topic configuration error (exit code 2): %v", err)
-		}
 	}
 }

@@ -244,7 +244,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 	rb := &pp.rb
 	if write {
 		rb = &pp.rbAlone
-		rb.reset(pp.p)
+		rb.reset(pp.p, pp.writtenProvenance())
 	}
 	rb.add(topic, src, header)
 	rec := &rb.msgs[len(rb.msgs)-1]

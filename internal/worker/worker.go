@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 )
 
 // Deps are the collaborators of a Worker.
@@ -55,6 +56,17 @@ type Worker struct {
 	// stallWatchEvery), and the retry of a record a partition stalls
 	// before (UnwritableRetry); tests shorten them.
 	stallAfter, stallWatchEvery, unwritableRetry time.Duration
+	// check explains failures to reach the brokers (brokercheck), and
+	// access applies the runtime rule for refused access (access.go).
+	check  *brokercheck.Client
+	access *brokercheck.Watch
+	// accessGiveUp is the runtime rule's bound (0: its default); tests
+	// shorten it.
+	accessGiveUp time.Duration
+	// seedPartitions is the partition count of Config.SeedTopic, read
+	// with the other topics at start.
+	seedPartitions int
+	seedErr        error
 
 	// count totals the records of every partition since start (the
 	// periodic progress line).
@@ -155,6 +167,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.fail = cancel
 
 	w.client = &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: w.cfg.Transport, Timeout: 30 * time.Second}
+	w.check = w.brokerCheck()
+	w.access = &brokercheck.Watch{Client: w.check, Log: w.log, Now: w.deps.Now, GiveUp: w.accessGiveUp}
 	if err := w.checkTopics(ctx); err != nil {
 		return err
 	}
@@ -226,6 +240,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgressInterval) }()
 	stallsDone := make(chan struct{})
 	go func() { defer close(stallsDone); w.watchPartitions(watchCtx) }()
+	joined := false
 	for {
 		nctx, ncancel := context.WithCancel(ctx)
 		rebuild.Store(&ncancel)
@@ -235,6 +250,13 @@ func (w *Worker) Run(ctx context.Context) error {
 		ncancel()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
+				break
+			}
+			if e := w.check.Explain(err); e != nil && !joined {
+				// A refused login or group ACL before the first
+				// generation: the start-up rule, no retry.
+				e.Attempts = 1
+				w.stop(e)
 				break
 			}
 			if asked {
@@ -250,13 +272,16 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			// Rebalance in progress, coordinator moved, broker restarting:
 			// kafka-go rejoins by itself.
-			w.log.Warn("consumer group generation failed; rejoining", "err", err)
+			if !w.accessFailed(err) {
+				w.log.Warn("consumer group generation failed; rejoining", "err", err)
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(200 * time.Millisecond):
 			}
 			continue
 		}
+		joined = true
 		w.startGeneration(gen)
 	}
 	stopWatch()
@@ -290,9 +315,6 @@ func (w *Worker) stop(err error) {
 	w.fail(err)
 }
 
-// startupRetry bounds how long Run waits for unreachable brokers at start.
-const startupRetry = time.Minute
-
 // checkTopics reads the partition counts and refuses what cannot work.
 // ErrTopicConfig marks start-up errors caused by the topics themselves
 // (missing, or partition counts that do not fit the partitioning or the
@@ -311,18 +333,28 @@ func (w *Worker) checkTopics(ctx context.Context) error {
 	for i, t := range topics {
 		names[i] = t.name
 	}
+	if w.cfg.SeedTopic != "" {
+		names = append(names, w.cfg.SeedTopic)
+	}
 	md, err := w.readMetadata(ctx, names)
 	if err != nil {
 		return err
 	}
+	if e := w.check.CheckTopics(md); e != nil {
+		e.Attempts = 1
+		return e
+	}
 	w.partitions = map[string]int{}
 	topicErr := map[string]error{}
-	for _, t := range md.Topics {
-		if t.Error != nil {
-			topicErr[t.Name] = t.Error
+	for _, t := range md {
+		if t.Name == w.cfg.SeedTopic {
+			w.seedPartitions, w.seedErr = t.Partitions, t.Err
+		}
+		if t.Err != nil {
+			topicErr[t.Name] = t.Err
 			continue
 		}
-		w.partitions[t.Name] = len(t.Partitions)
+		w.partitions[t.Name] = t.Partitions
 	}
 	in := w.partitions[w.cfg.Input]
 	var problems []string // one log line: joined with "; "
@@ -379,47 +411,27 @@ func (w *Worker) missingTopic(flag, name string, inputPartitions int) string {
 	return fmt.Sprintf("--%s topic %q does not exist: create it with %s%s%s, or fix --%s", flag, name, count, why, hint, flag)
 }
 
-// readMetadata asks the brokers about the topics. A broker that is
-// restarting is not a configuration error: connection failures are
-// retried for startupRetry before giving up with an error that names
-// --brokers and what was tried.
-func (w *Worker) readMetadata(ctx context.Context, names []string) (*kafka.MetadataResponse, error) {
-	start := time.Now()
-	deadline := start.Add(startupRetry)
-	attempts := 0
-	b := newBackoff(200*time.Millisecond, 5*time.Second)
-	for {
-		attempts++
-		md, err := w.client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
-		if err == nil {
-			return md, nil
+// readMetadata asks the brokers about the topics, with their ACLs. A
+// broker that is restarting is not a configuration error: connection
+// failures are retried for brokercheck.StartupBound before giving up with
+// an error that names --brokers and what was tried; refused logins, ACLs
+// and TLS mismatches end it at once (brokercheck.Client.Retry). A topic
+// whose leader is not yet elected (just created) is retried too.
+func (w *Worker) readMetadata(ctx context.Context, names []string) ([]brokercheck.Topic, error) {
+	var topics []brokercheck.Topic
+	err := w.check.Retry(ctx, w.log, func(ctx context.Context) error {
+		var err error
+		if topics, err = w.check.Topics(ctx, names); err != nil {
+			return err
 		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("reading topic metadata from %v: %w", w.cfg.Brokers, err)
+		for _, t := range topics {
+			if errors.Is(t.Err, kafka.LeaderNotAvailable) {
+				return fmt.Errorf("topic %q: %w", t.Name, t.Err)
+			}
 		}
-		if cause := errors.Unwrap(err); cause != nil && strings.HasPrefix(err.Error(), "kafka.(*Client).Metadata: ") {
-			err = cause // kafka-go's prefix says nothing to a user
-		}
-		if now := time.Now(); now.After(deadline) {
-			return nil, brokersUnreachable(w.cfg.Brokers, attempts, now.Sub(start), err)
-		}
-		w.log.Warn("brokers unreachable; retrying until the start-up bound, then stopping",
-			"brokers", w.cfg.Brokers, "err", err, "retry_in", min(b.delay(), time.Until(deadline)).Round(time.Millisecond),
-			"start_up_bound", startupRetry, "gives_up_in", time.Until(deadline).Round(time.Second))
-		b.wait(ctx, max(time.Until(deadline), 0)+time.Millisecond)
-	}
-}
-
-// brokersUnreachable is the error after the start-up retries: what was
-// tried, for how long, the last failure, and what to check.
-func brokersUnreachable(brokers []string, attempts int, tried time.Duration, last error) error {
-	check := "check the addresses and that this host can reach the brokers"
-	var dnsErr *net.DNSError
-	if errors.As(last, &dnsErr) && dnsErr.IsNotFound {
-		check = fmt.Sprintf("check the host name %q, which does not resolve", dnsErr.Name)
-	}
-	return fmt.Errorf("--brokers %s: no broker answered in %d attempts over %s (the start-up bound is %s); last error: %w; %s",
-		strings.Join(brokers, ","), attempts, tried.Round(time.Second), startupRetry, last, check)
+		return nil
+	})
+	return topics, err
 }
 
 // startGeneration runs one generation: a supervisor that owns the committer
@@ -450,6 +462,7 @@ func (w *Worker) startGeneration(gen *kafka.Generation) {
 		defer gcancel(nil)
 		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
 		com.halted = w.hooks.Halted.Load
+		com.denied = w.accessFailed
 		com.maxGap = w.cfg.sessionTimeout()
 		go com.run()
 		var wg sync.WaitGroup
