@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -190,24 +191,37 @@ func (p *Partition) restorePartial(ctx context.Context, whole *Manifest, load fu
 
 // partialPays reports whether a partial restore of a manifest that lost
 // the generations lost (and the exact store if exactLost) is to be
-// preferred to whole, an older manifest that loaded whole: only if every
-// loss is a generation whose keys begin after whole's input offset. Then
-// rebuilding them reads the input from later than replaying from whole
-// would, and both are exact where the input holds what they read. A lost
-// exact store cannot be rebuilt (its generations' positives would stay
-// unverified until they leave the window), and a generation without a
-// recorded start could not be rebuilt at all: the older whole state loses
-// neither.
+// preferred to whole, an older manifest that loaded whole. Each is exact
+// where the input still holds what it must read: whole from its input
+// offset, or from the start of a generation it names lost itself (a claim
+// of an earlier partial restore), the partial one from the start of every
+// generation it lost (KeysFrom). The partial one is preferred only if it
+// needs strictly less of the input. A lost exact store cannot be rebuilt
+// (its generations' positives stay unverified until they leave the
+// window), and a generation without a recorded start cannot be rebuilt at
+// all: such a loss counts as needing everything.
 func partialPays(lost []GenerationRef, exactLost bool, whole *Manifest) bool {
 	if exactLost || len(lost) == 0 {
 		return false
 	}
-	for _, g := range lost {
-		if g.KeysFrom == nil || g.KeysFrom.Offset <= whole.InputOffset {
-			return false
-		}
+	need, ok := earliestStart(lost, math.MaxInt64)
+	if !ok {
+		return false
 	}
-	return true
+	wholeNeed, ok := earliestStart(slices.DeleteFunc(slices.Clone(whole.Generations), func(g GenerationRef) bool { return !g.IsLost() }), whole.InputOffset)
+	return !ok || need > wholeNeed
+}
+
+// earliestStart is the smallest KeysFrom offset of gens, at most upTo; ok
+// is false if one of them has none.
+func earliestStart(gens []GenerationRef, upTo int64) (int64, bool) {
+	for _, g := range gens {
+		if g.KeysFrom == nil {
+			return 0, false
+		}
+		upTo = min(upTo, g.KeysFrom.Offset)
+	}
+	return upTo, true
 }
 
 // probe verifies the objects of m that whole, which loaded whole, does not

@@ -59,9 +59,10 @@ func (p *Partition) Restore(ctx context.Context,
 //
 // An older manifest that loads whole is preferred to a newer one loaded in
 // part unless everything the newer one lost is a generation whose keys
-// begin (GenerationRef.KeysFrom) after the older one's input offset: then
-// rebuilding those generations needs less of the input than replaying
-// from the older state, and is as exact. Every object that fails is logged
+// begin (GenerationRef.KeysFrom) after the older one's input offset (and
+// after the start of any generation the older one names lost): then
+// rebuilding them needs less of the input than replaying from the older
+// state, and is as exact (see partialPays). Every object that fails is logged
 // once per Store, with the manifests that reference it.
 //
 // Errors are Restore's; ErrNoUsableCheckpoint only when no manifest loads

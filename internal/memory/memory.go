@@ -233,6 +233,14 @@ type filter struct {
 	ts []time.Time
 
 	x *exactState // exact mode; nil: filter only
+
+	// from is where the keys of generations opened since the last
+	// committed state begin (lost.go); nil: not known. committed is the
+	// point of the state a commit just stored, taken over by the next
+	// Snapshot (commits run on another goroutine).
+	from      *checkpoint.KeysFrom
+	committed atomic.Pointer[checkpoint.KeysFrom]
+	lost      []*lostGen // generations restored empty, until the rebuild ends
 }
 
 func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
@@ -260,16 +268,12 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 // file returns the event time a record with timestamp ts is filed under:
 // ts, or at most maxJump past the newest time filed so far.
 func (f *filter) file(ts time.Time) time.Time {
-	ns := ts.UnixNano()
-	if f.maxJump > 0 && f.frontier != 0 && ns-f.frontier > int64(f.maxJump) {
-		ns = f.frontier + int64(f.maxJump)
-		ts = time.Unix(0, ns)
-		f.clamped++
+	ns, clamped := fileAt(&f.frontier, f.maxJump, ts.UnixNano())
+	if !clamped {
+		return ts
 	}
-	if ns > f.frontier {
-		f.frontier = ns
-	}
-	return ts
+	f.clamped++
+	return time.Unix(0, ns)
 }
 
 func (f *filter) Stats() worker.FilterStats {
@@ -288,7 +292,10 @@ func (f *filter) Stats() worker.FilterStats {
 // Snapshot freezes the filter (copy-on-write) and, in exact mode, cuts the
 // exact store at the same record: both describe the same input offset.
 func (f *filter) Snapshot() worker.Snapshot {
-	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
+	if kf := f.committed.Swap(nil); kf != nil {
+		f.from = kf
+	}
+	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
 	if f.x != nil {
 		sn.exact = f.x.snapshot()
 	}
@@ -303,7 +310,8 @@ type snapshot struct {
 	from     *filter
 	inserts  uint64
 	frontier int64
-	exact    *exactSnapshot // exact mode
+	keysFrom *checkpoint.KeysFrom // where generations new since the last commit got their keys
+	exact    *exactSnapshot       // exact mode
 }
 
 func (b *snapshot) Release() {
@@ -337,6 +345,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	var seed bloom.Seed
 	var reused *filter
 	var x *exactState // the exact store of the manifest being loaded
+	var loss restoredLoss
 	dropX := func() {
 		if x != nil {
 			x.st.Close()
@@ -344,8 +353,10 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		}
 	}
 	kept, haveKept := b.s.take(b.tp)
-	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error {
+		m := l.Manifest
 		dropX() // an earlier manifest's, that failed verification after loading
+		shard, reused, loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
 		if err := b.s.compatible(m); err != nil {
 			return err
 		}
@@ -355,17 +366,26 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		}
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
-		if haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
+		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
 			kept.filter.s.Config() == bloomConfig(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
 		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
-		for _, ref := range m.Generations {
-			g, err := b.loadGeneration(ctx, ref, open)
-			if err != nil {
-				return err
+		for i, ref := range m.Generations {
+			var g *bloom.Generation
+			if !ref.IsLost() {
+				if g, err = b.loadGeneration(ctx, ref, l.Open); err != nil && (!corrupt(err) || l.Lose(i, err) != nil) {
+					return err
+				}
 			}
+			if g == nil { // lost now, or at an earlier restore
+				if g, err = emptyGeneration(ref, m, params); err != nil {
+					return fmt.Errorf("%w: %s: %w", checkpoint.ErrCorrupt, describe(ref), err)
+				}
+				loss.gens[i] = g
+			}
+			loss.exactGens[i] = ref.ExactGen
 			gens = append(gens, g)
 		}
 		sh, err := bloom.RestoreShard(bloomConfig(params), gens)
@@ -373,17 +393,19 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			return err
 		}
 		// The newest generation's next log continues the chain it was
-		// read from.
+		// read from; an empty one has no chain, and is stored whole.
 		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
 		for i, g := range gens {
-			g.SetJournalMark(m.Generations[i].Tail())
+			if loss.gens[i] == nil {
+				g.SetJournalMark(m.Generations[i].Tail())
+			}
 		}
 		shard = sh
 		if b.s.exactOn() {
 			// The directory is this partition's: close whatever store of
 			// an earlier session still has it open.
 			b.s.closeOpen(b.tp, nil)
-			if x, err = b.restoreExact(ctx, m, sh, open); err != nil {
+			if x, err = b.restoreExact(ctx, l, sh, &loss); err != nil {
 				return err
 			}
 		}
@@ -406,7 +428,21 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		b.p.Logger().Info(fmt.Sprintf("checkpoint %d of %s/%d holds an exact store, and exact mode is off: it is not restored, and the next checkpoint does not carry it "+
 			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
 	}
-	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}, nil
+	r := &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}
+	if !b.s.exactOn() {
+		loss.exactLost = ""
+	}
+	r.Lost = f.lostFrom(m, loss)
+	return r, nil
+}
+
+// corrupt reports whether err is a fault of a generation's stored data: a
+// missing or corrupt object or log segment, or a generation or segment
+// that does not decode or fit. A generation written by a newer build
+// (bloom.ErrUnsupportedVersion) or larger than allowed (bloom.ErrTooLarge)
+// is not: losing it would throw away a sound memory.
+func corrupt(err error) bool {
+	return errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, bloom.ErrCorrupt) && !errors.Is(err, bloom.ErrUnsupportedVersion)
 }
 
 // loadGeneration decodes the generation object of ref and replays its log
@@ -526,7 +562,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		cg := checkpoint.Generation{
 			ID: g.ID, Sealed: g.Sealed, Start: g.Stats.Start, End: g.Stats.End,
 			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
-			Stacks: g.Stats.Stacks, Source: g,
+			Stacks: g.Stats.Stacks, Capacity: g.Stats.Capacity, FPR: g.Stats.FPR, Source: g,
 		}
 		// What the generation added since the state its journal was
 		// marked with (the last commit, or the restored chain).
@@ -552,9 +588,15 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		EventTime:     sn.frontier,
 		Seed:          seedTo(cp.Seed),
 		Exact:         ex,
+		KeysFrom:      sn.keysFrom,
 	})
 	if err != nil {
 		return storeErr(err)
+	}
+	if cp.Seed == nil {
+		// Generations opened from here on get this point; while a seed
+		// topic is read, keys of another topic keep coming.
+		sn.from.committed.Store(position(cp.InputOffset, sn.frontier, snapshotNewest{sn.sn}))
 	}
 	// The journals may drop what this manifest stores; the next log of
 	// each generation continues its chain here.
