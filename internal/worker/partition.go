@@ -131,6 +131,9 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
+	if err := pp.beforeReading(ctx, pl); err != nil {
+		return err
+	}
 
 	src, err := w.newFetcher(w.cfg.Input, pp.p, c)
 	if err != nil {
