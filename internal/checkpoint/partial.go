@@ -176,7 +176,7 @@ func (p *Partition) restorePartial(ctx context.Context, whole *Manifest, load fu
 		p.log.Warn("checkpoint does not load even in part", "seq", m.Seq, "err", err)
 	}
 	if whole == nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoUsableCheckpoint, lastErr)
+		return nil, fmt.Errorf("%w: %w", errNoPartial, lastErr)
 	}
 	// The older whole state, loaded again: the loader last held another.
 	got, err := p.load(ctx, whole, false, load, r)
@@ -184,10 +184,13 @@ func (p *Partition) restorePartial(ctx context.Context, whole *Manifest, load fu
 		if aerr := abortRestore(ctx, whole.Seq, err); aerr != nil {
 			return nil, aerr
 		}
-		return nil, fmt.Errorf("%w: %w", ErrNoUsableCheckpoint, err)
+		return nil, fmt.Errorf("%w: %w", errNoPartial, err)
 	}
 	return got, nil
 }
+
+// errNoPartial: no sound manifest loads even in part.
+var errNoPartial = errors.New("none loads even in part")
 
 // partialPays reports whether a partial restore of a manifest that lost
 // the generations lost (and the exact store if exactLost) is to be

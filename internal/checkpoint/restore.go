@@ -136,10 +136,10 @@ func (p *Partition) restore(ctx context.Context, partial bool, load func(l *Load
 		return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, lastErr)
 	}
 	m, err := p.restorePartial(ctx, whole, load, r)
+	if errors.Is(err, errNoPartial) {
+		return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, %w", ErrNoUsableCheckpoint, tried, p.headSeq, err)
+	}
 	if err != nil {
-		if errors.Is(err, ErrNoUsableCheckpoint) {
-			err = fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, none loads even in part; last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, err)
-		}
 		return nil, err
 	}
 	p.reportCorrupt(ctx, r)

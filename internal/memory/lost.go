@@ -150,19 +150,24 @@ func (f *filter) StartRebuild(from int64) {
 }
 
 // RebuildKey adds key to the lost generations that held it
-// (worker.Rebuilder; see the top of this file).
-func (f *filter) RebuildKey(offset int64, key []byte, ts time.Time) {
+// (worker.Rebuilder; see the top of this file). It returns false once the
+// newest generation is past every lost one: the newest only moves forward.
+func (f *filter) RebuildKey(offset int64, key []byte, ts time.Time) (more bool) {
 	var h bloom.Hash
 	hashed := false
 	for _, lg := range f.lost {
-		if !lg.active || offset < lg.start {
+		if !lg.active {
+			continue
+		}
+		id := int64(lg.ref.ID)
+		if offset < lg.start {
+			more = true
 			continue
 		}
 		ns, _ := fileAt(&lg.frontier, f.maxJump, ts.UnixNano())
 		if idx := int64(bloom.SpanIndex(ns, lg.span)); idx > lg.newest {
 			lg.newest = idx
 		}
-		id := int64(lg.ref.ID)
 		if lg.newest == id || !lg.exact && lg.newest < id {
 			if !hashed {
 				h, hashed = f.seed.Hash(key), true
@@ -170,7 +175,9 @@ func (f *filter) RebuildKey(offset int64, key []byte, ts time.Time) {
 			lg.g.TestAndAdd(h)
 			lg.added++
 		}
+		more = more || lg.newest <= id
 	}
+	return more
 }
 
 // FinishRebuild ends the rebuild and returns the keys added back

@@ -456,12 +456,8 @@ func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRe
 		return nil, fmt.Errorf("opening generation %d: %w", ref.ID, err)
 	}
 	g, err := bloom.DecodeGeneration(rc, b.s.MaxGenerationBytes)
-	cerr := rc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("decoding generation %d: %w", ref.ID, err)
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("verifying generation %d: %w", ref.ID, cerr)
+	if err := verified(rc.Close(), err); err != nil {
+		return nil, fmt.Errorf("generation %d: %w", ref.ID, err)
 	}
 	for i, l := range ref.Log {
 		rc, err := open(ctx, l.Ref())
@@ -469,18 +465,29 @@ func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRe
 			return nil, fmt.Errorf("opening log segment %d of generation %d: %w", i+1, ref.ID, err)
 		}
 		seg, err := bloom.DecodeLog(rc, checkpoint.MaxLogEntries)
-		cerr := rc.Close()
-		if err != nil {
-			return nil, fmt.Errorf("decoding log segment %d of generation %d: %w", i+1, ref.ID, err)
-		}
-		if cerr != nil {
-			return nil, fmt.Errorf("verifying log segment %d of generation %d: %w", i+1, ref.ID, cerr)
+		if err := verified(rc.Close(), err); err != nil {
+			return nil, fmt.Errorf("log segment %d of generation %d: %w", i+1, ref.ID, err)
 		}
 		if err := g.ApplyLog(seg); err != nil {
 			return nil, fmt.Errorf("log segment %d (%s): %w", i+1, l.Key, err)
 		}
 	}
 	return g, nil
+}
+
+// verified combines the error of closing (verifying) a stored object,
+// cerr, with the error of decoding it, err. A stored object that fails its
+// checksum explains any decoding error (flipped bytes can read as any
+// header, an entry count over the limit included), so that failure is
+// returned; a decoding error of an object that verified is the decoder's.
+func verified(cerr, err error) error {
+	switch {
+	case cerr != nil && (err == nil || errors.Is(cerr, checkpoint.ErrCorrupt)):
+		return fmt.Errorf("verifying: %w", cerr)
+	case err != nil:
+		return fmt.Errorf("decoding: %w", err)
+	}
+	return nil
 }
 
 // notice logs, once per partition, what the restored checkpoint m does not

@@ -71,7 +71,7 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored) error {
 			if read, err = pp.readForRebuild(ctx, rb, from, to); err != nil {
 				return fmt.Errorf("rebuilding lost generations from input offsets [%d, %d): %w", from, to, err)
 			}
-			pp.log.Info(fmt.Sprintf("read %d keys of input offsets [%d, %d) for the lost generations", read, from, to),
+			pp.log.Info(fmt.Sprintf("read %d keys of the input from offset %d back into the lost generations", read, from),
 				"keys", read, "took", w.deps.Now().Sub(began).Round(time.Millisecond))
 		}
 		rb.FinishRebuild()
@@ -101,10 +101,15 @@ func (pp *partitionProc) readForRebuild(ctx context.Context, rb Rebuilder, from,
 	w := pp.w
 	pr := pp.beginProgress(phaseRebuilding, from, to)
 	defer pr.end()
+	// The scan ends early (by this context) once the filter says no later
+	// record can go into a lost generation.
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
 	var keys uint64
 	var key []byte
-	_, err := w.scanRange(ctx, w.cfg.Input, pp.p, from, to, func(m *kafka.Message) {
-		if m.Offset < from {
+	done := false
+	_, err := w.scanRange(sctx, w.cfg.Input, pp.p, from, to, func(m *kafka.Message) {
+		if m.Offset < from || done {
 			return
 		}
 		// A record without a key never reached the filter, whatever the
@@ -114,9 +119,15 @@ func (pp *partitionProc) readForRebuild(ctx context.Context, rb Rebuilder, from,
 			return
 		}
 		key = k
-		rb.RebuildKey(m.Offset, k, m.Time)
 		keys++
+		if !rb.RebuildKey(m.Offset, k, m.Time) {
+			done = true
+			stop()
+		}
 	}, func(o int64) { pr.update(o-from, keys) })
+	if done && ctx.Err() == nil {
+		return keys, nil
+	}
 	return keys, err
 }
 

@@ -201,8 +201,10 @@ type Rebuilder interface {
 	// RebuildKey hands over the key and timestamp of the input record at
 	// offset, for every record of [from, Restored.InputOffset) whose key
 	// extracts, in input order, as the worker reads them: the filter adds
-	// the key to each lost generation that held it.
-	RebuildKey(offset int64, key []byte, ts time.Time)
+	// the key to each lost generation that held it. It returns false once
+	// no later record can go into a lost generation (a newer one took
+	// over from all of them): the worker stops reading there.
+	RebuildKey(offset int64, key []byte, ts time.Time) (more bool)
 	// FinishRebuild ends the rebuild; it returns the keys added back.
 	FinishRebuild() uint64
 }
