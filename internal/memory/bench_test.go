@@ -303,7 +303,9 @@ func BenchmarkPartialRestore(b *testing.B) {
 		return r, time.Since(began)
 	}
 	_, whole := restore()
-	m, err := st.store.Partition("bench", tIn, 0).Restore(ctx, func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error { return nil })
+	m, err := st.store.Partition("bench", tIn, 0).Restore(ctx, func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+		return nil
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
