@@ -15,8 +15,11 @@ import (
 // reads. Readers accept exactly the versions they know; anything else is
 // reported as ErrCorrupt (and Restore falls back to an older manifest).
 // Optional fields added since version 1 (key, hash_seed, event_time_ns,
-// isolation, exact) keep the version: a reader without them ignores them,
-// and a reader with them treats their absence as "not recorded". A log
+// isolation, exact, and per generation capacity, fpr, keys_from and lost)
+// keep the version: a reader without them ignores them, and a reader with
+// them treats their absence as "not recorded". (A lost generation names no
+// object; a reader without lost refuses that as corrupt and falls back,
+// which is what it must do: it cannot rebuild the generation.) A log
 // chain (GenerationRef.Log) is the exception: a reader that ignored it
 // would load a live generation without the keys of its segments. So a
 // manifest naming a log is written as version 2 (builds that read only
