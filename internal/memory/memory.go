@@ -14,7 +14,9 @@
 //
 // Cost: Restore downloads and decodes every generation of the newest usable
 // checkpoint and replays the log segments of the live one (or reuses the
-// filter this process checkpointed last, see Store); Commit uploads any
+// filter this process checkpointed last, see Store); when no checkpoint
+// loads whole, the newest loads in part and its lost generations are
+// refilled from the input by the worker (lost.go); Commit uploads any
 // generation sealed since the previous commit and, for the live generation,
 // either the hashes it added since (a log segment, 16 bytes per new key)
 // or the whole generation when the log would exceed
@@ -429,9 +431,6 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
 	}
 	r := &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq, Written: m.CreatedAt, Seed: seedFrom(m.Seed)}
-	if !b.s.exactOn() {
-		loss.exactLost = ""
-	}
 	r.Lost = f.lostFrom(m, loss)
 	return r, nil
 }

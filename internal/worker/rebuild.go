@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -61,6 +62,9 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored) error {
 	from, to := max(start, logStart), min(r.InputOffset, hwm)
 	rb, canRebuild := r.Filter.(Rebuilder)
 	var read uint64
+	if canRebuild {
+		defer rb.FinishRebuild()
+	}
 	if start >= 0 && canRebuild {
 		rb.StartRebuild(from)
 		if from < to {
@@ -74,7 +78,6 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored) error {
 			pp.log.Info(fmt.Sprintf("read %d keys of the input from offset %d back into the lost generations", read, from),
 				"keys", read, "took", w.deps.Now().Sub(began).Round(time.Millisecond))
 		}
-		rb.FinishRebuild()
 	}
 	for i := range r.Lost {
 		lg := &r.Lost[i]
@@ -86,10 +89,21 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored) error {
 		default:
 			lg.Outcome = LostForgotten
 		}
-		pp.pm.lost[lg.Outcome].Inc()
-		pp.reportLost(*lg, r.InputOffset, logStart, hwm, canRebuild)
+		// Once per assignment: a session that fails before its first
+		// checkpoint restores the same loss again (from its claim).
+		fresh := false
+		pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+			if !slices.ContainsFunc(ps.Lost, func(x LostGeneration) bool {
+				return x.ID == lg.ID && x.Start.Equal(lg.Start) && x.End.Equal(lg.End) && x.Outcome == lg.Outcome
+			}) {
+				ps.Lost, fresh = append(ps.Lost, *lg), true
+			}
+		})
+		if fresh {
+			pp.pm.lost[lg.Outcome].Inc()
+			pp.reportLost(*lg, r.InputOffset, logStart, hwm, canRebuild)
+		}
 	}
-	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Lost = append(ps.Lost, r.Lost...) })
 	return nil
 }
 
