@@ -147,6 +147,10 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 			if g.Sealed {
 				state = "sealed"
 			}
+			if g.IsLost() {
+				// Restored empty by a partial restore: no object (see the log).
+				state += ", lost"
+			}
 			exactGen := ""
 			if p.Exact != nil {
 				// 0: filled before exact mode; its positives are unverified.
@@ -156,6 +160,9 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 				}
 			}
 			size := byteSize(g.Bytes)
+			if g.IsLost() {
+				size = "–"
+			}
 			if len(g.Log) > 0 {
 				// A chain: the base object and the log segments replayed onto it.
 				size = fmt.Sprintf("%s + %d log segments (%s, %d keys)", size, len(g.Log), byteSize(g.LogBytes()), g.LogEntries())

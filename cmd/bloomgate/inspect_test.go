@@ -97,13 +97,15 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 // store, data and text are pinned end to end; the second covers what it
 // lacks: a key identity, output offsets of several partitions, an empty
 // claim, a corrupt manifest, sizes from bytes to PiB; the third an exact
-// store, with a generation from before exact mode.
+// store, with a generation from before exact mode; the last the claim of a
+// partial restore, with a lost generation (no object).
 func TestInspectTextGolden(t *testing.T) {
 	for _, tc := range []struct{ report, golden string }{
 		{filepath.Join("..", "..", "internal", "checkpoint", "testdata", "inspect.json"), "inspect.txt"},
 		{filepath.Join("testdata", "inspect-states.json"), "inspect-states.txt"},
 		{filepath.Join("testdata", "inspect-exact.json"), "inspect-exact.txt"},
 		{filepath.Join("testdata", "inspect-log.json"), "inspect-log.txt"},
+		{filepath.Join("testdata", "inspect-partial.json"), "inspect-partial.txt"},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
 			b, err := os.ReadFile(tc.report)

@@ -1,6 +1,7 @@
 package bloom
 
 import (
+	"fmt"
 	"io"
 	"math"
 	"time"
@@ -57,6 +58,37 @@ func newGeneration(id uint64, start, end int64, capacity uint64, fpr float64, fi
 		subs: []*Filter{first}, subInserts: []uint64{0},
 	}
 }
+
+// NewGeneration returns an empty generation for the span [start, end)
+// with index id (start must be id·(end − start)), planned for capacity
+// keys at the rate budget fpr: what the shard opens at a rotation, for a
+// generation whose stored state was lost. Given to RestoreShard with the
+// others, it takes the place of the lost one; TestAndAdd refills it.
+func NewGeneration(id uint64, start, end time.Time, capacity uint64, fpr float64) (*Generation, error) {
+	s, e := start.UnixNano(), end.UnixNano()
+	if s < 0 || e <= s || id > math.MaxInt64/uint64(e-s) || int64(id)*(e-s) != s {
+		return nil, fmt.Errorf("new generation: span [%s, %s) does not match id %d", start.Format(time.RFC3339Nano), end.Format(time.RFC3339Nano), id)
+	}
+	k, nb, err := filterParams(capacity, subRate(fpr, 0))
+	if err != nil {
+		return nil, fmt.Errorf("new generation: capacity %d, fpr %v: %w", capacity, fpr, err)
+	}
+	return newGeneration(id, s, e, capacity, fpr, newFilter(capacity, subRate(fpr, 0), k, nb)), nil
+}
+
+// GenerationPlan is the capacity and rate budget of the generations the
+// shard opens under cfg (see GenerationStats.Capacity).
+func (c Config) GenerationPlan() (capacity uint64, fpr float64) {
+	p := c.plan()
+	return p.capacity, p.fpr
+}
+
+// TestAndAdd reports whether h is in the generation and adds it, as the
+// shard does for its newest generation (overflow stacking included): for
+// refilling a generation from its keys, in the order they were added, so
+// that it ends byte-identical to the original. Only the owning goroutine
+// may call it.
+func (g *Generation) TestAndAdd(h Hash) bool { return g.testAndAdd(h) }
 
 // ID is the span index: Start = ID·span since the Unix epoch.
 func (g *Generation) ID() uint64 { return g.id }
@@ -134,6 +166,10 @@ type GenerationStats struct {
 	EstFPR     float64 // estimated current false-positive rate
 	Bytes      uint64  // memory of the bits
 	Stacks     int     // overflow sub-filters beyond the first
+	// Capacity and FPR are the generation's own plan: its planned keys and
+	// its rate budget (NewGeneration opens an empty one like it).
+	Capacity uint64
+	FPR      float64
 	// Legacy: written under an earlier plan (another window or generation
 	// count); sealed, dropped when event time reaches End + the window.
 	Legacy bool
@@ -141,7 +177,8 @@ type GenerationStats struct {
 
 // Stats computes the generation's statistics; cost O(sub-filters).
 func (g *Generation) Stats() GenerationStats {
-	st := GenerationStats{ID: g.id, Start: g.Start(), End: g.End(), Inserts: g.inserts, Stacks: len(g.subs) - 1}
+	st := GenerationStats{ID: g.id, Start: g.Start(), End: g.End(), Inserts: g.inserts, Stacks: len(g.subs) - 1,
+		Capacity: g.capacity, FPR: g.fpr}
 	var ones, bitsTotal uint64
 	pass := 1.0
 	for _, f := range g.subs {

@@ -119,12 +119,7 @@ func (s *Shard) Span() time.Duration { return time.Duration(s.plan.span) }
 
 // spanIndex maps an event time (Unix ns) to its span; times before the Unix
 // epoch map to span 0.
-func (s *Shard) spanIndex(ns int64) uint64 {
-	if ns < 0 {
-		return 0
-	}
-	return uint64(ns / s.plan.span)
-}
+func (s *Shard) spanIndex(ns int64) uint64 { return SpanIndex(ns, s.plan.span) }
 
 // TestAndAdd reports whether h was seen in any generation, and records it in
 // the newest one. A timestamp in a later span than the newest generation

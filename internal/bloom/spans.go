@@ -57,3 +57,25 @@ func (s *Shard) Matching(h Hash, dst []int) []int {
 	}
 	return dst
 }
+
+// Newest is the span and index of the ring's newest generation (the one
+// TestAndAdd adds to); ok is false while the ring is empty (a new shard,
+// or one restored under another plan before its first timestamp).
+func (s *Shard) Newest() (sp Span, id uint64, ok bool) {
+	n := len(s.gens)
+	if n == 0 {
+		return Span{}, 0, false
+	}
+	g := s.gens[n-1]
+	return Span{g.start, g.end}, g.id, true
+}
+
+// SpanIndex is the index of the span of length span (ns) that holds the
+// event time ns, as the shard numbers its generations: ⌊ns / span⌋, and 0
+// for times before the Unix epoch.
+func SpanIndex(ns, span int64) uint64 {
+	if ns < 0 || span <= 0 {
+		return 0
+	}
+	return uint64(ns / span)
+}

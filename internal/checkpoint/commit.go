@@ -37,6 +37,9 @@ type Generation struct {
 	// ExactGen is the exact store's generation holding this generation's
 	// keys (GenerationRef.ExactGen; 0: none).
 	ExactGen uint64
+	// Capacity and FPR are the generation's own plan (GenerationRef).
+	Capacity uint64
+	FPR      float64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored, and for an
 	// unsealed one whose Log it stores instead.
@@ -137,6 +140,12 @@ type Checkpoint struct {
 	LegacyProvenanceBefore map[string]map[int]int64
 	// InputMark is Manifest.InputMark.
 	InputMark *InputMark
+	// KeysFrom is the input position from which a generation that is not
+	// in the handle's last manifest got its keys (GenerationRef.KeysFrom):
+	// the last committed or restored state's position, or later. nil: not
+	// known (keys of another topic were read since). Generations the last
+	// manifest holds keep the position recorded there.
+	KeysFrom *KeysFrom
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -262,23 +271,32 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	// indexes of different spans).
 	stored := map[genRange]GenerationRef{}
 	live := map[genRange]GenerationRef{} // unsealed: chains a log may continue
+	prev := map[genRange]GenerationRef{} // every generation, lost ones included
 	if p.last != nil {
 		for _, g := range p.last.Generations {
-			if g.Sealed {
-				stored[rangeOf(g.ID, g.Start, g.End)] = g
-			} else {
-				live[rangeOf(g.ID, g.Start, g.End)] = g
+			r := rangeOf(g.ID, g.Start, g.End)
+			prev[r] = g
+			switch {
+			case g.IsLost():
+				// Never matched: its stored state is gone, and whatever the
+				// generation holds now is uploaded whole.
+			case g.Sealed:
+				stored[r] = g
+			default:
+				live[r] = g
 			}
 		}
 	}
 	names := map[string]bool{}
 	var uploaded int64
 	for i, g := range cp.Generations {
+		kf := p.keysFrom(g, prev, cp)
 		// Only the same bits: after a plan change and back, a generation
 		// the other plan listed as sealed (legacy) can rejoin the ring and
 		// take inserts again.
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
 			ref.ExactGen = g.ExactGen
+			ref.KeysFrom = kf
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
@@ -289,6 +307,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 			}
 			if ok {
 				uploaded += n
+				ref.KeysFrom = kf
 				m.Generations = append(m.Generations, ref)
 				continue
 			}
@@ -306,6 +325,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 			return nil, fmt.Errorf("uploading generation %d: %w", g.ID, err)
 		}
 		uploaded += ref.Bytes
+		ref.KeysFrom = kf
 		m.Generations = append(m.Generations, ref)
 	}
 	if cp.Exact != nil {
@@ -391,6 +411,44 @@ func (p *Partition) afterWrite(ctx context.Context) {
 	}
 }
 
+// keysFrom is where g's keys begin in the input (GenerationRef.KeysFrom):
+// a generation of the last manifest keeps its recorded position; a new one
+// gets cp's, the position of the last state without it. A generation lost
+// at the restore without a recorded position was opened empty there, so
+// cp's position (the restore's, until a commit succeeds) bounds it too.
+//
+// A generation that rejoins the ring after a plan change and back (a
+// legacy generation of the last manifest, a ring generation now) loses
+// its position: while it was legacy, records were filed under the other
+// plan's spans, which a rebuild by this plan's spans cannot follow.
+func (p *Partition) keysFrom(g Generation, prev map[genRange]GenerationRef, cp Checkpoint) *KeysFrom {
+	ref, ok := prev[rangeOf(g.ID, g.Start, g.End)]
+	switch {
+	case !ok:
+		return cp.KeysFrom
+	case ref.KeysFrom == nil && ref.IsLost():
+		return cp.KeysFrom
+	case ref.KeysFrom == nil:
+		return nil
+	}
+	span := g.End.Sub(g.Start)
+	if planSpan(p.last.Filter) != span && planSpan(cp.Filter) == span {
+		return nil
+	}
+	return ref.KeysFrom
+}
+
+// planSpan is the event time one generation of plan f covers, as the
+// filter plans it (⌈window / (generations − 1)⌉); 0 for a plan without
+// generations.
+func planSpan(f FilterParams) time.Duration {
+	if f.Generations < 2 {
+		return 0
+	}
+	g := time.Duration(f.Generations - 1)
+	return (f.Window + g - 1) / g
+}
+
 // genRange identifies a generation: its ID and its event-time range.
 type genRange struct {
 	id         uint64
@@ -468,6 +526,7 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
 	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
+	ref.Capacity, ref.FPR = g.Capacity, g.FPR
 	if g.Log.Entries == 0 {
 		return ref, 0, true, nil
 	}
@@ -539,6 +598,7 @@ func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq ui
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
 		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
+		Capacity: g.Capacity, FPR: g.FPR,
 		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
 		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
 	}, nil

@@ -15,8 +15,11 @@ import (
 // reads. Readers accept exactly the versions they know; anything else is
 // reported as ErrCorrupt (and Restore falls back to an older manifest).
 // Optional fields added since version 1 (key, hash_seed, event_time_ns,
-// isolation, exact) keep the version: a reader without them ignores them,
-// and a reader with them treats their absence as "not recorded". A log
+// isolation, exact, and per generation capacity, fpr, keys_from and lost)
+// keep the version: a reader without them ignores them, and a reader with
+// them treats their absence as "not recorded". (A lost generation names no
+// object; a reader without lost refuses that as corrupt and falls back,
+// which is what it must do: it cannot rebuild the generation.) A log
 // chain (GenerationRef.Log) is the exception: a reader that ignored it
 // would load a live generation without the keys of its segments. So a
 // manifest naming a log is written as version 2 (builds that read only
@@ -125,6 +128,72 @@ type GenerationRef struct {
 	// statistics above describe that state. Empty: the object is the
 	// generation.
 	Log []LogRef `json:"log,omitempty"`
+
+	// Capacity and FPR are the generation's own plan (planned keys and
+	// rate budget), with which a lost generation is opened again empty;
+	// 0 in manifests written before they were recorded (the manifest's
+	// filter plan is assumed).
+	Capacity uint64  `json:"capacity,omitempty"`
+	FPR      float64 `json:"fpr,omitempty"`
+	// KeysFrom is where in the input the generation's keys begin: every
+	// key it holds was inserted while processing an input record at or
+	// after KeysFrom.Offset (nil: not known, as in manifests written
+	// before it was recorded, or after keys of another topic were read).
+	// A generation that cannot be loaded is rebuilt from there.
+	KeysFrom *KeysFrom `json:"keys_from,omitempty"`
+	// Lost, when set, says why the generation's stored state could not be
+	// loaded (the object and the check that failed). A lost generation
+	// names no object: it is restored empty, with its ID and range, and
+	// rebuilt from KeysFrom where the input still holds it. Only Claim
+	// writes lost generations (a copy of a partial restore); a Commit
+	// uploads whatever the generation holds by then.
+	Lost string `json:"lost,omitempty"`
+}
+
+// KeysFrom is a point of the input partition where a generation's keys
+// begin: an input offset, the event-time frontier there (what
+// --max-time-jump clamps against), and the ring's newest generation there.
+// From it, re-reading the input decides for every record which generation
+// was the newest (the one its key went into) exactly as the original run
+// did (docs/checkpoints.md, "Partial restore").
+type KeysFrom struct {
+	Offset int64 `json:"offset"`
+	// EventTime is the frontier at Offset in Unix ns (0: none yet).
+	EventTime int64 `json:"event_time_ns,omitempty"`
+	// NewestID and NewestSpan (ns) identify the ring's newest generation
+	// at Offset; NewestSpan 0: the ring was empty.
+	NewestID   uint64 `json:"newest_id,omitempty"`
+	NewestSpan int64  `json:"newest_span_ns,omitempty"`
+}
+
+// IsLost reports whether the generation's stored state was lost (Lost).
+func (g GenerationRef) IsLost() bool { return g.Lost != "" }
+
+// asLost is g as a lost generation: the same ID, range, statistics, plan
+// and input bound, no object.
+func (g GenerationRef) asLost(reason string) GenerationRef {
+	if reason == "" {
+		reason = "lost"
+	}
+	return GenerationRef{
+		ID: g.ID, Sealed: g.Sealed, Start: g.Start, End: g.End, Inserts: g.Inserts, EstKeys: g.EstKeys,
+		Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
+		Capacity: g.Capacity, FPR: g.FPR, KeysFrom: g.KeysFrom, Lost: reason,
+	}
+}
+
+// objects lists the keys of the stored objects that hold g: its object and
+// its log segments (none for a lost generation).
+func (g GenerationRef) objects() []string {
+	if g.IsLost() {
+		return nil
+	}
+	keys := make([]string, 0, 1+len(g.Log))
+	keys = append(keys, g.Key)
+	for _, l := range g.Log {
+		keys = append(keys, l.Key)
+	}
+	return keys
 }
 
 // LogRef is one stored log segment of a generation: the hashes added
@@ -375,6 +444,13 @@ func (m *Manifest) validate() error {
 		return errors.New("manifest sequence 0")
 	}
 	for i, g := range m.Generations {
+		if g.IsLost() {
+			// Restored empty: it names no object to read.
+			if g.Key != "" || len(g.Log) > 0 || !g.End.After(g.Start) {
+				return fmt.Errorf("generation %d: lost, with an object or an empty range", i)
+			}
+			continue
+		}
 		if g.Key == "" || g.Bytes < 0 || g.RawBytes < 0 {
 			return fmt.Errorf("generation %d: missing key or negative size", i)
 		}

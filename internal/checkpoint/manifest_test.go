@@ -198,8 +198,10 @@ func FuzzDecodeManifest(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
-	if ex, err := os.ReadFile(filepath.Join("testdata", "manifest-v1-exact.json")); err == nil {
-		f.Add(ex)
+	for _, name := range []string{"manifest-v1-exact.json", "manifest-v1-partial.json"} {
+		if ex, err := os.ReadFile(filepath.Join("testdata", name)); err == nil {
+			f.Add(ex)
+		}
 	}
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"format":"bloomgate-checkpoint-manifest","version":1,"sha256":"","manifest":{}}`))
@@ -366,6 +368,58 @@ func TestManifestLogGolden(t *testing.T) {
 		{"sealed with a log", func(m *Manifest) { m.Generations[0].Log = m.Generations[1].Log }},
 	} {
 		m := logManifest()
+		tc.edit(m)
+		data, err := encodeManifest(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeManifest(data); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", tc.name, err)
+		}
+	}
+}
+
+// partialManifest is the claim of a partial restore: the sealed generation
+// did not load and names no object (lost, with why), the live one loaded;
+// both record their plan and where their keys begin in the input.
+func partialManifest() *Manifest {
+	m := goldenManifest()
+	m.Seq = 45
+	m.Claim = true
+	m.EventTime = time.Date(2026, 3, 1, 11, 59, 0, 0, time.UTC).UnixNano()
+	lost := m.Generations[0]
+	lost.Capacity, lost.FPR = 3_333_334, 0.0025
+	lost.KeysFrom = &KeysFrom{Offset: 98_000, EventTime: lost.Start.Add(-time.Minute).UnixNano(), NewestID: 2460, NewestSpan: int64(8 * time.Hour)}
+	m.Generations[0] = lost.asLost("checkpoint data corrupt: object " + lost.Key + ": sha256 mismatch")
+	live := &m.Generations[1]
+	live.Capacity, live.FPR = 3_333_334, 0.0025
+	live.KeysFrom = &KeysFrom{Offset: 119_000, EventTime: live.Start.Add(-time.Second).UnixNano(), NewestID: 2461, NewestSpan: int64(8 * time.Hour)}
+	return m
+}
+
+// TestManifestPartialGolden pins the records of a partial restore. A lost
+// generation is written with an empty object key, which builds from before
+// partial restores refuse as corrupt (and fall back to older manifests):
+// they never load a manifest without all of its generations.
+func TestManifestPartialGolden(t *testing.T) {
+	m, want := checkManifestGolden(t, "manifest-v1-partial.json", partialManifest)
+	if !m.Generations[0].IsLost() || m.Generations[0].Tail() != "" || len(m.Generations[0].objects()) != 0 {
+		t.Errorf("lost generation: %+v", m.Generations[0])
+	}
+	if !bytes.Contains(want, []byte(`"key": ""`)) || !bytes.Contains(want, []byte(`"version": 1`)) {
+		t.Errorf("a lost generation is not written with an empty key in a version 1 manifest")
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(m *Manifest)
+	}{
+		{"lost with an object", func(m *Manifest) { m.Generations[0].Key = "gens/x" }},
+		{"lost with a log", func(m *Manifest) {
+			m.Generations[0].Log = []LogRef{{Key: "logs/" + strings.Repeat("1f", 32), SHA256: strings.Repeat("1f", 32)}}
+		}},
+		{"lost without a range", func(m *Manifest) { m.Generations[0].End = m.Generations[0].Start }},
+	} {
+		m := partialManifest()
 		tc.edit(m)
 		data, err := encodeManifest(m)
 		if err != nil {

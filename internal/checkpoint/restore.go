@@ -10,20 +10,19 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 )
 
-// Restore loads the partition's newest usable checkpoint. It walks the
-// manifests newest first; for each it calls load with the manifest and an
-// opener for its generation objects. Readers from open yield the
-// generation's own bytes (decompressed) and verify length and SHA-256 of the
-// stored object; a mismatch, a truncated or missing object or an undecodable
-// stream is an error wrapping ErrCorrupt. Whatever load leaves unread is
-// read and verified when load returns, so a loader that stops early cannot
-// accept unverified data.
+// Restore loads the partition's newest usable checkpoint, whole: it walks
+// the manifests newest first; for each it calls load with the manifest and
+// an opener for its objects. Readers from open yield the object's own
+// bytes (decompressed) and verify length and SHA-256 of the stored object;
+// a mismatch, a truncated or missing object or an undecodable stream is an
+// error wrapping ErrCorrupt. Whatever load leaves unread is read and
+// verified when load returns, so a loader that stops early cannot accept
+// unverified data.
 //
 // If a manifest or its objects are corrupt or missing, or load fails, the
 // failure is logged, counted in bloomgate_checkpoint_restore_fallbacks_total,
@@ -36,11 +35,44 @@ import (
 // settings that cannot be carried over) is returned at once, wrapped in
 // ErrNoUsableCheckpoint, without trying older manifests.
 //
+// Restore never loads part of a manifest (RestoreWith does, for a loader
+// that can).
+//
 // ErrNoCheckpoint: no checkpoint exists (or only empty claims).
 // ErrNoUsableCheckpoint: checkpoints exist, none could be loaded.
 func (p *Partition) Restore(ctx context.Context,
 	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
-) (_ *Manifest, err error) {
+) (*Manifest, error) {
+	return p.restore(ctx, false, func(l *Loading) error { return load(l.Manifest, l.Open) })
+}
+
+// RestoreWith is Restore for a loader that can load a manifest in part
+// (docs/checkpoints.md, "Partial restore"). It first walks the manifests
+// as Restore does, loading each whole. If the newest one whose manifest
+// object is sound does not load whole, it calls load again on it with
+// Loading.Partial set: the loader loads every generation that verifies
+// and hands each one that does not to Loading.Lose (and a lost exact store
+// to Loading.LoseExact), building it empty instead. The manifest returned
+// then names those generations as lost (GenerationRef.Lost) and no longer
+// their objects; Claim writes it so, and no later manifest of this handle
+// names a lost object.
+//
+// An older manifest that loads whole is preferred to a newer one loaded in
+// part unless everything the newer one lost is a generation whose keys
+// begin (GenerationRef.KeysFrom) after the older one's input offset (and
+// after the start of any generation the older one names lost): then
+// rebuilding them needs less of the input than replaying from the older
+// state, and is as exact (see partialPays). Every object that fails is logged
+// once per Store, with the manifests that reference it.
+//
+// Errors are Restore's; ErrNoUsableCheckpoint only when no manifest loads
+// even in part: every manifest object is corrupt, or every sound one fails
+// for a reason of its own (not of a generation's objects).
+func (p *Partition) RestoreWith(ctx context.Context, load func(l *Loading) error) (*Manifest, error) {
+	return p.restore(ctx, true, load)
+}
+
+func (p *Partition) restore(ctx context.Context, partial bool, load func(l *Loading) error) (_ *Manifest, err error) {
 	start := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -61,8 +93,10 @@ func (p *Partition) Restore(ctx context.Context,
 		return nil, ErrNoCheckpoint
 	}
 	p.headSeq = seqs[len(seqs)-1]
+	r := &restoring{seqs: seqs, read: map[uint64]*Manifest{}, failed: map[string]error{}}
 	tried := 0
 	var lastErr error
+	var whole *Manifest
 	for i := len(seqs) - 1; i >= 0; i-- {
 		seq := seqs[i]
 		m, err := p.readManifest(ctx, seq)
@@ -70,38 +104,81 @@ func (p *Partition) Restore(ctx context.Context,
 			continue
 		}
 		tried++
-		if err == nil {
-			err = p.load(ctx, m, load)
+		sound := err == nil
+		if sound {
+			r.read[seq] = m
+			whole, err = p.load(ctx, m, false, load, r)
 		}
 		if err == nil {
-			p.restored, p.last = m, m
-			p.m.restoreDuration.Observe(time.Since(start).Seconds())
-			if tried > 1 {
-				p.log.Warn("restored an older checkpoint", "seq", seq, "newest", p.headSeq)
+			if len(r.partial) == 0 {
+				p.restoredWith(m, start)
+				if tried > 1 {
+					p.log.Warn("restored an older checkpoint", "seq", seq, "newest", p.headSeq)
+				}
+				return whole, nil
 			}
-			return m, nil
+			break
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var se *storageError
-		if errors.As(err, &se) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrLocal) || errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("restoring checkpoint %d: %w", seq, err)
-		}
-		if errors.Is(err, ErrIncompatible) {
-			// Older manifests were written with the same settings or
-			// earlier ones: falling back would not help, and would hide
-			// the reason behind "no usable checkpoint".
-			return nil, fmt.Errorf("%w: checkpoint %d: %w", ErrNoUsableCheckpoint, seq, err)
+		if err := abortRestore(ctx, seq, err); err != nil {
+			return nil, err
 		}
 		lastErr = err
 		p.m.fallbacks.Inc()
 		p.log.Warn("checkpoint unusable, trying the previous one", "seq", seq, "err", err)
+		if sound && partial {
+			r.partial = append(r.partial, m)
+		}
 	}
 	if tried == 0 {
 		return nil, ErrNoCheckpoint
 	}
-	return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, lastErr)
+	if len(r.partial) == 0 {
+		return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, last error: %w", ErrNoUsableCheckpoint, tried, p.headSeq, lastErr)
+	}
+	m, err := p.restorePartial(ctx, whole, load, r)
+	if errors.Is(err, errNoPartial) {
+		return nil, fmt.Errorf("%w: %d checkpoint(s) tried, newest seq %d, %w", ErrNoUsableCheckpoint, tried, p.headSeq, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	p.reportCorrupt(ctx, r)
+	p.restoredWith(m, start)
+	return m, nil
+}
+
+// restoredWith records m as what this handle restored.
+func (p *Partition) restoredWith(m *Manifest, start time.Time) {
+	p.restored, p.last = m, m
+	p.m.restoreDuration.Observe(time.Since(start).Seconds())
+}
+
+// abortRestore returns the error to stop restoring with when a manifest
+// fails with err, or nil to try the next one: an outage, a local failure
+// or ctx's end is not a reason to fall back, and neither is ErrIncompatible
+// (older manifests were written with the same settings or earlier ones:
+// falling back would not help, and would hide the reason behind "no usable
+// checkpoint").
+func abortRestore(ctx context.Context, seq uint64, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !dataFailure(err) {
+		return fmt.Errorf("restoring checkpoint %d: %w", seq, err)
+	}
+	if errors.Is(err, ErrIncompatible) {
+		return fmt.Errorf("%w: checkpoint %d: %w", ErrNoUsableCheckpoint, seq, err)
+	}
+	return nil
+}
+
+// dataFailure reports whether err is a fault of the stored data (or of
+// the loader's reading of it), as opposed to the store being unreachable
+// or refusing access, a local failure, or cancellation.
+func dataFailure(err error) bool {
+	var se *storageError
+	return !errors.As(err, &se) && !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrLocal) &&
+		!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // Logger is the partition's logger (the store's, with group, topic and
@@ -109,38 +186,36 @@ func (p *Partition) Restore(ctx context.Context,
 func (p *Partition) Logger() *slog.Logger { return p.log }
 
 // load runs the caller's loader on m and verifies every object it opened.
-func (p *Partition) load(ctx context.Context, m *Manifest,
-	load func(m *Manifest, open func(ctx context.Context, g GenerationRef) (io.ReadCloser, error)) error,
-) error {
-	var (
-		mu     sync.Mutex // open may be called from several goroutines
-		opened []*objectReader
-	)
-	open := func(octx context.Context, g GenerationRef) (io.ReadCloser, error) {
-		if err := validRelKey(g.Key); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+// It returns m as loaded: m itself, or for a partial load a copy naming
+// the lost generations.
+func (p *Partition) load(ctx context.Context, m *Manifest, partial bool, load func(l *Loading) error, r *restoring) (*Manifest, error) {
+	l := &Loading{Manifest: m, Partial: partial, p: p, lost: map[int]string{}}
+	err := load(l)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ignore := l.lostObjects()
+	for _, rd := range l.opened {
+		cerr := rd.Close()
+		if cerr == nil {
+			continue
 		}
-		r, err := p.s.openObject(octx, p.dir+"/"+g.Key, g)
-		if err != nil {
-			return nil, err
+		if dataFailure(cerr) {
+			l.failed(rd.ref.Key, cerr)
 		}
-		mu.Lock()
-		opened = append(opened, r)
-		mu.Unlock()
-		return r, nil
-	}
-	err := load(m, open)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, r := range opened {
-		if cerr := r.Close(); cerr != nil && err == nil {
+		if err == nil && !ignore[rd.ref.Key] {
 			err = cerr
 		}
 	}
-	if err != nil {
-		return fmt.Errorf("loading checkpoint %d: %w", m.Seq, err)
+	for k, e := range l.fails {
+		r.fail(k, e)
 	}
-	return nil
+	if err != nil {
+		return nil, fmt.Errorf("loading checkpoint %d: %w", m.Seq, err)
+	}
+	if len(l.lost) == 0 && l.exactLost == "" {
+		return m, nil
+	}
+	return l.result(), nil
 }
 
 // openObject opens a generation object for verified, decoded reading.

@@ -155,6 +155,9 @@ type Store struct {
 	bkt     bucket
 	retry   retrier
 	metrics *metrics
+
+	reportMu sync.Mutex
+	reported map[string]bool // corrupt objects logged (partial.go)
 }
 
 // Open opens a checkpoint location:

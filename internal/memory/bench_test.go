@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -229,4 +231,115 @@ func uploadedBytes(b *testing.B, reg *prometheus.Registry) int64 {
 		}
 	}
 	return int64(sum)
+}
+
+// BenchmarkPartialRestore measures what a corrupt live base costs a
+// partition (docs/checkpoints.md, "Partial restore"): n records (1 M,
+// BLOOMGATE_BENCH_KEYS to change) over 40 minutes of event time (G = 4,
+// spans of 20 minutes: a sealed and a live generation) checkpointed on
+// file://; then the live generation's base gets flipped bytes. Metrics:
+// restore-whole-s (the intact checkpoint, for comparison),
+// restore-partial-s (every manifest tried whole, then the newest in part),
+// rebuild-s and rebuild-ns/record (the filter's side of the rebuild:
+// filing, hashing and adding each record's key; reading the input comes
+// on top, as for a replay), and the records read.
+func BenchmarkPartialRestore(b *testing.B) {
+	n := 1_000_000
+	if s := os.Getenv("BLOOMGATE_BENCH_KEYS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v <= 0 {
+			b.Fatalf("BLOOMGATE_BENCH_KEYS=%q: want a positive integer", s)
+		}
+		n = v
+	}
+	params := worker.FilterParams{Window: time.Hour, Generations: 4, Capacity: uint64(2 * n), FPR: 0.01}
+	dir := b.TempDir()
+	ctx := context.Background()
+	open := func() *Store {
+		st, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{Registerer: prometheus.NewRegistry(), Compression: "none"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		s := New(st, "bench")
+		s.MaxTimeJump = time.Hour
+		return s
+	}
+	keys := make([][]byte, n)
+	ts := make([]time.Time, n)
+	step := 40 * time.Minute / time.Duration(n)
+	for i := range n {
+		keys[i] = binary.LittleEndian.AppendUint64([]byte("order-"), uint64(i))
+		ts[i] = base.Add(time.Duration(i) * step)
+	}
+	st := open()
+	h := st.Partition(tIn, 0)
+	if _, err := h.Restore(ctx, params); !errors.Is(err, worker.ErrNoCheckpoint) {
+		b.Fatal(err)
+	}
+	if err := h.Claim(ctx, "bench"); err != nil {
+		b.Fatal(err)
+	}
+	f, err := st.NewFilter(params)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f.(worker.InputTracker).ReadingFrom(0, false)
+	seen := make([]bool, 1000)
+	for lo := 0; lo < n; lo += 1000 {
+		f.TestAndAddBatch(keys[lo:lo+1000], ts[lo:lo+1000], seen)
+	}
+	sn := f.Snapshot()
+	if err := h.Commit(ctx, worker.Checkpoint{InputOffset: int64(n), Params: params, Snapshot: sn, Owner: "bench"}); err != nil {
+		b.Fatal(err)
+	}
+	sn.Release()
+	restore := func() (*worker.Restored, time.Duration) {
+		began := time.Now()
+		r, err := open().Partition(tIn, 0).Restore(ctx, params)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return r, time.Since(began)
+	}
+	_, whole := restore()
+	m, err := st.store.Partition("bench", tIn, 0).Restore(ctx, func(*checkpoint.Manifest, func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	live := m.Generations[len(m.Generations)-1]
+	path := filepath.Join(dir, "bench", tIn, "0", live.Key)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data[len(data)/2] ^= 1
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	var partial, rebuild time.Duration
+	for b.Loop() {
+		r, took := restore()
+		partial += took
+		if len(r.Lost) != 1 {
+			b.Fatalf("lost %+v", r.Lost)
+		}
+		began := time.Now()
+		rb := r.Filter.(worker.Rebuilder)
+		rb.StartRebuild(r.Lost[0].KeysFrom)
+		for o := r.Lost[0].KeysFrom; o < r.InputOffset; o++ {
+			if !rb.RebuildKey(o, keys[o], ts[o]) {
+				break
+			}
+		}
+		rb.FinishRebuild()
+		rebuild += time.Since(began)
+	}
+	b.ReportMetric(whole.Seconds(), "restore-whole-s")
+	b.ReportMetric(partial.Seconds()/float64(b.N), "restore-partial-s")
+	b.ReportMetric(rebuild.Seconds()/float64(b.N), "rebuild-s")
+	b.ReportMetric(float64(rebuild.Nanoseconds())/float64(b.N)/float64(n), "rebuild-ns/record")
+	b.ReportMetric(float64(live.Inserts), "live-keys")
 }

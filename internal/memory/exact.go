@@ -460,26 +460,53 @@ func (s *Store) newExactStore(tp topicPartition) (*exact.Store, error) {
 	return st, nil
 }
 
-// restoreExact rebuilds tp's store from manifest m for the restored shard
-// sh, or starts an empty one when m has none (see the top of this file).
-func (b *handle) restoreExact(ctx context.Context, m *checkpoint.Manifest, sh *bloom.Shard,
-	open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error),
-) (*exactState, error) {
-	s, tp := b.s, b.tp
+// restoreExact rebuilds tp's store from the manifest of l for the restored
+// shard sh, or starts an empty one when it has none (see the top of this
+// file). In a partial load (l.Partial), a store whose files do not restore
+// is lost (l.LoseExact, recorded in loss): the store starts empty, and
+// every generation's positives are unverified until it leaves the window.
+// Its keys are not rebuilt from the input: the filter still holds them,
+// so no repeat is forwarded; only the filter's false positives among them
+// go unrefuted (docs/checkpoints.md, "Partial restore").
+func (b *handle) restoreExact(ctx context.Context, l *checkpoint.Loading, sh *bloom.Shard, loss *restoredLoss) (*exactState, error) {
+	m := l.Manifest
 	ids := map[bloom.Span]uint64{}
 	if m.Exact == nil {
-		st, err := s.newExactStore(tp)
+		x, err := b.emptyExact(sh)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", checkpoint.ErrLocal, err)
-		}
-		x, err := s.newExactState(tp, st, sh, ids, 1)
-		if err != nil {
-			st.Close()
 			return nil, err
 		}
 		b.noticeWithoutExact(m, sh)
 		return x, nil
 	}
+	x, err := b.restoreExactFiles(ctx, m, sh, ids, l.Open)
+	if err == nil || !errors.Is(err, checkpoint.ErrCorrupt) || l.LoseExact(err) != nil {
+		return x, err
+	}
+	loss.exactLost = err.Error()
+	return b.emptyExact(sh)
+}
+
+// emptyExact starts an empty store for the restored shard sh: every
+// generation it holds is unverified.
+func (b *handle) emptyExact(sh *bloom.Shard) (*exactState, error) {
+	st, err := b.s.newExactStore(b.tp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", checkpoint.ErrLocal, err)
+	}
+	x, err := b.s.newExactState(b.tp, st, sh, map[bloom.Span]uint64{}, 1)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return x, nil
+}
+
+// restoreExactFiles restores the store m names into tp's directory.
+func (b *handle) restoreExactFiles(ctx context.Context, m *checkpoint.Manifest, sh *bloom.Shard, ids map[bloom.Span]uint64,
+	open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error),
+) (*exactState, error) {
+	s, tp := b.s, b.tp
 	ex := m.Exact
 	if ex.Layout != exact.LayoutName {
 		return nil, fmt.Errorf("%w: exact store layout %q, this build reads %q", checkpoint.ErrCorrupt, ex.Layout, exact.LayoutName)
@@ -543,7 +570,7 @@ func (b *handle) noticeWithoutExact(m *checkpoint.Manifest, sh *bloom.Shard) {
 	// A ring generation ending at E is dropped once event time reaches
 	// E + (G−1)·span ≥ E + window; a legacy one at E + window.
 	stay := time.Duration(sh.Config().Generations-1) * sh.Span()
-	msg := fmt.Sprintf("checkpoint %d of %s/%d was written without exact mode: the exact store starts empty. "+
+	msg := fmt.Sprintf("checkpoint %d of %s/%d was written without exact mode (or after its exact store was lost): the exact store starts empty. "+
 		"Positives that match only the restored generations cannot be checked and count as duplicates, as without --exact "+
 		"(bloomgate_exact_positives_total{result=\"unverified\"}); generations opened from now on are exact", m.Seq, m.Topic, m.Partition)
 	if !last.IsZero() {

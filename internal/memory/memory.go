@@ -14,7 +14,9 @@
 //
 // Cost: Restore downloads and decodes every generation of the newest usable
 // checkpoint and replays the log segments of the live one (or reuses the
-// filter this process checkpointed last, see Store); Commit uploads any
+// filter this process checkpointed last, see Store); when no checkpoint
+// loads whole, the newest loads in part and its lost generations are
+// refilled from the input by the worker (lost.go); Commit uploads any
 // generation sealed since the previous commit and, for the live generation,
 // either the hashes it added since (a log segment, 16 bytes per new key)
 // or the whole generation when the log would exceed
@@ -236,6 +238,14 @@ type filter struct {
 	ts []time.Time
 
 	x *exactState // exact mode; nil: filter only
+
+	// from is where the keys of generations opened since the last
+	// committed state begin (lost.go); nil: not known. committed is the
+	// point of the state a commit just stored, taken over by the next
+	// Snapshot (commits run on another goroutine).
+	from      *checkpoint.KeysFrom
+	committed atomic.Pointer[checkpoint.KeysFrom]
+	lost      []*lostGen // generations restored empty, until the rebuild ends
 }
 
 func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
@@ -263,16 +273,12 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 // file returns the event time a record with timestamp ts is filed under:
 // ts, or at most maxJump past the newest time filed so far.
 func (f *filter) file(ts time.Time) time.Time {
-	ns := ts.UnixNano()
-	if f.maxJump > 0 && f.frontier != 0 && ns-f.frontier > int64(f.maxJump) {
-		ns = f.frontier + int64(f.maxJump)
-		ts = time.Unix(0, ns)
-		f.clamped++
+	ns, clamped := fileAt(&f.frontier, f.maxJump, ts.UnixNano())
+	if !clamped {
+		return ts
 	}
-	if ns > f.frontier {
-		f.frontier = ns
-	}
-	return ts
+	f.clamped++
+	return time.Unix(0, ns)
 }
 
 func (f *filter) Stats() worker.FilterStats {
@@ -291,7 +297,10 @@ func (f *filter) Stats() worker.FilterStats {
 // Snapshot freezes the filter (copy-on-write) and, in exact mode, cuts the
 // exact store at the same record: both describe the same input offset.
 func (f *filter) Snapshot() worker.Snapshot {
-	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier}
+	if kf := f.committed.Swap(nil); kf != nil {
+		f.from = kf
+	}
+	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
 	if f.x != nil {
 		sn.exact = f.x.snapshot()
 	}
@@ -320,7 +329,8 @@ type snapshot struct {
 	from     *filter
 	inserts  uint64
 	frontier int64
-	exact    *exactSnapshot // exact mode
+	keysFrom *checkpoint.KeysFrom // where generations new since the last commit got their keys
+	exact    *exactSnapshot       // exact mode
 }
 
 func (b *snapshot) Release() {
@@ -354,6 +364,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	var seed bloom.Seed
 	var reused *filter
 	var x *exactState // the exact store of the manifest being loaded
+	var loss restoredLoss
 	dropX := func() {
 		if x != nil {
 			x.st.Close()
@@ -361,8 +372,10 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		}
 	}
 	kept, haveKept := b.s.take(b.tp)
-	m, err := b.p.Restore(ctx, func(m *checkpoint.Manifest, open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error)) error {
+	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error {
+		m := l.Manifest
 		dropX() // an earlier manifest's, that failed verification after loading
+		shard, reused, loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
 		if err := b.s.compatible(m); err != nil {
 			return err
 		}
@@ -372,17 +385,26 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		}
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
-		if haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
+		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
 			kept.filter.s.Config() == bloomConfig(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
 		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
-		for _, ref := range m.Generations {
-			g, err := b.loadGeneration(ctx, ref, open)
-			if err != nil {
-				return err
+		for i, ref := range m.Generations {
+			var g *bloom.Generation
+			if !ref.IsLost() {
+				if g, err = b.loadGeneration(ctx, ref, l.Open); err != nil && (!corrupt(err) || l.Lose(i, err) != nil) {
+					return err
+				}
 			}
+			if g == nil { // lost now, or at an earlier restore
+				if g, err = emptyGeneration(ref, m, params); err != nil {
+					return fmt.Errorf("%w: %s: %w", checkpoint.ErrCorrupt, describe(ref), err)
+				}
+				loss.gens[i] = g
+			}
+			loss.exactGens[i] = ref.ExactGen
 			gens = append(gens, g)
 		}
 		sh, err := bloom.RestoreShard(bloomConfig(params), gens)
@@ -390,17 +412,19 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			return err
 		}
 		// The newest generation's next log continues the chain it was
-		// read from.
+		// read from; an empty one has no chain, and is stored whole.
 		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
 		for i, g := range gens {
-			g.SetJournalMark(m.Generations[i].Tail())
+			if loss.gens[i] == nil {
+				g.SetJournalMark(m.Generations[i].Tail())
+			}
 		}
 		shard = sh
 		if b.s.exactOn() {
 			// The directory is this partition's: close whatever store of
 			// an earlier session still has it open.
 			b.s.closeOpen(b.tp, nil)
-			if x, err = b.restoreExact(ctx, m, sh, open); err != nil {
+			if x, err = b.restoreExact(ctx, l, sh, &loss); err != nil {
 				return err
 			}
 		}
@@ -429,7 +453,9 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			"topics could forge records that recovery takes as written. Start a new memory (a new group, or on-restore-failure=empty) to get a keyed one",
 			m.Seq, m.Topic, m.Partition))
 	}
-	return restoredOf(m, f), nil
+	r := restoredOf(m, f)
+	r.Lost = f.lostFrom(m, loss)
+	return r, nil
 }
 
 // restoredOf is what the worker gets of manifest m restored into f.
@@ -453,6 +479,15 @@ func markFrom(m *checkpoint.InputMark) *worker.InputMark {
 	return &worker.InputMark{Offset: m.Offset, Timestamp: m.Timestamp, Digest: m.Digest}
 }
 
+// corrupt reports whether err is a fault of a generation's stored data: a
+// missing or corrupt object or log segment, or a generation or segment
+// that does not decode or fit. A generation written by a newer build
+// (bloom.ErrUnsupportedVersion) or larger than allowed (bloom.ErrTooLarge)
+// is not: losing it would throw away a sound memory.
+func corrupt(err error) bool {
+	return errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, bloom.ErrCorrupt) && !errors.Is(err, bloom.ErrUnsupportedVersion)
+}
+
 // loadGeneration decodes the generation object of ref and replays its log
 // segments in order. A segment that is missing, corrupt or does not fit
 // the base is a corrupt checkpoint: Restore tries the previous manifest.
@@ -464,12 +499,8 @@ func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRe
 		return nil, fmt.Errorf("opening generation %d: %w", ref.ID, err)
 	}
 	g, err := bloom.DecodeGeneration(rc, b.s.MaxGenerationBytes)
-	cerr := rc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("decoding generation %d: %w", ref.ID, err)
-	}
-	if cerr != nil {
-		return nil, fmt.Errorf("verifying generation %d: %w", ref.ID, cerr)
+	if err := verified(rc.Close(), err); err != nil {
+		return nil, fmt.Errorf("generation %d: %w", ref.ID, err)
 	}
 	for i, l := range ref.Log {
 		rc, err := open(ctx, l.Ref())
@@ -477,18 +508,29 @@ func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRe
 			return nil, fmt.Errorf("opening log segment %d of generation %d: %w", i+1, ref.ID, err)
 		}
 		seg, err := bloom.DecodeLog(rc, checkpoint.MaxLogEntries)
-		cerr := rc.Close()
-		if err != nil {
-			return nil, fmt.Errorf("decoding log segment %d of generation %d: %w", i+1, ref.ID, err)
-		}
-		if cerr != nil {
-			return nil, fmt.Errorf("verifying log segment %d of generation %d: %w", i+1, ref.ID, cerr)
+		if err := verified(rc.Close(), err); err != nil {
+			return nil, fmt.Errorf("log segment %d of generation %d: %w", i+1, ref.ID, err)
 		}
 		if err := g.ApplyLog(seg); err != nil {
 			return nil, fmt.Errorf("log segment %d (%s): %w", i+1, l.Key, err)
 		}
 	}
 	return g, nil
+}
+
+// verified combines the error of closing (verifying) a stored object,
+// cerr, with the error of decoding it, err. A stored object that fails its
+// checksum explains any decoding error (flipped bytes can read as any
+// header, an entry count over the limit included), so that failure is
+// returned; a decoding error of an object that verified is the decoder's.
+func verified(cerr, err error) error {
+	switch {
+	case cerr != nil && (err == nil || errors.Is(cerr, checkpoint.ErrCorrupt)):
+		return fmt.Errorf("verifying: %w", cerr)
+	case err != nil:
+		return fmt.Errorf("decoding: %w", err)
+	}
+	return nil
 }
 
 // notice logs, once per partition, what the restored checkpoint m does not
@@ -570,7 +612,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		cg := checkpoint.Generation{
 			ID: g.ID, Sealed: g.Sealed, Start: g.Stats.Start, End: g.Stats.End,
 			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
-			Stacks: g.Stats.Stacks, Source: g,
+			Stacks: g.Stats.Stacks, Capacity: g.Stats.Capacity, FPR: g.Stats.FPR, Source: g,
 		}
 		// What the generation added since the state its journal was
 		// marked with (the last commit, or the restored chain).
@@ -600,9 +642,15 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,
 		InputMark:              markTo(cp.Mark),
+		KeysFrom:               sn.keysFrom,
 	})
 	if err != nil {
 		return storeErr(err)
+	}
+	if cp.Seed == nil {
+		// Generations opened from here on get this point; while a seed
+		// topic is read, keys of another topic keep coming.
+		sn.from.committed.Store(position(cp.InputOffset, sn.frontier, snapshotNewest{sn.sn}))
 	}
 	// The journals may drop what this manifest stores; the next log of
 	// each generation continues its chain here.

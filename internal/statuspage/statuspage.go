@@ -7,8 +7,10 @@
 // partitions are still restoring, scanning, replaying or seeding). Below
 // that one table row per partition; a partition that is not yet running
 // gets a second row with the progress of its current phase (share of the
-// range, offsets done and left, keys remembered, rate, time left), and a
-// failing checkpoint a second row with the error. A stalled partition
+// range, offsets done and left, keys remembered, rate, time left), a
+// failing checkpoint a second row with the error, and generations a
+// restore lost a second row saying what became of each (rebuilt from the
+// input, or which span of event time is forgotten). A stalled partition
 // (input waits and its position does not move, or it waits before a record
 // its output refuses) is named in a notice under the summary, with its
 // offset, for how long and its last error, and gets a second row too: it
@@ -86,7 +88,33 @@ type row struct {
 	worker.PartitionStatus
 	Running  bool
 	Progress *progress
+	// LostRows say what became of the generations a restore lost.
+	LostRows []lostRow
 }
+
+// lostRow is one lost generation as the page says it; Bad when keys are
+// forgotten.
+type lostRow struct {
+	Text string
+	Bad  bool
+}
+
+// lostText says what became of a lost generation, in event time (UTC).
+func lostText(lg worker.LostGeneration) lostRow {
+	what := fmt.Sprintf("generation %d (event time %s – %s) of checkpoint %d", lg.ID, when(lg.Start), when(lg.End), lg.Checkpoint)
+	switch lg.Outcome {
+	case worker.LostRebuilt:
+		return lostRow{Text: what + " did not load: rebuilt from the input, nothing forgotten"}
+	case worker.LostUnverified:
+		return lostRow{Text: fmt.Sprintf("the exact store of checkpoint %d did not load: positives matching generation %d are unverified (the filter's answer stands) until %s",
+			lg.Checkpoint, lg.ID, when(lg.Until))}
+	}
+	return lostRow{Bad: true, Text: fmt.Sprintf("%s did not load and the input no longer holds its keys: %s keys forgotten, their repeats are forwarded until %s",
+		what, count(lg.Keys), when(lg.Until))}
+}
+
+// when is an event time as the page shows it.
+func when(t time.Time) string { return t.UTC().Format("2006-01-02 15:04 UTC") }
 
 // progress is a partition's worker.Progress as the page shows it.
 type progress struct {
@@ -100,9 +128,10 @@ type progress struct {
 
 // phases explains each worker.Progress phase.
 var phases = map[string]string{
-	"seeding":   "input before the start position, remembered, not forwarded",
-	"replaying": "input after the checkpoint, into the filter",
-	"scanning":  "outputs, for records written but not committed",
+	"seeding":    "input before the start position, remembered, not forwarded",
+	"replaying":  "input after the checkpoint, into the filter",
+	"scanning":   "outputs, for records written but not committed",
+	"rebuilding": "input read back into generations a restore lost",
 }
 
 func newView(st worker.Status, now time.Time) view {
@@ -112,6 +141,9 @@ func newView(st worker.Status, now time.Time) view {
 	mixed := false
 	for i, p := range st.Partitions {
 		r := row{PartitionStatus: p, Running: p.State == "running" && p.Generation == st.Generation}
+		for _, lg := range p.Lost {
+			r.LostRows = append(r.LostRows, lostText(lg))
+		}
 		if pr := p.Progress; pr != nil {
 			r.Progress = &progress{Progress: *pr, What: phases[pr.Phase], Fraction: pr.Fraction()}
 			if pr.Topic != "" {

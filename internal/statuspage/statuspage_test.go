@@ -197,6 +197,42 @@ func TestPageShowsStalledPartitions(t *testing.T) {
 	}
 }
 
+// Generations a restore lost get a second row on a running partition:
+// rebuilt (a warning), forgotten with the span and until when repeats are
+// forwarded (an error), exact store lost (a warning).
+func TestPageShowsLostGenerations(t *testing.T) {
+	st := sampleStatus(testNow)
+	start := time.Date(2026, 1, 1, 8, 0, 0, 0, time.UTC)
+	lg := worker.LostGeneration{ID: 7, Start: start, End: start.Add(3 * time.Hour), Until: start.Add(9 * time.Hour), Keys: 12_345, Checkpoint: 41}
+	rebuilt, forgotten, unverified := lg, lg, lg
+	rebuilt.Outcome, forgotten.Outcome, unverified.Outcome = worker.LostRebuilt, worker.LostForgotten, worker.LostUnverified
+	unverified.ExactOnly = true
+	st.Partitions[0].Lost = []worker.LostGeneration{rebuilt, forgotten, unverified}
+	body, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
+	page := string(body)
+	i := strings.Index(page, `<tr class="more" data-partition="0">`)
+	if i < 0 {
+		t.Fatalf("no second row for the running partition with lost generations:\n%s", page)
+	}
+	more := page[i:]
+	more = more[:strings.Index(more, "</tr>")]
+	for _, want := range []string{
+		`<div class="warn lost">generation 7 (event time 2026-01-01 08:00 UTC – 2026-01-01 11:00 UTC) of checkpoint 41 did not load: rebuilt from the input, nothing forgotten</div>`,
+		`<div class="bad lost">generation 7 (event time 2026-01-01 08:00 UTC – 2026-01-01 11:00 UTC) of checkpoint 41 did not load and the input no longer holds its keys: 12.3 k keys forgotten, their repeats are forwarded until 2026-01-01 17:00 UTC</div>`,
+		`<div class="warn lost">the exact store of checkpoint 41 did not load: positives matching generation 7 are unverified (the filter&#39;s answer stands) until 2026-01-01 17:00 UTC</div>`,
+	} {
+		if !strings.Contains(more, want) {
+			t.Errorf("second row lacks\n%s\nin\n%s", want, more)
+		}
+	}
+	js, _ := io.ReadAll(get(t, testHandler(st), "/status.json").Body)
+	for _, want := range []string{`"lost_generations": [`, `"outcome": "forgotten"`, `"until": "2026-01-01T17:00:00Z"`, `"keys_from_offset": 0`} {
+		if !strings.Contains(string(js), want) {
+			t.Errorf("status.json lacks %s:\n%s", want, js)
+		}
+	}
+}
+
 func TestNotReady(t *testing.T) {
 	running := worker.PartitionStatus{Topic: "orders", Partition: 0, Generation: 3, State: "running"}
 	old := running
@@ -309,7 +345,8 @@ func TestStatusJSONSnakeCase(t *testing.T) {
 	walk("", doc)
 	// The walk reached the nested objects.
 	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds",
-		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry"} {
+		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry",
+		"lost_generations", "keys_from_offset", "settings_conflicts", "differences"} {
 		if !keys[k] {
 			t.Errorf("status.json lacks %q:\n%s", k, body)
 		}

@@ -84,7 +84,10 @@ const (
 	ReadUncommitted IsolationLevel = "read_uncommitted"
 )
 
-// RestorePolicy says what happens when checkpoints exist but none loads.
+// RestorePolicy says what happens when checkpoints exist but none loads,
+// not even in part: every manifest is corrupt or refused (a checkpoint
+// whose objects are partly bad is restored in part and rebuilt from the
+// input instead; docs/checkpoints.md, "Partial restore").
 type RestorePolicy string
 
 const (

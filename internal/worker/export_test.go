@@ -1,6 +1,11 @@
 package worker
 
-import "testing"
+import (
+	"log/slog"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // The harness of this package's tests, for its external tests (package
 // worker_test): those run the worker with the production state store,
@@ -37,3 +42,12 @@ func (w *Worker) TestHooks() *Hooks { return w.hooks }
 
 // CaughtUp waits until every partition of want runs at its offset.
 func (rw *runningWorker) CaughtUp(t *testing.T, want map[int]int64) { caughtUp(t, rw, want) }
+
+// SetTestLogger replaces the worker's logger (call it from a tweak, before
+// Run), for tests that check what was logged.
+func (w *Worker) SetTestLogger(l *slog.Logger) {
+	w.log = l.With("group", w.cfg.Group, "input", w.cfg.Input)
+}
+
+// Registry is the worker's metric registry.
+func (rw *runningWorker) Registry() *prometheus.Registry { return rw.reg }

@@ -44,6 +44,7 @@ type metrics struct {
 	inputLost        *prometheus.CounterVec
 	// settingsConflicts: members of the group whose settings differ.
 	settingsConflicts prometheus.Gauge
+	generationsLost   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -86,7 +87,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			"held back by open transactions of upstream producers (read_committed stops at the last stable offset). 0 at read_uncommitted."),
 		remaining: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "recovery_remaining_offsets",
 			Help: "Offsets left in a phase before the partition runs: phase=seeding (input remembered before a new group's start, not forwarded), " +
-				"replaying (input between the checkpoint and the committed offset), scanning (written records looked up by the recovery scan). 0 outside the phase."},
+				"replaying (input between the checkpoint and the committed offset), rebuilding (input read back into generations a restore lost), " +
+				"scanning (written records looked up by the recovery scan). 0 outside the phase."},
 			[]string{"topic", "partition", "phase"}),
 		skipped: counter("records_skipped_total", "Input offsets passed over without being events: transaction markers (reason=marker) "+
 			"and records of aborted transactions (reason=aborted, read_committed only). Not part of records_consumed_total.", "topic", "partition", "reason"),
@@ -111,11 +113,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		settingsConflicts: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_settings_conflicts",
 			Help: "Members of the consumer group whose filter, key or output settings differ from this worker's (as of the last generation joined); " +
 				"the group leader assigns partitions only to members that agree with it."}),
+		generationsLost: counter("checkpoint_generations_lost_total",
+			"Filter generations a restore could not load (a corrupt or missing checkpoint object), by what became of them: reason=rebuilt "+
+				"(read back from the input, nothing forgotten), forgotten (the input no longer holds their keys: repeats are forwarded "+
+				"until they would have left the window), unverified (exact mode: their exact store was lost, the filter's answer stands).",
+			"topic", "reason"),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts} {
+		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}
@@ -132,7 +139,11 @@ type partitionMetrics struct {
 	remaining                                                                map[string]prometheus.Gauge // by phase
 	skippedMarkers, skippedAborted                                           prometheus.Counter
 	bytes, fill, fpr, keys, gens, overflow, clamped                          prometheus.Gauge
+	lost                                                                     map[string]prometheus.Counter // by outcome (topic-wide)
 }
+
+// lostOutcomes label bloomgate_checkpoint_generations_lost_total.
+var lostOutcomes = []string{LostRebuilt, LostForgotten, LostUnverified}
 
 func (m *metrics) partition(topic string, p int) *partitionMetrics {
 	ps := strconv.Itoa(p)
@@ -162,6 +173,10 @@ func (m *metrics) partition(topic string, p int) *partitionMetrics {
 	}
 	for _, ph := range phases {
 		pm.remaining[ph] = m.remaining.WithLabelValues(topic, ps, ph)
+	}
+	pm.lost = map[string]prometheus.Counter{}
+	for _, o := range lostOutcomes {
+		pm.lost[o] = m.generationsLost.WithLabelValues(topic, o)
 	}
 	for _, reasons := range [][]string{KeyReasons, UnwritableReasons} {
 		for _, r := range reasons {

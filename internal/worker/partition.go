@@ -212,6 +212,9 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.mark = pl.mark
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
+	if err := pp.beforeReading(ctx, pl); err != nil {
+		return err
+	}
 
 	stopReading, err := pp.startReading(ctx, c)
 	if err != nil {

@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Long phases before a partition runs (seeding, replay, the output scan)
+// Long phases before a partition runs (seeding, replay, the output scan,
+// rebuilding lost generations)
 // report their progress three ways: PartitionStatus.Progress (status page,
 // /status.json), the gauge bloomgate_recovery_remaining_offsets{phase}, and
 // a log line every progressLogInterval once a phase has run that long.
@@ -20,7 +21,7 @@ const (
 	progressStatusInterval = 200 * time.Millisecond
 )
 
-var phases = []string{phaseSeeding, phaseReplaying, phaseScanning}
+var phases = []string{phaseSeeding, phaseReplaying, phaseScanning, phaseRebuilding}
 
 // progress tracks one phase of one partition. Only the partition's
 // goroutine uses it.

@@ -143,6 +143,9 @@ type recoveryPlan struct {
 	// written for it, and a checkpoint and a commit of the new position
 	// (resume) come before anything is read.
 	reset bool
+	// resetReason is what checkInputLog found ("": the log is the
+	// memory's).
+	resetReason string
 	// mark is the input mark to carry until a record is handled.
 	mark *InputMark
 }
@@ -257,6 +260,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 	if chk.reason != "" {
 		pp.reportReset(chk, ib, a, restored.InputOffset, resume)
 	}
+	pl.resetReason = chk.reason
 	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
 		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
 			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)

@@ -150,6 +150,86 @@ type Restored struct {
 	LegacyBefore map[string]map[int]int64
 	// Mark is Checkpoint.Mark of the restored checkpoint (nil: none).
 	Mark *InputMark
+	// Lost lists the generations whose stored state did not load: the
+	// filter holds them empty (or, ExactOnly, without their exact store).
+	// Before replaying, the worker re-reads the input from the smallest
+	// KeysFrom (or the log start, if later) to InputOffset and hands the
+	// keys to the filter's Rebuilder, then reports each one as rebuilt,
+	// forgotten or unverified.
+	Lost []LostGeneration
+}
+
+// LostGeneration is a generation of a restored filter whose stored state
+// did not load (docs/checkpoints.md, "Partial restore").
+type LostGeneration struct {
+	ID uint64 `json:"generation"`
+	// Start and End bound the partition's event time while the generation
+	// took keys: it holds the keys of the records processed meanwhile.
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+	// Until is the event time at which the generation would have left the
+	// window: repeats of keys it alone held are forwarded until then.
+	Until time.Time `json:"until"`
+	// Keys is how many keys it held, as the checkpoint recorded.
+	Keys uint64 `json:"keys"`
+	// KeysFrom is the first input offset whose key it may hold; -1: not
+	// recorded, it cannot be rebuilt.
+	KeysFrom int64 `json:"keys_from_offset"`
+	// ExactOnly: only the exact store's copy of its keys was lost. The
+	// filter holds them; its positives are unverified (the filter's answer
+	// stands) until Until.
+	ExactOnly bool `json:"exact_only,omitempty"`
+	// Reason is what failed (the object and the check).
+	Reason string `json:"reason"`
+	// Checkpoint is the sequence of the checkpoint it was restored from.
+	Checkpoint uint64 `json:"checkpoint"`
+	// Outcome is the worker's: LostRebuilt, LostForgotten or LostUnverified.
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// Outcomes of a lost generation (LostGeneration.Outcome, and the reason
+// label of bloomgate_checkpoint_generations_lost_total).
+const (
+	LostRebuilt    = "rebuilt"    // refilled from the input: exact
+	LostForgotten  = "forgotten"  // the input no longer holds (all of) its keys
+	LostUnverified = "unverified" // exact store lost: positives unverified until it leaves the window
+)
+
+// RebuiltFrom reports whether reading the input from offset from gives
+// back every key of the generation: its keys begin at or after from.
+func (g LostGeneration) RebuiltFrom(from int64) bool {
+	return !g.ExactOnly && g.KeysFrom >= 0 && g.KeysFrom >= from
+}
+
+// Rebuilder is implemented by a Filter restored with lost generations
+// (Restored.Lost) that can refill them from the input.
+type Rebuilder interface {
+	// StartRebuild begins a rebuild from input offset from: the smallest
+	// KeysFrom of the lost generations, or the input's log start if that
+	// is later (then a generation whose keys begin earlier gets what is
+	// left: a superset of its keys among the retained records, never
+	// all of them; see LostGeneration.RebuiltFrom).
+	StartRebuild(from int64)
+	// RebuildKey hands over the key and timestamp of the input record at
+	// offset, for every record of [from, Restored.InputOffset) whose key
+	// extracts, in input order, as the worker reads them: the filter adds
+	// the key to each lost generation that held it. It returns false once
+	// no later record can go into a lost generation (a newer one took
+	// over from all of them): the worker stops reading there.
+	RebuildKey(offset int64, key []byte, ts time.Time) (more bool)
+	// FinishRebuild ends the rebuild; it returns the keys added back.
+	FinishRebuild() uint64
+}
+
+// InputTracker is optionally implemented by a Filter that records where in
+// the input its generations' keys begin (LostGeneration.KeysFrom), so that
+// a generation whose stored state is lost later can be rebuilt from the
+// input. The worker calls ReadingFrom once per session, after the restore
+// and before any key: offset is the first input offset the session reads;
+// foreign is set when keys of another topic (Config.SeedTopic) come
+// first, which the input cannot give back.
+type InputTracker interface {
+	ReadingFrom(offset int64, foreign bool)
 }
 
 // SeedProgress is how far a new memory has read the topic it is seeded

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -69,8 +70,8 @@ type PartitionStatus struct {
 	RecoverySkipped      int           `json:"recovery_skipped"`
 	RecoveryDuration     time.Duration `json:"-"`
 	RecoverySeconds      float64       `json:"recovery_seconds"`
-	// Progress is set while the partition seeds, replays or scans its
-	// outputs before it runs; nil once it runs.
+	// Progress is set while the partition seeds, replays, rebuilds lost
+	// generations or scans its outputs before it runs; nil once it runs.
 	Progress *Progress `json:"progress,omitempty"`
 
 	// Stalled: input waits beyond the partition's position and the
@@ -88,12 +89,16 @@ type PartitionStatus struct {
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 	// Unwritable is the record a stalled partition waits before.
 	Unwritable *Unwritable `json:"unwritable,omitempty"`
+	// Lost lists the generations this assignment's restores could not
+	// load, and what became of each (rebuilt, forgotten, unverified).
+	Lost []LostGeneration `json:"lost_generations,omitempty"`
 }
 
 // Progress of a long phase before a partition runs.
 type Progress struct {
 	// Phase: seeding (remembering input before a new group's start),
-	// replaying (input between the checkpoint and the committed offset) or
+	// replaying (input between the checkpoint and the committed offset),
+	// rebuilding (input read back into generations a restore lost) or
 	// scanning (outputs for records written but not committed).
 	Phase string `json:"phase"`
 	// Topic is the topic read when it is not the input: the topic a new
@@ -156,6 +161,7 @@ func (w *Worker) Status() Status {
 			pr := *ps.Progress
 			ps.Progress = &pr
 		}
+		ps.Lost = slices.Clone(ps.Lost)
 		s.Partitions = append(s.Partitions, ps)
 		// A partition that recovered once counts as restored even while a
 		// failure makes it recover again or it stalls: those show as

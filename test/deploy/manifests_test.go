@@ -501,7 +501,7 @@ func TestAlertRules(t *testing.T) {
 	}
 	for _, want := range []string{
 		"BloomgateEstimatedFPRAboveTarget", "BloomgateCheckpointStale", "BloomgateOverflowStacking",
-		"BloomgateDeadLetterRate", "BloomgateLagGrowing", "BloomgatePartitionStalled",
+		"BloomgateDeadLetterRate", "BloomgateLagGrowing", "BloomgatePartitionStalled", "BloomgateCheckpointKeysForgotten", "BloomgateCheckpointGenerationsRebuilt",
 	} {
 		if !seen[want] {
 			t.Errorf("alert %s missing", want)
