@@ -1,0 +1,104 @@
+package group
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Config configures one member of a consumer group.
+type Config struct {
+	// Brokers are the bootstrap addresses; Transport carries every request
+	// (TLS and SASL set on it). Group requests go to the group's
+	// coordinator: the Transport looks it up.
+	Brokers   []string
+	Transport kafka.RoundTripper
+	Group     string
+	// Topic is the one topic the member consumes.
+	Topic string
+	// InstanceID makes the member static (KIP-345): a member restarted
+	// with the same InstanceID within the session timeout gets its
+	// partitions back without a rebalance, and a static member leaving
+	// (Run's ctx ends) does not send LeaveGroup, so its restart does not
+	// move its partitions either. Empty: a dynamic member.
+	InstanceID string
+	// ClientID names the member in the coordinator's view (DescribeGroups).
+	ClientID string
+
+	SessionTimeout    time.Duration // default 10s
+	RebalanceTimeout  time.Duration // default SessionTimeout + 10s
+	HeartbeatInterval time.Duration // default SessionTimeout / 10, at most 3s
+	// RetryBackoff is the first wait after a failed join or sync (doubled
+	// up to 5s). Default 200ms.
+	RetryBackoff time.Duration
+
+	// UserData is announced in the member's subscription (the group
+	// protocol metadata); the leader sees every member's.
+	UserData []byte
+	// Admit, if set, is called on the leader with the members of a
+	// rebalance and returns those that may get partitions (see
+	// worker/agreement.go). The leader itself must be among them.
+	Admit func(members []MemberInfo) []MemberInfo
+	// Eager disables cooperative rebalancing: the member offers only the
+	// eager protocol (every rebalance revokes every partition first).
+	Eager bool
+
+	Logger *slog.Logger
+	// Now is the member's clock (tests replace it); default time.Now.
+	Now func() time.Time
+}
+
+// Defaults.
+const (
+	DefaultSessionTimeout = 10 * time.Second
+	DefaultRetryBackoff   = 200 * time.Millisecond
+	maxRetryBackoff       = 5 * time.Second
+)
+
+// Validate checks the settings a Member cannot work without.
+func (c Config) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("group: no brokers")
+	case c.Group == "":
+		return errors.New("group: no group id")
+	case c.Topic == "":
+		return errors.New("group: no topic")
+	case c.SessionTimeout < 0 || c.RebalanceTimeout < 0 || c.HeartbeatInterval < 0:
+		return errors.New("group: negative timeout")
+	case c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout:
+		return fmt.Errorf("group: heartbeat interval %v must be below the session timeout %v", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = DefaultSessionTimeout
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = c.SessionTimeout + 10*time.Second
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(c.SessionTimeout/10, 3*time.Second)
+	}
+	if c.RetryBackoff == 0 {
+		c.RetryBackoff = DefaultRetryBackoff
+	}
+	if c.Transport == nil {
+		c.Transport = kafka.DefaultTransport
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.ClientID == "" {
+		c.ClientID = "bloomgate"
+	}
+	return c
+}

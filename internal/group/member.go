@@ -1,0 +1,725 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/consumer"
+	"github.com/segmentio/kafka-go/protocol/heartbeat"
+	"github.com/segmentio/kafka-go/protocol/joingroup"
+	"github.com/segmentio/kafka-go/protocol/leavegroup"
+	"github.com/segmentio/kafka-go/protocol/offsetcommit"
+	"github.com/segmentio/kafka-go/protocol/offsetfetch"
+	"github.com/segmentio/kafka-go/protocol/syncgroup"
+)
+
+// Protocol names offered in JoinGroup, preferred first. A group whose
+// members all offer cooperative-sticky rebalances cooperatively; a member
+// that offers only range (an older build, kafka-go's ConsumerGroup) makes
+// the coordinator choose range, and every member then rebalances eagerly,
+// which is how a rolling upgrade moves from one to the other.
+const (
+	ProtocolCooperative = "cooperative-sticky"
+	ProtocolEager       = "range"
+)
+
+// Generation is one generation of the group as this member joined it.
+type Generation struct {
+	ID       int32
+	MemberID string
+	Protocol string
+	Leader   bool
+}
+
+// Cooperative reports whether the generation rebalances cooperatively.
+func (g Generation) Cooperative() bool { return g.Protocol == ProtocolCooperative }
+
+// Handler is told what the member's partitions become. Its methods are
+// called from Run's goroutine, one at a time; heartbeats go on meanwhile,
+// so a Revoked that takes a while (a final commit and checkpoint) does not
+// cost the membership.
+type Handler interface {
+	// Assigned: the partitions are this member's from generation gen on.
+	Assigned(gen Generation, partitions []int)
+	// Revoked: the partitions are to be given up: finish with them (a
+	// final commit) and return once they are released. In a cooperative
+	// generation the member keeps the others.
+	Revoked(gen Generation, partitions []int)
+	// Lost: the partitions are no longer this member's and may be another
+	// member's already (the session expired, the generation was fenced):
+	// stop them without committing.
+	Lost(partitions []int, cause error)
+}
+
+// Errors.
+var (
+	// ErrRebalancing: a commit during a rebalance; retry once the member
+	// is in a generation again (its partitions are still its own in a
+	// cooperative generation).
+	ErrRebalancing = errors.New("group is rebalancing")
+	// ErrNotMember: the member is not in a generation (it lost its
+	// membership, or has not joined yet): its partitions are not its own.
+	ErrNotMember = errors.New("not a member of the group's current generation")
+)
+
+// Member is one member of a consumer group, on kafka-go's protocol layer
+// (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch
+// through the Transport). New starts nothing; Run joins and keeps the
+// membership.
+type Member struct {
+	cfg  Config
+	log  *slog.Logger
+	addr net.Addr
+
+	mu       sync.Mutex
+	memberID string
+	gen      Generation
+	joined   bool      // in a generation (synced, heartbeats accepted)
+	since    time.Time // when the member last left a generation (zero while in one)
+	owned    []int     // sorted
+	// prev is what an eager member gave up before rejoining: announced
+	// in its subscription so that the leader can give it back (nobody
+	// else owns it).
+	prev  []int
+	fresh bool // rejoin as a new member (drop the member ID)
+
+	rejoin chan struct{} // RequestRejoin
+}
+
+// New checks cfg; it starts nothing.
+func New(cfg Config) (*Member, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Member{
+		cfg: cfg, log: cfg.Logger.With("group", cfg.Group), addr: kafka.TCP(cfg.Brokers...),
+		since: cfg.Now(), rejoin: make(chan struct{}, 1),
+	}, nil
+}
+
+// State reports the current generation, whether the member is in it, and
+// since when it has been out of one (zero while in one).
+func (m *Member) State() (gen Generation, joined bool, since time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen, m.joined, m.since
+}
+
+// RequestRejoin makes the member leave its generation and join again;
+// with fresh, as a new member (its member ID dropped): what a member does
+// after its membership went nowhere for too long.
+func (m *Member) RequestRejoin(fresh bool) {
+	if fresh {
+		m.mu.Lock()
+		m.fresh = true
+		m.mu.Unlock()
+	}
+	select {
+	case m.rejoin <- struct{}{}:
+	default:
+	}
+}
+
+func (m *Member) setJoined(joined bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.joined = joined
+	switch {
+	case joined:
+		m.since = time.Time{}
+	case m.since.IsZero():
+		m.since = m.cfg.Now()
+	}
+}
+
+// errFatal wraps errors that end Run.
+type errFatal struct{ err error }
+
+func (e errFatal) Error() string { return e.err.Error() }
+func (e errFatal) Unwrap() error { return e.err }
+
+// outcome of a stable phase.
+type outcome int
+
+const (
+	outRebalance outcome = iota // rejoin, keeping what the generation allows
+	outLost                     // membership lost: partitions lost, rejoin
+	outDone                     // ctx ended
+)
+
+// Run joins the group and keeps the membership until ctx ends, telling h
+// what the member's partitions become. At the end it revokes what it
+// owns (h.Revoked) and, as a dynamic member, leaves the group; a static
+// member does not leave, so that its restart within the session timeout
+// does not move its partitions. It returns nil after ctx ended, or an
+// error that ends the membership (another member with the same
+// InstanceID, refused access, settings the coordinator rejects).
+func (m *Member) Run(ctx context.Context, h Handler) error {
+	b := newBackoff(m.cfg.RetryBackoff, maxRetryBackoff)
+	var err error
+	for ctx.Err() == nil {
+		var gen Generation
+		var assigned []int
+		gen, assigned, err = m.joinAndSync(ctx, h)
+		if err != nil {
+			var fatal errFatal
+			if errors.As(err, &fatal) {
+				break
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			m.log.Debug("joining the group failed; retrying", "err", err, "backoff", b.delay())
+			b.wait(ctx)
+			continue
+		}
+		b.reset()
+		out, ferr := m.stable(ctx, h, gen, assigned)
+		if ferr != nil {
+			err = ferr
+			break
+		}
+		err = nil
+		switch out {
+		case outLost:
+			m.mu.Lock()
+			lost := m.owned
+			m.owned, m.prev = nil, nil
+			m.mu.Unlock()
+			if len(lost) > 0 {
+				h.Lost(lost, ErrNotMember)
+			}
+		}
+	}
+	// Whatever is still owned (Run ended outside a generation: a failed
+	// join) is given up; its commits may fail, and then the next owner
+	// recovers from the output as after any failed commit.
+	m.mu.Lock()
+	gen := m.gen
+	m.mu.Unlock()
+	m.revokeAll(gen, h)
+	m.setJoined(false)
+	if m.cfg.InstanceID == "" {
+		m.leave()
+	}
+	var fatal errFatal
+	if errors.As(err, &fatal) {
+		return fatal.err
+	}
+	return nil
+}
+
+func (m *Member) revokeAll(gen Generation, h Handler) {
+	m.mu.Lock()
+	owned := m.owned
+	m.owned, m.prev = nil, owned
+	m.mu.Unlock()
+	if len(owned) > 0 {
+		h.Revoked(gen, owned)
+	}
+}
+
+// protocols are the member's JoinGroup protocols with its subscription:
+// the topic, the user data and the partitions it owns.
+func (m *Member) protocols() ([]joingroup.RequestProtocol, error) {
+	m.mu.Lock()
+	owned := slices.Clone(m.owned)
+	if len(owned) == 0 {
+		owned = slices.Clone(m.prev)
+	}
+	m.mu.Unlock()
+	sub := consumer.Subscription{Version: 1, Topics: []string{m.cfg.Topic}, UserData: m.cfg.UserData}
+	if len(owned) > 0 {
+		ps := make([]int32, len(owned))
+		for i, p := range owned {
+			ps[i] = int32(p)
+		}
+		sub.OwnedPartitions = []consumer.TopicPartition{{Topic: m.cfg.Topic, Partitions: ps}}
+	}
+	meta, err := protocol.Marshal(1, sub)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the subscription: %w", err)
+	}
+	ps := []joingroup.RequestProtocol{{Name: ProtocolEager, Metadata: meta}}
+	if !m.cfg.Eager {
+		ps = append([]joingroup.RequestProtocol{{Name: ProtocolCooperative, Metadata: meta}}, ps...)
+	}
+	return ps, nil
+}
+
+// roundTrip sends req to the group's coordinator (the Transport finds it)
+// within timeout.
+func (m *Member) roundTrip(ctx context.Context, timeout time.Duration, req protocol.Message) (protocol.Message, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return m.cfg.Transport.RoundTrip(ctx, m.addr, req)
+}
+
+// joinAndSync joins a generation and syncs its assignment.
+func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int, error) {
+	m.setJoined(false)
+	protos, err := m.protocols()
+	if err != nil {
+		return Generation{}, nil, errFatal{err}
+	}
+	m.mu.Lock()
+	if m.fresh {
+		m.memberID, m.fresh = "", false
+	}
+	memberID := m.memberID
+	m.mu.Unlock()
+	var jr *joingroup.Response
+	for attempt := 0; ; attempt++ {
+		req := &joingroup.Request{
+			GroupID:            m.cfg.Group,
+			SessionTimeoutMS:   int32(m.cfg.SessionTimeout / time.Millisecond),
+			RebalanceTimeoutMS: int32(m.cfg.RebalanceTimeout / time.Millisecond),
+			MemberID:           memberID,
+			GroupInstanceID:    m.cfg.InstanceID,
+			ProtocolType:       "consumer",
+			Protocols:          protos,
+		}
+		// The coordinator answers within the rebalance timeout of the
+		// rebalance's start; beyond that the answer is lost.
+		res, err := m.roundTrip(ctx, m.cfg.RebalanceTimeout+5*time.Second, req)
+		if err != nil {
+			return Generation{}, nil, fmt.Errorf("joining: %w", err)
+		}
+		jr = res.(*joingroup.Response)
+		code := kafka.Error(jr.ErrorCode)
+		switch {
+		case jr.ErrorCode == 0:
+		case code == kafka.MemberIDRequired && attempt < 3:
+			// KIP-394: join again with the ID the coordinator handed out.
+			memberID = jr.MemberID
+			m.mu.Lock()
+			m.memberID = memberID
+			m.mu.Unlock()
+			continue
+		case code == kafka.UnknownMemberId:
+			m.mu.Lock()
+			m.memberID = ""
+			lost := m.owned
+			m.owned, m.prev = nil, nil
+			m.mu.Unlock()
+			if len(lost) > 0 {
+				h.Lost(lost, code)
+			}
+			return Generation{}, nil, fmt.Errorf("joining: %w", code)
+		case code == kafka.FencedInstanceID:
+			return Generation{}, nil, errFatal{fmt.Errorf("joining group %q: another member uses the instance id %q (%w): "+
+				"give every member its own --group-instance-id", m.cfg.Group, m.cfg.InstanceID, code)}
+		case code == kafka.GroupAuthorizationFailed || code == kafka.InvalidSessionTimeout || code == kafka.InconsistentGroupProtocol:
+			return Generation{}, nil, errFatal{fmt.Errorf("joining group %q: %w", m.cfg.Group, code)}
+		default:
+			return Generation{}, nil, fmt.Errorf("joining: %w", code)
+		}
+		break
+	}
+	gen := Generation{ID: jr.GenerationID, MemberID: jr.MemberID, Protocol: jr.ProtocolName, Leader: jr.LeaderID == jr.MemberID}
+	m.mu.Lock()
+	m.memberID = jr.MemberID
+	m.mu.Unlock()
+
+	var assignments []syncgroup.RequestAssignment
+	if gen.Leader {
+		var err error
+		if assignments, err = m.leaderAssign(ctx, gen, jr.Members); err != nil {
+			return Generation{}, nil, err
+		}
+	}
+	res, err := m.roundTrip(ctx, m.cfg.RebalanceTimeout+m.cfg.SessionTimeout, &syncgroup.Request{
+		GroupID:         m.cfg.Group,
+		GenerationID:    gen.ID,
+		MemberID:        gen.MemberID,
+		GroupInstanceID: m.cfg.InstanceID,
+		ProtocolType:    "consumer",
+		ProtocolName:    gen.Protocol,
+		Assignments:     assignments,
+	})
+	if err != nil {
+		return Generation{}, nil, fmt.Errorf("syncing: %w", err)
+	}
+	sr := res.(*syncgroup.Response)
+	if sr.ErrorCode != 0 {
+		code := kafka.Error(sr.ErrorCode)
+		switch code {
+		case kafka.FencedInstanceID:
+			return Generation{}, nil, errFatal{fmt.Errorf("syncing group %q: another member uses the instance id %q (%w)", m.cfg.Group, m.cfg.InstanceID, code)}
+		case kafka.UnknownMemberId, kafka.IllegalGeneration:
+			m.mu.Lock()
+			lost := m.owned
+			m.owned, m.prev = nil, nil
+			if code == kafka.UnknownMemberId {
+				m.memberID = ""
+			}
+			m.mu.Unlock()
+			if len(lost) > 0 {
+				h.Lost(lost, code)
+			}
+		}
+		return Generation{}, nil, fmt.Errorf("syncing: %w", code)
+	}
+	var a consumer.Assignment
+	if len(sr.Assignments) > 0 {
+		if err := protocol.Unmarshal(sr.Assignments, 1, &a); err != nil {
+			if err := protocol.Unmarshal(sr.Assignments, 0, &a); err != nil {
+				return Generation{}, nil, fmt.Errorf("decoding the assignment: %w", err)
+			}
+		}
+	}
+	var assigned []int
+	for _, tp := range a.AssignedPartitions {
+		if tp.Topic == m.cfg.Topic {
+			for _, p := range tp.Partitions {
+				assigned = append(assigned, int(p))
+			}
+		}
+	}
+	slices.Sort(assigned)
+	m.mu.Lock()
+	m.gen = gen
+	m.mu.Unlock()
+	return gen, assigned, nil
+}
+
+// leaderAssign computes the generation's assignment from the members'
+// subscriptions.
+func (m *Member) leaderAssign(ctx context.Context, gen Generation, members []joingroup.ResponseMember) ([]syncgroup.RequestAssignment, error) {
+	n, err := m.partitionCount(ctx)
+	if err != nil {
+		return nil, err
+	}
+	all := make([]MemberInfo, 0, len(members))
+	for _, jm := range members {
+		mi := MemberInfo{ID: jm.MemberID, InstanceID: jm.GroupInstanceID}
+		var sub consumer.Subscription
+		if err := protocol.Unmarshal(jm.Metadata, 1, &sub); err != nil {
+			if err := protocol.Unmarshal(jm.Metadata, 0, &sub); err != nil {
+				m.log.Warn("a member's subscription does not decode; it gets no partitions", "member", jm.MemberID, "err", err)
+				continue
+			}
+		}
+		mi.UserData = sub.UserData
+		for _, tp := range sub.OwnedPartitions {
+			if tp.Topic == m.cfg.Topic {
+				for _, p := range tp.Partitions {
+					mi.Owned = append(mi.Owned, int(p))
+				}
+			}
+		}
+		slices.Sort(mi.Owned)
+		all = append(all, mi)
+	}
+	admitted := all
+	if m.cfg.Admit != nil {
+		admitted = m.cfg.Admit(all)
+	}
+	plan := assign(all, admitted, n, gen.Cooperative())
+	m.log.Info("elected group leader; assigning partitions", "members", len(all), "admitted", len(admitted),
+		"partitions", n, "protocol", gen.Protocol, "generation", gen.ID)
+	out := make([]syncgroup.RequestAssignment, 0, len(all))
+	for _, mi := range all {
+		ps := plan[mi.ID]
+		a := consumer.Assignment{Version: 1}
+		if len(ps) > 0 {
+			tp := consumer.TopicPartition{Topic: m.cfg.Topic}
+			for _, p := range ps {
+				tp.Partitions = append(tp.Partitions, int32(p))
+			}
+			a.AssignedPartitions = []consumer.TopicPartition{tp}
+		}
+		b, err := protocol.Marshal(1, a)
+		if err != nil {
+			return nil, fmt.Errorf("encoding an assignment: %w", err)
+		}
+		out = append(out, syncgroup.RequestAssignment{MemberID: mi.ID, Assignment: b})
+	}
+	return out, nil
+}
+
+// partitionCount asks the brokers how many partitions the topic has.
+func (m *Member) partitionCount(ctx context.Context) (int, error) {
+	c := &kafka.Client{Addr: m.addr, Transport: m.cfg.Transport}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.SessionTimeout)
+	defer cancel()
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{m.cfg.Topic}})
+	if err != nil {
+		return 0, fmt.Errorf("reading the partitions of %q: %w", m.cfg.Topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name == m.cfg.Topic {
+			if t.Error != nil {
+				return 0, fmt.Errorf("reading the partitions of %q: %w", m.cfg.Topic, t.Error)
+			}
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("reading the partitions of %q: not in the answer", m.cfg.Topic)
+}
+
+// stable applies a generation's assignment and heartbeats until the
+// generation ends. Heartbeats run in their own goroutine from the start,
+// so that the handler's Revoked (cooperative) keeps the membership.
+func (m *Member) stable(ctx context.Context, h Handler, gen Generation, assigned []int) (outcome, error) {
+	m.setJoined(true)
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	beats := make(chan heartbeatResult, 2)
+	go m.heartbeats(hctx, gen, beats)
+
+	m.mu.Lock()
+	owned := m.owned
+	m.mu.Unlock()
+	var revoked, added []int
+	if gen.Cooperative() {
+		revoked, added = diff(owned, assigned), diff(assigned, owned)
+	} else {
+		added = assigned // owned was revoked before joining
+	}
+	if len(revoked) > 0 {
+		h.Revoked(gen, revoked)
+	}
+	m.mu.Lock()
+	m.owned, m.prev = union(diff(owned, revoked), added), nil
+	m.mu.Unlock()
+	if len(added) > 0 {
+		h.Assigned(gen, added)
+	}
+	if len(revoked) > 0 {
+		// The partitions given up go to others in the next rebalance.
+		m.log.Info("revoked partitions the leader moved; rejoining so that they can be assigned", "revoked", revoked, "generation", gen.ID)
+		return outRebalance, nil
+	}
+	var r heartbeatResult
+	select {
+	case <-ctx.Done():
+		r.out = outDone
+	case <-m.rejoin:
+		r.out = outRebalance
+	case r = <-beats:
+	}
+	if r.err == nil && r.out != outLost {
+		// Give up what the next generation cannot keep while the
+		// heartbeats keep this one: an eager member everything before it
+		// rejoins, every member everything when it stops. The generation
+		// stands until the member rejoins, so the final commits count.
+		if r.out == outDone || !gen.Cooperative() {
+			m.revokeAll(gen, h)
+		}
+	}
+	return r.out, r.err
+}
+
+type heartbeatResult struct {
+	out outcome
+	err error
+}
+
+// heartbeats sends a heartbeat every interval until the generation ends
+// (a rebalance, the membership lost) or ctx ends, and reports which.
+// Failures to reach the coordinator are retried; once no heartbeat went
+// through for a whole session timeout, the coordinator has expired the
+// member: its partitions are lost.
+func (m *Member) heartbeats(ctx context.Context, gen Generation, out chan<- heartbeatResult) {
+	t := time.NewTicker(m.cfg.HeartbeatInterval)
+	defer t.Stop()
+	lastOK := m.cfg.Now()
+	noticed := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, &heartbeat.Request{
+			GroupID: m.cfg.Group, GenerationID: gen.ID, MemberID: gen.MemberID, GroupInstanceID: m.cfg.InstanceID,
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			if code := heartbeatError(res.(*heartbeat.Response)); code != 0 {
+				err = kafka.Error(code)
+			}
+		}
+		switch {
+		case err == nil:
+			lastOK = m.cfg.Now()
+			continue
+		case errors.Is(err, kafka.RebalanceInProgress):
+			// The generation stands until this member rejoins: keep the
+			// session alive meanwhile (an eager member revokes first).
+			lastOK = m.cfg.Now()
+			if !noticed {
+				noticed = true
+				out <- heartbeatResult{out: outRebalance}
+			}
+			continue
+		case errors.Is(err, kafka.UnknownMemberId), errors.Is(err, kafka.IllegalGeneration):
+			m.log.Warn("the coordinator no longer knows this member's generation; its partitions are lost", "err", err, "generation", gen.ID)
+			if errors.Is(err, kafka.UnknownMemberId) {
+				m.mu.Lock()
+				m.memberID = ""
+				m.mu.Unlock()
+			}
+			out <- heartbeatResult{out: outLost}
+			return
+		case errors.Is(err, kafka.FencedInstanceID):
+			out <- heartbeatResult{out: outLost, err: errFatal{fmt.Errorf("group %q: another member took the instance id %q (%w)", m.cfg.Group, m.cfg.InstanceID, err)}}
+			return
+		}
+		if d := m.cfg.Now().Sub(lastOK); d > m.cfg.SessionTimeout {
+			m.log.Warn("no heartbeat went through for longer than the session timeout; the coordinator has expired this member",
+				"for", d.Round(time.Millisecond), "err", err)
+			out <- heartbeatResult{out: outLost}
+			return
+		}
+		m.log.Debug("heartbeat failed; retrying", "err", err)
+	}
+}
+
+// heartbeatError reads the error code of a Heartbeat response. kafka-go's
+// heartbeat.Response lists ErrorCode before ThrottleTimeMs, but from v1 on
+// Kafka sends the throttle time first: decoded with kafka-go's layout, the
+// error code lands in the low 16 bits of ThrottleTimeMs and ErrorCode
+// holds the high bits of the throttle time (0 below 65 s). At v0 only
+// ErrorCode is sent and ThrottleTimeMs stays 0. Either way the code is the
+// OR of the two.
+func heartbeatError(r *heartbeat.Response) int16 {
+	return r.ErrorCode | int16(uint16(r.ThrottleTimeMs))
+}
+
+// leave sends LeaveGroup (dynamic members), so that the group rebalances
+// at once instead of after the session timeout.
+func (m *Member) leave() {
+	m.mu.Lock()
+	id := m.memberID
+	m.mu.Unlock()
+	if id == "" {
+		return
+	}
+	_, err := m.roundTrip(context.Background(), 5*time.Second, &leavegroup.Request{
+		GroupID: m.cfg.Group, MemberID: id,
+		Members: []leavegroup.RequestMember{{MemberID: id, GroupInstanceID: m.cfg.InstanceID}},
+	})
+	if err != nil {
+		m.log.Debug("leaving the group failed", "err", err)
+	}
+}
+
+// Commit commits offsets of the member's partitions in its current
+// generation. ErrRebalancing: retry once the member is in a generation
+// again; ErrNotMember (wrapped with the coordinator's error): the member's
+// generation is gone, its partitions are not its own any more.
+func (m *Member) Commit(ctx context.Context, offsets map[int]int64) error {
+	m.mu.Lock()
+	gen, joined := m.gen, m.joined
+	m.mu.Unlock()
+	if !joined {
+		return ErrRebalancing
+	}
+	req := &offsetcommit.Request{GroupID: m.cfg.Group, GenerationID: gen.ID, MemberID: gen.MemberID, GroupInstanceID: m.cfg.InstanceID}
+	t := offsetcommit.RequestTopic{Name: m.cfg.Topic}
+	for p, o := range offsets {
+		t.Partitions = append(t.Partitions, offsetcommit.RequestPartition{PartitionIndex: int32(p), CommittedOffset: o, CommittedLeaderEpoch: -1})
+	}
+	req.Topics = []offsetcommit.RequestTopic{t}
+	res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, req)
+	if err != nil {
+		return fmt.Errorf("committing offsets: %w", err)
+	}
+	for _, rt := range res.(*offsetcommit.Response).Topics {
+		for _, rp := range rt.Partitions {
+			if rp.ErrorCode == 0 {
+				continue
+			}
+			code := kafka.Error(rp.ErrorCode)
+			switch code {
+			case kafka.RebalanceInProgress:
+				m.RequestRejoin(false)
+				return fmt.Errorf("committing offsets: %w (%w)", ErrRebalancing, code)
+			case kafka.IllegalGeneration, kafka.UnknownMemberId, kafka.FencedInstanceID:
+				return fmt.Errorf("committing offsets: %w (%w)", ErrNotMember, code)
+			}
+			return fmt.Errorf("committing offsets of %s/%d: %w", rt.Name, rp.PartitionIndex, code)
+		}
+	}
+	return nil
+}
+
+// FetchOffsets returns the group's committed offsets of partitions (-1:
+// none).
+func (m *Member) FetchOffsets(ctx context.Context, partitions []int) (map[int]int64, error) {
+	ps := make([]int32, len(partitions))
+	for i, p := range partitions {
+		ps[i] = int32(p)
+	}
+	res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, &offsetfetch.Request{
+		GroupID: m.cfg.Group, Topics: []offsetfetch.RequestTopic{{Name: m.cfg.Topic, PartitionIndexes: ps}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fetching committed offsets: %w", err)
+	}
+	r := res.(*offsetfetch.Response)
+	if r.ErrorCode != 0 {
+		return nil, fmt.Errorf("fetching committed offsets: %w", kafka.Error(r.ErrorCode))
+	}
+	out := map[int]int64{}
+	for _, p := range partitions {
+		out[p] = -1
+	}
+	for _, t := range r.Topics {
+		for _, p := range t.Partitions {
+			if p.ErrorCode != 0 {
+				return nil, fmt.Errorf("fetching the committed offset of %s/%d: %w", t.Name, p.PartitionIndex, kafka.Error(p.ErrorCode))
+			}
+			out[int(p.PartitionIndex)] = p.CommittedOffset
+		}
+	}
+	return out, nil
+}
+
+// diff returns the elements of a (sorted) not in b.
+func diff(a, b []int) []int {
+	var out []int
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); !ok {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func union(a, b []int) []int {
+	out := append(slices.Clone(a), b...)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// backoff doubles a wait up to a bound.
+type backoff struct{ first, max, cur time.Duration }
+
+func newBackoff(first, max time.Duration) *backoff {
+	return &backoff{first: first, max: max, cur: first}
+}
+func (b *backoff) delay() time.Duration { return b.cur }
+func (b *backoff) reset()               { b.cur = b.first }
+func (b *backoff) wait(ctx context.Context) {
+	t := time.NewTimer(b.cur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	b.cur = min(2*b.cur, b.max)
+}

@@ -1,0 +1,211 @@
+package group
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/kafkatest"
+)
+
+// recorder is a Handler that keeps what each member owns and every event,
+// and checks that no partition is ever owned by two members at once.
+type recorder struct {
+	t      *testing.T
+	mu     sync.Mutex
+	owners map[int]string
+	events []string
+	owned  map[string][]int
+}
+
+func newRecorder(t *testing.T) *recorder {
+	return &recorder{t: t, owners: map[int]string{}, owned: map[string][]int{}}
+}
+
+type handler struct {
+	r    *recorder
+	name string
+}
+
+func (h handler) Assigned(gen Generation, ps []int) {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	for _, p := range ps {
+		if o, ok := h.r.owners[p]; ok && o != h.name {
+			h.r.t.Errorf("partition %d assigned to %s while %s owns it", p, h.name, o)
+		}
+		h.r.owners[p] = h.name
+	}
+	h.r.owned[h.name] = union(h.r.owned[h.name], ps)
+	h.r.events = append(h.r.events, fmt.Sprintf("%s assigned %v", h.name, ps))
+}
+
+func (h handler) release(what string, ps []int) {
+	h.r.mu.Lock()
+	defer h.r.mu.Unlock()
+	for _, p := range ps {
+		if h.r.owners[p] == h.name {
+			delete(h.r.owners, p)
+		}
+	}
+	h.r.owned[h.name] = diff(h.r.owned[h.name], ps)
+	h.r.events = append(h.r.events, fmt.Sprintf("%s %s %v", h.name, what, ps))
+}
+
+func (h handler) Revoked(gen Generation, ps []int) { h.release("revoked", ps) }
+func (h handler) Lost(ps []int, _ error)           { h.release("lost", ps) }
+func (r *recorder) ownedBy(name string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.owned[name])
+}
+func (r *recorder) count(prefix string) (n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events {
+		if len(e) >= len(prefix) && e[:len(prefix)] == prefix {
+			n++
+		}
+	}
+	return n
+}
+
+type running struct {
+	m      *Member
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startMember(t *testing.T, brokers []string, r *recorder, name, instance string) *running {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("BLOOMGATE_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("member", name)
+	}
+	m, err := New(Config{Brokers: brokers, Group: "g", Topic: "t", InstanceID: instance, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rm := &running{m: m, cancel: cancel, done: make(chan error, 1)}
+	go func() { rm.done <- m.Run(ctx, handler{r, name}) }()
+	t.Cleanup(func() { rm.stop(t) })
+	return rm
+}
+
+func (rm *running) stop(t *testing.T) {
+	rm.cancel()
+	select {
+	case err, ok := <-rm.done:
+		if ok {
+			close(rm.done)
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("member did not stop")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	kafkatest.WaitFor(t, 60*time.Second, what, cond)
+}
+
+// TestCooperativeJoin: a third member joins two that share six
+// partitions; each of the two gives up only what moves (one partition
+// each), nothing is owned twice, and the newcomer ends with two.
+func TestCooperativeJoin(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t, 6, "t")
+	r := newRecorder(t)
+	startMember(t, brokers, r, "a", "")
+	startMember(t, brokers, r, "b", "")
+	waitFor(t, "a and b share the partitions", func() bool { return len(r.ownedBy("a")) == 3 && len(r.ownedBy("b")) == 3 })
+	before := map[string][]int{"a": r.ownedBy("a"), "b": r.ownedBy("b")}
+	revokedBefore := r.count("a revoked") + r.count("b revoked")
+	startMember(t, brokers, r, "c", "")
+	waitFor(t, "c got its share", func() bool {
+		return len(r.ownedBy("a")) == 2 && len(r.ownedBy("b")) == 2 && len(r.ownedBy("c")) == 2
+	})
+	for name, was := range before {
+		now := r.ownedBy(name)
+		if len(diff(now, was)) != 0 || len(diff(was, now)) != 1 {
+			t.Errorf("%s owned %v and now %v: want it to keep all but one", name, was, now)
+		}
+	}
+	if n := r.count("a revoked") + r.count("b revoked") - revokedBefore; n != 2 {
+		t.Errorf("%d revocations of a and b, want one each", n)
+	}
+}
+
+// TestDynamicMemberLeaves: a member that stops gives up its partitions
+// (LeaveGroup), and the other takes them without giving up its own.
+func TestDynamicMemberLeaves(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t, 4, "t")
+	r := newRecorder(t)
+	startMember(t, brokers, r, "a", "")
+	b := startMember(t, brokers, r, "b", "")
+	waitFor(t, "shared", func() bool { return len(r.ownedBy("a")) == 2 && len(r.ownedBy("b")) == 2 })
+	start := time.Now()
+	b.stop(t)
+	waitFor(t, "a took everything", func() bool { return len(r.ownedBy("a")) == 4 })
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("a took b's partitions after %v (LeaveGroup should make it immediate)", d)
+	}
+	if n := r.count("a revoked"); n != 0 {
+		t.Errorf("a revoked partitions %d times while b left", n)
+	}
+}
+
+// TestStaticMemberRestart: a static member restarted within the session
+// timeout gets the same partitions back, and the other member gives up
+// nothing and gets nothing (no rebalance).
+func TestStaticMemberRestart(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t, 4, "t")
+	r := newRecorder(t)
+	startMember(t, brokers, r, "a", "pod-a")
+	b := startMember(t, brokers, r, "b", "pod-b")
+	waitFor(t, "shared", func() bool { return len(r.ownedBy("a")) == 2 && len(r.ownedBy("b")) == 2 })
+	had := r.ownedBy("b")
+	aEvents := r.count("a ")
+	b.stop(t)
+	start := time.Now()
+	startMember(t, brokers, r, "b", "pod-b")
+	waitFor(t, "b back", func() bool { return len(r.ownedBy("b")) == 2 })
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the restarted static member processed again after %v", d)
+	}
+	if got := r.ownedBy("b"); !slices.Equal(got, had) {
+		t.Errorf("b had %v and got %v back", had, got)
+	}
+	time.Sleep(time.Second)
+	if n := r.count("a "); n != aEvents {
+		t.Errorf("a saw %d events during b's restart, want none", n-aEvents)
+	}
+}
+
+// TestCommitAndFetch: offsets committed in a generation are fetched back.
+func TestCommitAndFetch(t *testing.T) {
+	t.Parallel()
+	brokers := kafkatest.NewCluster(t, 2, "t")
+	r := newRecorder(t)
+	a := startMember(t, brokers, r, "a", "")
+	waitFor(t, "assigned", func() bool { return len(r.ownedBy("a")) == 2 })
+	ctx := t.Context()
+	if err := a.m.Commit(ctx, map[int]int64{0: 17, 1: 42}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.m.FetchOffsets(ctx, []int{0, 1})
+	if err != nil || got[0] != 17 || got[1] != 42 {
+		t.Errorf("fetched %v, %v", got, err)
+	}
+}
