@@ -42,6 +42,14 @@ type Config struct {
 	// rebalance and returns those that may get partitions (see
 	// worker/agreement.go). The leader itself must be among them.
 	Admit func(members []MemberInfo) []MemberInfo
+	// OnState, if set, is called when the member enters (true) or leaves
+	// (false) a generation.
+	OnState func(joined bool)
+	// OnJoinError, if set, is called with every failed join or sync
+	// (everJoined: the member was in a generation before); a non-nil
+	// result ends Run with it (a refused login before the first
+	// generation, say). Otherwise the member retries.
+	OnJoinError func(err error, everJoined bool) (stop error)
 	// Eager disables cooperative rebalancing: the member offers only the
 	// eager protocol (every rebalance revokes every partition first).
 	Eager bool

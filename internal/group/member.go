@@ -47,6 +47,10 @@ func (g Generation) Cooperative() bool { return g.Protocol == ProtocolCooperativ
 // so a Revoked that takes a while (a final commit and checkpoint) does not
 // cost the membership.
 type Handler interface {
+	// Joined: the member is in generation gen, whose assignment gives it
+	// assigned (what it keeps and what it gets); called before Revoked
+	// and Assigned tell what changes.
+	Joined(gen Generation, assigned []int)
 	// Assigned: the partitions are this member's from generation gen on.
 	Assigned(gen Generation, partitions []int)
 	// Revoked: the partitions are to be given up: finish with them (a
@@ -88,8 +92,9 @@ type Member struct {
 	// prev is what an eager member gave up before rejoining: announced
 	// in its subscription so that the leader can give it back (nobody
 	// else owns it).
-	prev  []int
-	fresh bool // rejoin as a new member (drop the member ID)
+	prev    []int
+	fresh   bool // rejoin as a new member (drop the member ID)
+	forfeit bool // rejoin with the partitions lost (Forfeit)
 
 	rejoin chan struct{} // RequestRejoin
 }
@@ -129,15 +134,43 @@ func (m *Member) RequestRejoin(fresh bool) {
 	}
 }
 
+// Release takes partitions out of the member's owned set without telling
+// the handler (their owner stopped them already: a checkpoint of theirs
+// was fenced) and rejoins, so that the leader assigns them again.
+func (m *Member) Release(partitions []int) {
+	m.mu.Lock()
+	m.owned = diff(m.owned, partitions)
+	m.mu.Unlock()
+	m.RequestRejoin(false)
+}
+
+// Forfeit makes the member give up its partitions as lost (the handler's
+// Lost, no final commits) and join again: its owner found that it lost its
+// generation (a commit rejected as stale, a pause past the session
+// timeout) before the coordinator said so.
+func (m *Member) Forfeit() {
+	m.mu.Lock()
+	m.forfeit = true
+	m.mu.Unlock()
+	select {
+	case m.rejoin <- struct{}{}:
+	default:
+	}
+}
+
 func (m *Member) setJoined(joined bool) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	changed := m.joined != joined
 	m.joined = joined
 	switch {
 	case joined:
 		m.since = time.Time{}
 	case m.since.IsZero():
 		m.since = m.cfg.Now()
+	}
+	m.mu.Unlock()
+	if changed && m.cfg.OnState != nil {
+		m.cfg.OnState(joined)
 	}
 }
 
@@ -166,6 +199,7 @@ const (
 func (m *Member) Run(ctx context.Context, h Handler) error {
 	b := newBackoff(m.cfg.RetryBackoff, maxRetryBackoff)
 	var err error
+	everJoined := false
 	for ctx.Err() == nil {
 		var gen Generation
 		var assigned []int
@@ -178,11 +212,18 @@ func (m *Member) Run(ctx context.Context, h Handler) error {
 			if ctx.Err() != nil {
 				break
 			}
+			if m.cfg.OnJoinError != nil {
+				if stop := m.cfg.OnJoinError(err, everJoined); stop != nil {
+					err = errFatal{stop}
+					break
+				}
+			}
 			m.log.Debug("joining the group failed; retrying", "err", err, "backoff", b.delay())
 			b.wait(ctx)
 			continue
 		}
 		b.reset()
+		everJoined = true
 		out, ferr := m.stable(ctx, h, gen, assigned)
 		if ferr != nil {
 			err = ferr
@@ -486,6 +527,7 @@ func (m *Member) stable(ctx context.Context, h Handler, gen Generation, assigned
 	} else {
 		added = assigned // owned was revoked before joining
 	}
+	h.Joined(gen, assigned)
 	if len(revoked) > 0 {
 		h.Revoked(gen, revoked)
 	}
@@ -506,6 +548,11 @@ func (m *Member) stable(ctx context.Context, h Handler, gen Generation, assigned
 		r.out = outDone
 	case <-m.rejoin:
 		r.out = outRebalance
+		m.mu.Lock()
+		if m.forfeit {
+			m.forfeit, r.out = false, outLost
+		}
+		m.mu.Unlock()
 	case r = <-beats:
 	}
 	if r.err == nil && r.out != outLost {

@@ -57,6 +57,7 @@ func (h handler) release(what string, ps []int) {
 	h.r.events = append(h.r.events, fmt.Sprintf("%s %s %v", h.name, what, ps))
 }
 
+func (h handler) Joined(Generation, []int)         {}
 func (h handler) Revoked(gen Generation, ps []int) { h.release("revoked", ps) }
 func (h handler) Lost(ps []int, _ error)           { h.release("lost", ps) }
 func (r *recorder) ownedBy(name string) []int {

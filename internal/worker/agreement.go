@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/group"
 )
 
 // Members of one group must agree on the settings that decide what a
@@ -124,11 +126,11 @@ type conflict struct {
 
 func (c conflict) key() string { return c.Member + "\x00" + strings.Join(c.Diffs, "\x00") }
 
-// agreeing returns the members whose settings agree with this worker's,
-// for the leader's assignment, and reports the others.
-func (w *Worker) agreeing(members []kafka.GroupMember) []kafka.GroupMember {
+// admit returns the members whose settings agree with this worker's, for
+// the leader's assignment (group.Config.Admit), and reports the others.
+func (w *Worker) admit(members []group.MemberInfo) []group.MemberInfo {
 	mine := w.agreedSettings()
-	out := make([]kafka.GroupMember, 0, len(members))
+	out := make([]group.MemberInfo, 0, len(members))
 	var conflicts []conflict
 	for _, m := range members {
 		theirs, ok := decodeSettings(m.UserData)

@@ -11,24 +11,32 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/group"
 )
 
-// offsetCommitter is what the committer needs of a kafka.Generation.
+// offsetCommitter commits offsets for the current generation of the
+// group member (membership.go's memberCommitter; a fake in tests).
 type offsetCommitter interface {
 	CommitOffsets(offsets map[string]map[int]int64) error
 }
 
-// committer is the only caller of CommitOffsets for one generation:
-// concurrent calls busy-spin in kafka-go (#966). Partitions hand it offsets
-// whose output writes are acknowledged; it commits them every interval, and
-// at once when a partition flushes on revoke.
+// committer is the worker's only caller of OffsetCommit. Partitions hand
+// it offsets whose output writes are acknowledged; it commits them every
+// interval, and at once when a partition flushes on revoke. It outlives
+// generations: a cooperative rebalance keeps partitions running, and their
+// commits go on in the next generation (group.Member.Commit uses the
+// current one; during a rebalance a commit waits for it to end).
+//
+// Its state is owned by the run goroutine (the fields below reqs); other
+// goroutines talk to it through channels, and read committed under mu.
 type committer struct {
 	gen      offsetCommitter
 	topic    string
 	interval time.Duration
 	log      *slog.Logger
 	m        *metrics
-	// fence is called when a commit shows that this member lost the
+	// fence is called when a commit shows that this member lost its
 	// generation: its partitions must stop writing at once.
 	fence func(error)
 	// halted, when true, suppresses commits (tests simulate kill -9).
@@ -49,9 +57,18 @@ type committer struct {
 	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
 	paused  atomic.Bool
 
-	reqs chan commitReq
-	stop chan struct{}
-	done chan struct{}
+	reqs   chan commitReq
+	forget chan []int
+	revive chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+
+	// Run goroutine's state.
+	pending      map[int]int64
+	waiters      []chan error
+	stale        bool // the generation is lost: no commits until revive
+	lastOK       time.Time
+	failingSince time.Time
 
 	mu        sync.Mutex
 	committed map[int]int64
@@ -66,8 +83,9 @@ type commitReq struct {
 func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log *slog.Logger, m *metrics, fence func(error)) *committer {
 	c := &committer{
 		gen: gen, topic: topic, interval: interval, log: log, m: m, fence: fence,
-		reqs: make(chan commitReq, 64), stop: make(chan struct{}), done: make(chan struct{}),
-		committed: map[int]int64{},
+		reqs: make(chan commitReq, 64), forget: make(chan []int, 16), revive: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		pending: map[int]int64{}, committed: map[int]int64{},
 	}
 	c.lastRun.Store(time.Now().UnixNano())
 	return c
@@ -77,16 +95,17 @@ func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log
 // to someone else now.
 var errStaleGeneration = errors.New("offset commit rejected: generation is stale")
 
+// isStaleGeneration: the coordinator says the member's generation is gone.
+// A rebalance in progress is not: a cooperative member keeps its
+// partitions through it, and the commit is retried after it.
 func isStaleGeneration(err error) bool {
-	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) ||
-		errors.Is(err, kafka.FencedInstanceID) || errors.Is(err, kafka.RebalanceInProgress)
+	return errors.Is(err, group.ErrNotMember) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.FencedInstanceID)
 }
 
 // run commits until stop is closed, then commits what is pending and returns.
 func (c *committer) run() {
 	defer close(c.done)
-	pending := map[int]int64{}
-	var waiters []chan error
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	// The pause clock ticks well inside the session timeout, whatever the
@@ -97,134 +116,171 @@ func (c *committer) run() {
 		defer at.Stop()
 		alive = at.C
 	}
-	stale := false
-	lastOK, failingSince := time.Now(), time.Time{}
-	// attempt commits offsets and keeps the contact clock.
-	attempt := func(offsets map[int]int64) error {
-		err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
-		now := time.Now()
-		if err == nil {
-			lastOK, failingSince = now, time.Time{}
-		} else if failingSince.IsZero() {
-			failingSince = now
-		}
-		return err
-	}
-	// lostContact fences the generation once commits have failed for half
-	// the session timeout in a row and none succeeded for a whole one.
-	lostContact := func(err error) bool {
-		now := time.Now()
-		if c.maxGap <= 0 || stale || failingSince.IsZero() || now.Sub(failingSince) < c.maxGap/2 || now.Sub(lastOK) <= c.maxGap {
-			return false
-		}
-		c.paused.Store(true)
-		stale = true
-		c.log.Warn("offset commits have failed for longer than the session timeout: the coordinator has presumably given "+
-			"this member's partitions to others; stopping this generation's partitions",
-			"last_success", now.Sub(lastOK).Round(time.Millisecond), "err", err)
-		c.fence(errNoContact)
-		return true
-	}
-	flush := func() {
-		var err error
-		if stale {
-			err = errStaleGeneration
-		} else if c.halted != nil && c.halted() {
-			err = errors.New("worker halted")
-		} else if len(pending) > 0 {
-			err = attempt(pending)
-			if err == nil {
-				c.mu.Lock()
-				for p, o := range pending {
-					c.committed[p] = o
-				}
-				c.mu.Unlock()
-				pending = map[int]int64{}
-			} else {
-				c.m.commitFailures.Inc()
-				if isStaleGeneration(err) {
-					stale = true
-					c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
-					c.fence(errors.Join(errStaleGeneration, err))
-					err = errors.Join(errStaleGeneration, err)
-				} else if lostContact(err) {
-					err = errors.Join(errNoContact, err)
-				} else if c.denied == nil || !c.denied(err) {
-					c.log.Warn("offset commit failed; retrying", "err", err)
-				}
-			}
-		}
-		for _, w := range waiters {
-			w <- err
-		}
-		waiters = waiters[:0]
-	}
-	add := func(r commitReq) {
-		if o, ok := pending[r.partition]; !ok || r.offset > o {
-			pending[r.partition] = r.offset
-		}
-		if r.reply != nil {
-			waiters = append(waiters, r.reply)
-		}
-	}
-	// drain takes whatever else is queued, so that one commit covers it.
-	drain := func() {
-		for {
-			select {
-			case r := <-c.reqs:
-				add(r)
-			default:
-				return
-			}
-		}
-	}
+	c.lastOK = time.Now()
 	for {
 		select {
 		case r := <-c.reqs:
-			add(r)
+			c.add(r)
 			if r.reply != nil {
-				drain()
-				flush()
+				c.drain()
+				c.flush()
+			}
+		case ps := <-c.forget:
+			c.drop(ps)
+		case <-c.revive:
+			if c.stale {
+				c.stale, c.failingSince, c.lastOK = false, time.Time{}, time.Now()
+				c.paused.Store(false)
+				c.lastRun.Store(time.Now().UnixNano())
 			}
 		case <-alive:
-			now := time.Now()
-			if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
-				c.log.Warn("this process did not run for longer than the session timeout; stopping this generation's partitions", "gap", gap.Round(time.Millisecond))
-				stale = true
-				c.fence(errPaused)
-			}
-			c.lastRun.Store(now.UnixNano())
-			if stale || (c.halted != nil && c.halted()) {
-				break
-			}
-			if len(pending) == 0 && now.Sub(lastOK) >= c.maxGap/4 {
-				c.mu.Lock()
-				again := maps.Clone(c.committed)
-				c.mu.Unlock()
-				if len(again) > 0 {
-					if err := attempt(again); err != nil {
-						c.m.commitFailures.Inc()
-						if isStaleGeneration(err) {
-							stale = true
-							c.log.Warn("offset commit rejected; stopping this generation's partitions", "err", err)
-							c.fence(errors.Join(errStaleGeneration, err))
-						} else if !lostContact(err) && (c.denied == nil || !c.denied(err)) {
-							c.log.Warn("offset commit failed; retrying", "err", err)
-						}
-					}
-				}
-			}
+			c.keepAlive()
 		case <-t.C:
-			flush()
+			c.flush()
 		case <-c.stop:
-			drain()
-			flush()
+			c.drain()
+			c.flush()
 			return
 		}
 	}
 }
 
-// offer hands over an acknowledged offset; it never blocks for long.
+// attempt commits offsets and keeps the contact clock. A rebalance in
+// progress is an answer from the coordinator: it does not count against
+// the contact.
+func (c *committer) attempt(offsets map[int]int64) error {
+	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
+	now := time.Now()
+	switch {
+	case err == nil || errors.Is(err, group.ErrRebalancing):
+		c.lastOK, c.failingSince = now, time.Time{}
+	case c.failingSince.IsZero():
+		c.failingSince = now
+	}
+	return err
+}
+
+// lostContact fences the member once commits have failed for half the
+// session timeout in a row and none succeeded for a whole one.
+func (c *committer) lostContact(err error) bool {
+	now := time.Now()
+	if c.maxGap <= 0 || c.stale || c.failingSince.IsZero() || now.Sub(c.failingSince) < c.maxGap/2 || now.Sub(c.lastOK) <= c.maxGap {
+		return false
+	}
+	c.paused.Store(true)
+	c.stale = true
+	c.log.Warn("offset commits have failed for longer than the session timeout: the coordinator has presumably given "+
+		"this member's partitions to others; stopping its partitions",
+		"last_success", now.Sub(c.lastOK).Round(time.Millisecond), "err", err)
+	c.fence(errNoContact)
+	return true
+}
+
+// failed handles a failed commit; it returns the error the waiters get.
+func (c *committer) failed(err error) error {
+	switch {
+	case errors.Is(err, group.ErrRebalancing):
+		// Kept pending; committed once the rebalance is over.
+		c.log.Debug("offset commit waits for the rebalance", "err", err)
+		return err
+	case isStaleGeneration(err):
+		c.m.commitFailures.Inc()
+		c.stale = true
+		c.log.Warn("offset commit rejected; stopping the member's partitions", "err", err)
+		c.fence(errors.Join(errStaleGeneration, err))
+		return errors.Join(errStaleGeneration, err)
+	case c.lostContact(err):
+		c.m.commitFailures.Inc()
+		return errors.Join(errNoContact, err)
+	}
+	c.m.commitFailures.Inc()
+	if c.denied == nil || !c.denied(err) {
+		c.log.Warn("offset commit failed; retrying", "err", err)
+	}
+	return err
+}
+
+func (c *committer) flush() {
+	var err error
+	switch {
+	case c.stale:
+		err = errStaleGeneration
+	case c.halted != nil && c.halted():
+		err = errors.New("worker halted")
+	case len(c.pending) > 0:
+		if err = c.attempt(c.pending); err == nil {
+			c.mu.Lock()
+			maps.Copy(c.committed, c.pending)
+			c.mu.Unlock()
+			c.pending = map[int]int64{}
+		} else {
+			err = c.failed(err)
+		}
+	}
+	for _, w := range c.waiters {
+		w <- err
+	}
+	c.waiters = c.waiters[:0]
+}
+
+func (c *committer) add(r commitReq) {
+	if o, ok := c.pending[r.partition]; !ok || r.offset > o {
+		c.pending[r.partition] = r.offset
+	}
+	if r.reply != nil {
+		c.waiters = append(c.waiters, r.reply)
+	}
+}
+
+// drain takes whatever else is queued, so that one commit covers it.
+func (c *committer) drain() {
+	for {
+		select {
+		case r := <-c.reqs:
+			c.add(r)
+		default:
+			return
+		}
+	}
+}
+
+// drop forgets partitions this member no longer owns: their offsets are
+// neither committed nor re-committed by it again (the new owner's would
+// be moved back).
+func (c *committer) drop(ps []int) {
+	c.mu.Lock()
+	for _, p := range ps {
+		delete(c.committed, p)
+		delete(c.pending, p)
+	}
+	c.mu.Unlock()
+}
+
+// keepAlive notices a pause of the process and, while nothing is pending,
+// re-commits the last offsets (the contact clock, see maxGap).
+func (c *committer) keepAlive() {
+	now := time.Now()
+	if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
+		c.log.Warn("this process did not run for longer than the session timeout; stopping its partitions", "gap", gap.Round(time.Millisecond))
+		c.stale = true
+		c.fence(errPaused)
+	}
+	c.lastRun.Store(now.UnixNano())
+	if c.stale || (c.halted != nil && c.halted()) {
+		return
+	}
+	if len(c.pending) == 0 && now.Sub(c.lastOK) >= c.maxGap/4 {
+		c.mu.Lock()
+		again := maps.Clone(c.committed)
+		c.mu.Unlock()
+		if len(again) > 0 {
+			if err := c.attempt(again); err != nil {
+				c.failed(err)
+			}
+		}
+	}
+}
+
 func (c *committer) offer(ctx context.Context, partition int, offset int64) {
 	select {
 	case c.reqs <- commitReq{partition: partition, offset: offset}:
@@ -280,4 +336,21 @@ func (c *committer) lastCommitted(p int) (int64, bool) {
 func (c *committer) close() {
 	close(c.stop)
 	<-c.done
+}
+
+// forgetPartitions drops partitions the member gave up or lost (drop).
+func (c *committer) forgetPartitions(ps []int) {
+	select {
+	case c.forget <- ps:
+	case <-c.done:
+	}
+}
+
+// reviveAfterLoss lets a committer that found its generation lost commit
+// again: the member joined a new generation.
+func (c *committer) reviveAfterLoss() {
+	select {
+	case c.revive <- struct{}{}:
+	default:
+	}
 }

@@ -177,6 +177,16 @@ type Config struct {
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
 	JoinGroupBackoff  time.Duration
+	// InstanceID makes the worker a static member of the group (KIP-345):
+	// restarted within the session timeout, it gets its partitions back
+	// without a rebalance, and it does not leave the group when it stops.
+	// Unique per member; empty: a dynamic member.
+	InstanceID string
+	// EagerRebalancing offers only the eager protocol: every rebalance
+	// revokes every partition of every member, as before cooperative
+	// rebalancing (for comparisons; a group with members that offer only
+	// the eager protocol rebalances eagerly anyway).
+	EagerRebalancing bool
 
 	// Dialer is used by the consumer group and the readers, Transport by the
 	// writer and metadata requests; set TLS and SASL on both. Defaults: a

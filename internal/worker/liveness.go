@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // Group liveness: how long the worker waits for the coordinator, and what it
@@ -18,6 +16,14 @@ import (
 // timeout of the rebalance's start, so the worker's deadline for coordinator
 // requests is the rebalance timeout: joins wait 2 × rebalance timeout, syncs
 // rebalance + session timeout, both beyond what the coordinator takes.
+
+// rebalanceTimeout is the rebalance timeout the group runs with.
+func (c Config) rebalanceTimeout() time.Duration {
+	if c.RebalanceTimeout > 0 {
+		return c.RebalanceTimeout
+	}
+	return c.sessionTimeout() + 10*time.Second
+}
 
 // sessionTimeout is the session timeout the group runs with.
 func (c Config) sessionTimeout() time.Duration {
@@ -101,25 +107,4 @@ func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
 			rebuild()
 		}
 	}
-}
-
-// leaderBalancer logs when this worker, as the group leader, assigns the
-// partitions: kafka-go calls AssignGroups on the leader only, and says so
-// nowhere else. It announces the worker's settings in the member's user
-// data and assigns partitions only to members that agree with them
-// (agreement.go). The protocol name is the wrapped balancer's, so members
-// with and without the wrapper agree on the protocol.
-type leaderBalancer struct {
-	kafka.GroupBalancer
-	w *Worker
-}
-
-func (b leaderBalancer) UserData() ([]byte, error) {
-	return encodeSettings(b.w.agreedSettings()), nil
-}
-
-func (b leaderBalancer) AssignGroups(members []kafka.GroupMember, partitions []kafka.Partition) kafka.GroupMemberAssignments {
-	agree := b.w.agreeing(members)
-	b.w.log.Info("elected group leader; assigning partitions", "members", len(members), "agreeing", len(agree), "balancer", b.ProtocolName())
-	return b.GroupBalancer.AssignGroups(agree, partitions)
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // partitionProc owns one assigned input partition: its filter, its reader,
@@ -24,7 +22,6 @@ type partitionProc struct {
 	// commit or checkpoint).
 	fence context.CancelCauseFunc
 
-	assigned int64 // offset from the group at assignment (committed, or FirstOffset)
 	// seeded is where a new group's partition began remembering (see
 	// startOffsets), kept for later sessions of the assignment in case the
 	// first one ended before its initial checkpoint; -1 if not such a start.
@@ -89,26 +86,25 @@ const filterStatsInterval = 5 * time.Second
 // took it.
 var errFencedPartition = errors.New("partition fenced")
 
-func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, a kafka.PartitionAssignment) {
+func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, p int) {
 	ctx, cancel := context.WithCancelCause(gctx)
 	defer cancel(nil)
 	pp := &partitionProc{
-		w: w, p: a.ID, gen: gen, com: com,
-		log:      w.log.With("partition", a.ID, "generation", gen),
-		pm:       w.m.partition(w.cfg.Input, a.ID),
-		assigned: a.Offset,
-		next:     -1,
-		seeded:   -1,
-		fence:    func(err error) { cancel(errors.Join(errFencedPartition, err)) },
+		w: w, p: p, gen: gen, com: com,
+		log:    w.log.With("partition", p, "generation", gen),
+		pm:     w.m.partition(w.cfg.Input, p),
+		next:   -1,
+		seeded: -1,
+		fence:  func(err error) { cancel(errors.Join(errFencedPartition, err)) },
 	}
-	defer w.removePartition(a.ID, gen)
+	defer w.removePartition(p, gen)
 	// A moved partition's gauges belong to its new owner: summing filter
 	// bytes or lag over workers must not count it twice.
 	defer func() {
 		pp.pm.lag.Set(0)
 		pp.pm.setFilter(FilterStats{})
 	}()
-	w.startPartitionStatus(a.ID, gen, a.Offset)
+	w.startPartitionStatus(p, gen, -1)
 	b := newBackoff(200*time.Millisecond, 5*time.Second)
 	var failing failureLog
 	for {
@@ -472,13 +468,14 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	}
 	replaying := pp.next < pp.resume
 	pp.setState("stopping")
-	// A revoke must end within the session timeout (kafka-go sends no
-	// heartbeats meanwhile): a final checkpoint that does not fit in half of
+	// Heartbeats go on while a partition is revoked, but in an eager
+	// rebalance the other members wait for this one to rejoin, at most the
+	// rebalance timeout: a final checkpoint that does not fit in half of
 	// it is abandoned, and the next owner's recovery replays from the
 	// stored one.
 	budget := w.cfg.ShutdownTimeout
 	if !w.stopping.Load() {
-		budget = min(budget, w.cfg.sessionTimeout()/2)
+		budget = min(budget, w.cfg.rebalanceTimeout()/2)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()

@@ -93,38 +93,50 @@ func TestRealStateWindow(t *testing.T) {
 }
 
 // TestRealStateReuseOnRebalance: a partition that stays with a worker across
-// a rebalance resumes from memory, not from the store; dedup stays exact.
+// a rebalance keeps running (cooperative: it is not even stopped) or, with
+// eager rebalancing, resumes from memory, not from the store; dedup stays
+// exact.
 func TestRealStateReuseOnRebalance(t *testing.T) {
-	t.Parallel()
-	brokers := newCluster(t, 4)
-	dir := t.TempDir()
-	evs := genEvents(3000, 4, 0.3, 52, base)
-	ex := realExtractor(t)
-	stA := realState(t, dir)
-	cfg := realConfig(brokers)
-	worker.DefaultGroupTimings(&cfg)
-	cfg.Owner = "a"
-	a := startWorkerWith(t, cfg, stA, ex, nil)
-	produce(t, brokers, evs[:1500])
-	waitFor(t, 60*time.Second, "a consumed the first part", func() bool { return a.consumed() == 1500 })
-	cfg.Owner = "b"
-	b := startWorkerWith(t, cfg, realState(t, dir), ex, nil)
-	waitFor(t, 60*time.Second, "partitions split", func() bool {
-		sa, sb := a.w.Status(), b.w.Status()
-		return sa.Ready && sb.Ready && len(sa.Assigned) == 2 && len(sb.Assigned) == 2
-	})
-	if n := stA.Reused(); n != 2 {
-		t.Errorf("a resumed %d partitions from memory, want 2", n)
+	for _, eager := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cooperative", true: "eager"}[eager], func(t *testing.T) {
+			t.Parallel()
+			brokers := newCluster(t, 4)
+			dir := t.TempDir()
+			evs := genEvents(3000, 4, 0.3, 52, base)
+			ex := realExtractor(t)
+			stA := realState(t, dir)
+			cfg := realConfig(brokers)
+			worker.DefaultGroupTimings(&cfg)
+			cfg.EagerRebalancing = eager
+			cfg.Owner = "a"
+			a := startWorkerWith(t, cfg, stA, ex, nil)
+			produce(t, brokers, evs[:1500])
+			waitFor(t, 60*time.Second, "a consumed the first part", func() bool { return a.consumed() == 1500 })
+			recoveries := a.metricSum(t, "bloomgate_recovery_duration_seconds_count")
+			cfg.Owner = "b"
+			b := startWorkerWith(t, cfg, realState(t, dir), ex, nil)
+			waitFor(t, 60*time.Second, "partitions split", func() bool {
+				sa, sb := a.w.Status(), b.w.Status()
+				return sa.Ready && sb.Ready && len(sa.Assigned) == 2 && len(sb.Assigned) == 2
+			})
+			if eager {
+				if n := stA.Reused(); n != 2 {
+					t.Errorf("a resumed %d partitions from memory, want 2", n)
+				}
+			} else if n := a.metricSum(t, "bloomgate_recovery_duration_seconds_count") - recoveries; n != 0 {
+				t.Errorf("a recovered %v partitions again, want none (the two it keeps go on running)", n)
+			}
+			produce(t, brokers, evs[1500:])
+			waitFor(t, 60*time.Second, "everything consumed", func() bool {
+				return a.metricSum(t, "bloomgate_records_consumed_total")+b.metricSum(t, "bloomgate_records_consumed_total") == 3000
+			})
+			a.stop(t)
+			b.stop(t)
+			wantOut, wantDup, _ := expectation(evs, time.Hour)
+			checkKeys(t, "output", readTopic(t, brokers, tOut, 4), wantOut)
+			checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 4), wantDup)
+		})
 	}
-	produce(t, brokers, evs[1500:])
-	waitFor(t, 60*time.Second, "everything consumed", func() bool {
-		return a.metricSum(t, "bloomgate_records_consumed_total")+b.metricSum(t, "bloomgate_records_consumed_total") == 3000
-	})
-	a.stop(t)
-	b.stop(t)
-	wantOut, wantDup, _ := expectation(evs, time.Hour)
-	checkKeys(t, "output", readTopic(t, brokers, tOut, 4), wantOut)
-	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 4), wantDup)
 }
 
 // TestWindowChangeKeepsMemory restarts a worker with --window 3h over

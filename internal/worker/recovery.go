@@ -176,7 +176,12 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		return nil, err
 	}
 	ib := in[pp.p]
-	committed := pp.assigned
+	// The group's committed offset (-1: none), read at every recovery.
+	offsets, err := w.member.FetchOffsets(ctx, []int{pp.p})
+	if err != nil {
+		return nil, err
+	}
+	committed := offsets[pp.p]
 	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
 	// A new group's partition: where to start forwarding and seeding.
 	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&

@@ -167,7 +167,9 @@ func (w *Worker) Status() Status {
 		// failure makes it recover again or it stalls: those show as
 		// stalled (status, metric, alert), not as an unready pod that
 		// Kubernetes would take out of service.
-		if p.recovered && p.Generation == s.Generation {
+		// Partitions keep running across cooperative rebalances: what
+		// counts is that they are assigned now.
+		if p.recovered && slices.Contains(s.Assigned, p.Partition) {
 			running++
 		}
 	}

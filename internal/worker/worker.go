@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
+	"github.com/bloomgate/bloomgate/internal/group"
 )
 
 // Deps are the collaborators of a Worker.
@@ -90,6 +90,11 @@ type Worker struct {
 	// reported holds the foreign-record reports already logged
 	// (reportForeign).
 	reported sync.Map
+	// member is the worker's membership of the consumer group; ms runs
+	// its partitions (membership.go).
+	member     *group.Member
+	ms         *membership
+	joinErrors joinErrorLog
 }
 
 // Hooks let tests stage failures that a process cannot stage from outside
@@ -195,109 +200,62 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
-	newGroup := func() (*kafka.ConsumerGroup, error) {
-		return kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-			ID:                w.cfg.Group,
-			Brokers:           w.cfg.Brokers,
-			Dialer:            w.cfg.Dialer,
-			Topics:            []string{w.cfg.Input},
-			HeartbeatInterval: w.cfg.HeartbeatInterval,
-			SessionTimeout:    w.cfg.SessionTimeout,
-			RebalanceTimeout:  w.cfg.RebalanceTimeout,
-			JoinGroupBackoff:  w.cfg.JoinGroupBackoff,
-			// kafka-go's default balancers, in its order.
-			GroupBalancers: []kafka.GroupBalancer{
-				leaderBalancer{kafka.RangeGroupBalancer{}, w}, leaderBalancer{kafka.RoundRobinGroupBalancer{}, w},
-			},
-			// See liveness.go: the join deadline must outlast the
-			// coordinator's rebalance, or a timed-out join restarts it.
-			Timeout:     w.cfg.coordinatorTimeout(),
-			StartOffset: kafka.FirstOffset,
-			ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
-		})
-	}
-	cg, err := newGroup()
+	member, err := w.newMember()
 	if err != nil {
-		return fmt.Errorf("creating consumer group: %w", err)
+		return err
 	}
+	w.member = member
+	// The partitions' contexts end only through the membership (revoke,
+	// loss, fence), so that a shutdown goes through a revoke too.
+	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopParts()
+	com := newCommitter(memberCommitter{member, w.cfg.Input}, w.cfg.Input, w.cfg.CommitInterval, w.log, w.m, nil)
+	ms := &membership{w: w, ctx: partsCtx, runCtx: ctx, com: com, parts: map[int]*runningPartition{}}
+	com.fence = ms.fence
+	com.halted = w.hooks.Halted.Load
+	com.maxGap = w.cfg.sessionTimeout()
+	com.denied = w.accessFailed
+	w.ms = ms
+	go com.run()
 	w.setJoined(false)
-	// Groups dropped by a rebuild close in the background (a pending
-	// JoinGroup ends at its deadline); Run waits for them before it returns.
-	var closing sync.WaitGroup
-	var rebuild atomic.Pointer[context.CancelFunc]
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		w.watchGroup(watchCtx, func() {
-			if f := rebuild.Load(); f != nil {
-				(*f)()
-			}
-		})
+		w.watchGroup(watchCtx, func() { member.RequestRejoin(true) })
 	}()
 	w.logStart()
 	progressDone := make(chan struct{})
 	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgressInterval) }()
 	stallsDone := make(chan struct{})
 	go func() { defer close(stallsDone); w.watchPartitions(watchCtx) }()
-	joined := false
-	for {
-		nctx, ncancel := context.WithCancel(ctx)
-		rebuild.Store(&ncancel)
-		gen, err := cg.Next(nctx)
-		// Read before ncancel: only the watchdog's cancel means a rebuild.
-		asked := nctx.Err() != nil
-		ncancel()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				break
-			}
-			if e := w.check.Explain(err); e != nil && !joined {
-				// A refused login or group ACL before the first
-				// generation: the start-up rule, no retry.
-				e.Attempts = 1
-				w.stop(e)
-				break
-			}
-			if asked {
-				// The watchdog asked for a fresh membership.
-				old := cg
-				closing.Add(1)
-				go func() { defer closing.Done(); _ = old.Close() }()
-				if cg, err = newGroup(); err != nil {
-					w.stop(fmt.Errorf("creating consumer group: %w", err))
-					break
-				}
-				continue
-			}
-			// Rebalance in progress, coordinator moved, broker restarting:
-			// kafka-go rejoins by itself.
-			if !w.accessFailed(err) {
-				w.log.Warn("consumer group generation failed; rejoining", "err", err)
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
+
+	ran := make(chan error, 1)
+	go func() { ran <- member.Run(ctx, ms) }()
+	var runErr error
+	select {
+	case runErr = <-ran:
+	case <-ctx.Done():
+		w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
+		select {
+		case runErr = <-ran:
+		case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
+			w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
 		}
-		joined = true
-		w.startGeneration(gen)
+	}
+	if runErr != nil {
+		if e := w.check.Explain(runErr); e != nil {
+			e.Attempts = 1
+			runErr = e
+		}
+		w.stop(runErr)
 	}
 	stopWatch()
 	<-watched
 	<-progressDone
 	<-stallsDone
 	w.stopping.Store(true)
-
-	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
-	closed := make(chan struct{})
-	go func() { _ = cg.Close(); closing.Wait(); close(closed) }()
-	select {
-	case <-closed:
-	case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
-		w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
-	}
+	com.close()
 	w.setJoined(false)
 	w.m.groupJoined.Set(0)
 	if errp := w.fatal.Load(); errp != nil {
@@ -432,61 +390,4 @@ func (w *Worker) readMetadata(ctx context.Context, names []string) ([]brokerchec
 		return nil
 	})
 	return topics, err
-}
-
-// startGeneration runs one generation: a supervisor that owns the committer
-// and one goroutine per assigned partition, all tied to the generation.
-func (w *Worker) startGeneration(gen *kafka.Generation) {
-	w.m.rebalances.Inc()
-	assigned := append([]kafka.PartitionAssignment(nil), gen.Assignments[w.cfg.Input]...)
-	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
-	ids := make([]int, len(assigned))
-	for i, a := range assigned {
-		ids[i] = a.ID
-	}
-	w.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "partitions", ids)
-	w.setJoined(true)
-	w.m.groupJoined.Set(1)
-	w.m.groupUnjoined.Set(0)
-	w.mu.Lock()
-	w.status.Generation = gen.ID
-	w.status.MemberID = gen.MemberID
-	w.status.Assigned = ids
-	w.mu.Unlock()
-
-	if r, ok := w.deps.State.(Retainer); ok {
-		r.Retain(w.cfg.Input, ids)
-	}
-	gen.Start(func(genCtx context.Context) {
-		gctx, gcancel := context.WithCancelCause(genCtx)
-		defer gcancel(nil)
-		com := newCommitter(gen, w.cfg.Input, w.cfg.CommitInterval, w.log.With("generation", gen.ID), w.m, gcancel)
-		com.halted = w.hooks.Halted.Load
-		com.denied = w.accessFailed
-		com.maxGap = w.cfg.sessionTimeout()
-		go com.run()
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() { defer wg.Done(); w.checkAgreement(gctx, gen.MemberID) }()
-		for _, a := range assigned {
-			wg.Add(1)
-			gen.Start(func(context.Context) {
-				defer wg.Done()
-				w.runPartition(gctx, gen.ID, com, a)
-			})
-		}
-		// With nothing assigned, returning would end the generation.
-		<-gctx.Done()
-		wg.Wait()
-		com.close()
-		w.mu.Lock()
-		current := w.status.Generation == gen.ID
-		if current {
-			w.status.Assigned = nil
-		}
-		w.mu.Unlock()
-		if current {
-			w.setJoined(false)
-		}
-	})
 }
