@@ -770,3 +770,11 @@ func (b *backoff) wait(ctx context.Context) {
 	}
 	b.cur = min(2*b.cur, b.max)
 }
+
+// CommitOffsets commits the member's topic's offsets in offsets (the
+// Committer's view of a member), within 30 s.
+func (m *Member) CommitOffsets(offsets map[string]map[int]int64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return m.Commit(ctx, offsets[m.cfg.Topic])
+}

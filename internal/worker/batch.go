@@ -180,9 +180,9 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 	if lost(ctx) {
 		return fmt.Errorf("not writing: %w", context.Cause(ctx))
 	}
-	if pp.com.pausedTooLong() {
+	if pp.com.PausedTooLong() {
 		// A zombie: the group has moved this partition on.
-		pp.com.fence(errPaused)
+		pp.com.Fence(errPaused)
 		return fmt.Errorf("not writing: %w", errPaused)
 	}
 	msgs := pp.rb.msgs
@@ -379,7 +379,7 @@ func (pp *partitionProc) offerCommit(ctx context.Context) {
 		return
 	}
 	if o := pp.commitLimit(pp.next); o >= pp.resume {
-		pp.com.offer(ctx, pp.p, o)
+		pp.com.Offer(ctx, pp.p, o)
 	}
 }
 

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -18,33 +17,43 @@ import (
 // cooperative rebalance pauses only the partitions that move
 // (docs/worker.md, "Group membership").
 
-// errRevoked is the cause of a partition stop because the group moved it.
-var errRevoked = errors.New("partition revoked")
+// Causes of a partition stop that mean the member lost it (no final
+// commit or checkpoint): the committer's, kept under the worker's names.
+var (
+	errStaleGeneration = group.ErrStaleGeneration
+	errPaused          = group.ErrPaused
+)
 
-// membership runs the worker's partitions as the group member assigns and
-// revokes them.
+// membership is the worker's use of group.Partitions: what it does when
+// the member joins a generation and when partitions stop.
 type membership struct {
+	*group.Partitions
 	w      *Worker
-	ctx    context.Context // the partitions' parent
 	runCtx context.Context // Run's: ended, a revoke is the shutdown's
-	com    *committer
-
-	mu    sync.Mutex
-	parts map[int]*runningPartition
-	gen   group.Generation
 }
 
-type runningPartition struct {
-	cancel context.CancelCauseFunc
-	done   chan struct{}
+func newMembership(w *Worker, runCtx, partsCtx context.Context, member *group.Member, com *group.Committer) *membership {
+	ms := &membership{Partitions: group.NewPartitions(partsCtx, member, com), w: w, runCtx: runCtx}
+	ms.Work = func(ctx context.Context, gen group.Generation, p int) { w.runPartition(ctx, gen.ID, com, p) }
+	ms.OnJoined = ms.joined
+	ms.OnRevoke = func([]int) {
+		if runCtx.Err() != nil {
+			// The worker stops: the partitions get the shutdown's budget
+			// for their final commit and checkpoint (finish).
+			w.stopping.Store(true)
+		}
+	}
+	ms.OnStopped = func(partitions []int) {
+		w.mu.Lock()
+		w.status.Assigned = slices.DeleteFunc(w.status.Assigned, func(p int) bool { return slices.Contains(partitions, p) })
+		w.mu.Unlock()
+	}
+	return ms
 }
 
-func (ms *membership) Joined(gen group.Generation, assigned []int) {
+func (ms *membership) joined(gen group.Generation, assigned []int) {
 	w := ms.w
 	w.m.rebalances.Inc()
-	ms.mu.Lock()
-	ms.gen = gen
-	ms.mu.Unlock()
 	w.log.Info("joined generation", "generation", gen.ID, "member", gen.MemberID, "protocol", gen.Protocol, "partitions", assigned)
 	w.mu.Lock()
 	w.status.Generation = gen.ID
@@ -54,137 +63,7 @@ func (ms *membership) Joined(gen group.Generation, assigned []int) {
 	if r, ok := w.deps.State.(Retainer); ok {
 		r.Retain(w.cfg.Input, assigned)
 	}
-	ms.com.reviveAfterLoss()
 	go w.checkAgreement(ms.runCtx, gen.MemberID)
-}
-
-func (ms *membership) Assigned(gen group.Generation, partitions []int) {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	for _, p := range partitions {
-		if _, ok := ms.parts[p]; ok {
-			continue
-		}
-		ctx, cancel := context.WithCancelCause(ms.ctx)
-		rp := &runningPartition{cancel: cancel, done: make(chan struct{})}
-		ms.parts[p] = rp
-		go func() {
-			defer close(rp.done)
-			ms.w.runPartition(ctx, gen.ID, ms.com, p)
-			ms.ended(p, rp)
-		}()
-	}
-}
-
-func (ms *membership) Revoked(gen group.Generation, partitions []int) {
-	if ms.runCtx.Err() != nil {
-		// The worker stops: the partitions get the shutdown's budget
-		// for their final commit and checkpoint (finish).
-		ms.w.stopping.Store(true)
-	}
-	ms.stop(partitions, errRevoked)
-}
-
-func (ms *membership) Lost(partitions []int, cause error) {
-	ms.stop(partitions, errors.Join(errStaleGeneration, cause))
-}
-
-// stop ends the partitions' goroutines with cause and waits for them: a
-// revoke commits and checkpoints (finish), a lost partition just stops.
-func (ms *membership) stop(partitions []int, cause error) {
-	ms.mu.Lock()
-	var waiting []*runningPartition
-	for _, p := range partitions {
-		if rp, ok := ms.parts[p]; ok {
-			rp.cancel(cause)
-			waiting = append(waiting, rp)
-			delete(ms.parts, p)
-		}
-	}
-	ms.mu.Unlock()
-	for _, rp := range waiting {
-		<-rp.done
-	}
-	ms.com.forgetPartitions(partitions)
-	ms.w.mu.Lock()
-	ms.w.status.Assigned = slices.DeleteFunc(ms.w.status.Assigned, func(p int) bool { return slices.Contains(partitions, p) })
-	ms.w.mu.Unlock()
-}
-
-// ended handles a partition whose goroutine ended by itself, not stopped
-// by the membership (its checkpoint was fenced by another owner): the
-// member gives it up and rejoins, so that the leader assigns it again
-// (and a new session restores and claims it afresh).
-func (ms *membership) ended(p int, rp *runningPartition) {
-	ms.mu.Lock()
-	mine := ms.parts[p] == rp
-	if mine {
-		delete(ms.parts, p)
-	}
-	ms.mu.Unlock()
-	if !mine || ms.runCtx.Err() != nil {
-		return
-	}
-	ms.com.forgetPartitions([]int{p})
-	ms.w.member.Release([]int{p})
-}
-
-// fence stops every partition at once, without a final commit or
-// checkpoint: the committer found that this member lost its generation
-// (a commit rejected as stale, a pause past the session timeout). The
-// member rejoins.
-func (ms *membership) fence(cause error) {
-	ms.mu.Lock()
-	for _, rp := range ms.parts {
-		rp.cancel(cause)
-	}
-	ms.mu.Unlock()
-	ms.w.member.Forfeit()
-}
-
-// owned lists the partitions running now.
-func (ms *membership) owned() []int {
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
-	out := make([]int, 0, len(ms.parts))
-	for p := range ms.parts {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
-}
-
-// waitStopped waits until every partition goroutine has ended, at most
-// timeout; it reports whether they did.
-func (ms *membership) waitStopped(timeout time.Duration) bool {
-	ms.mu.Lock()
-	var waiting []*runningPartition
-	for _, rp := range ms.parts {
-		waiting = append(waiting, rp)
-	}
-	ms.mu.Unlock()
-	deadline := time.After(timeout)
-	for _, rp := range waiting {
-		select {
-		case <-rp.done:
-		case <-deadline:
-			return false
-		}
-	}
-	return true
-}
-
-// memberCommitter commits through the group member (the committer's
-// offsetCommitter).
-type memberCommitter struct {
-	m     *group.Member
-	topic string
-}
-
-func (mc memberCommitter) CommitOffsets(offsets map[string]map[int]int64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return mc.m.Commit(ctx, offsets[mc.topic])
 }
 
 // newMember builds the worker's group member.

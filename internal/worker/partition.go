@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/group"
 )
 
 // partitionProc owns one assigned input partition: its filter, its reader,
@@ -14,7 +16,7 @@ type partitionProc struct {
 	w     *Worker
 	p     int
 	gen   int32
-	com   *committer
+	com   *group.Committer
 	log   *slog.Logger
 	pm    *partitionMetrics
 	store PartitionStore
@@ -86,7 +88,7 @@ const filterStatsInterval = 5 * time.Second
 // took it.
 var errFencedPartition = errors.New("partition fenced")
 
-func (w *Worker) runPartition(gctx context.Context, gen int32, com *committer, p int) {
+func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Committer, p int) {
 	ctx, cancel := context.WithCancelCause(gctx)
 	defer cancel(nil)
 	pp := &partitionProc{
@@ -239,7 +241,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	if pl.reset {
 		// After the checkpoint: a successor restoring the old checkpoint
 		// with this commit would resume in the middle of the new log.
-		if err := pp.com.commitNow(ctx, pp.p, pl.resume); err != nil {
+		if err := pp.com.CommitNow(ctx, pp.p, pl.resume); err != nil {
 			return fmt.Errorf("committing the input's new position %d: %w", pl.resume, err)
 		}
 	}
@@ -388,7 +390,7 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		rate := float64(pp.rateCount) / dt.Seconds()
 		pp.rateCount, pp.rateAt = 0, now
 		lastOK, lastOffset, lastErr := pp.cp.state()
-		committed, _ := pp.com.lastCommitted(pp.p)
+		committed, _ := pp.com.LastCommitted(pp.p)
 		pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
 			ps.Filter = stats
 			ps.Rate = 0.7*rate + 0.3*ps.Rate
@@ -483,7 +485,7 @@ func (pp *partitionProc) finish(ctx context.Context) error {
 	// During replay the group's offset is already beyond next: nothing to
 	// commit, but a checkpoint keeps the replay's progress.
 	if !pp.commitsPaused && !replaying && pp.commitLimit(pp.next) == pp.next {
-		if err := pp.com.commitNow(sctx, pp.p, pp.next); err != nil {
+		if err := pp.com.CommitNow(sctx, pp.p, pp.next); err != nil {
 			pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
 		}
 	}
@@ -513,7 +515,7 @@ func (pp *partitionProc) commitAfterCheckpoint(ctx context.Context, replaying bo
 	if !(pp.commitsPaused || pp.commitsHeld) || replaying {
 		return
 	}
-	if err := pp.com.commitNow(ctx, pp.p, pp.next); err != nil {
+	if err := pp.com.CommitNow(ctx, pp.p, pp.next); err != nil {
 		pp.log.Warn("final offset commit failed; the next owner recovers from the output", "offset", pp.next, "err", err)
 		return
 	}

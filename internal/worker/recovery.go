@@ -182,7 +182,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		return nil, err
 	}
 	committed := offsets[pp.p]
-	lastCommitted, haveCommitted := pp.com.lastCommitted(pp.p)
+	lastCommitted, haveCommitted := pp.com.LastCommitted(pp.p)
 	// A new group's partition: where to start forwarding and seeding.
 	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
 		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil || w.cfg.SeedTopic != "")
@@ -194,7 +194,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		}
 		// Durable before anything is read: a restart must not resolve
 		// "latest" or "72h ago" again and skip or re-forward records.
-		if err := pp.com.commitNow(ctx, pp.p, start); err != nil {
+		if err := pp.com.CommitNow(ctx, pp.p, start); err != nil {
 			return nil, fmt.Errorf("committing the start offset %d: %w", start, err)
 		}
 		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,

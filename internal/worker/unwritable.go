@@ -437,9 +437,9 @@ func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error)
 			continue
 		case <-retry.C:
 		}
-		if pp.com.pausedTooLong() {
+		if pp.com.PausedTooLong() {
 			// A zombie: the group has moved this partition on.
-			pp.com.fence(errPaused)
+			pp.com.Fence(errPaused)
 			return false, fmt.Errorf("not writing: %w", errPaused)
 		}
 		w.refreshLimits(ctx, true)

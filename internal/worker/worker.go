@@ -209,14 +209,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	// loss, fence), so that a shutdown goes through a revoke too.
 	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopParts()
-	com := newCommitter(memberCommitter{member, w.cfg.Input}, w.cfg.Input, w.cfg.CommitInterval, w.log, w.m, nil)
-	ms := &membership{w: w, ctx: partsCtx, runCtx: ctx, com: com, parts: map[int]*runningPartition{}}
-	com.fence = ms.fence
-	com.halted = w.hooks.Halted.Load
-	com.maxGap = w.cfg.sessionTimeout()
-	com.denied = w.accessFailed
+	com := group.NewCommitter(member, w.cfg.Input, w.cfg.CommitInterval, w.log, w.m.commitFailures, nil)
+	ms := newMembership(w, ctx, partsCtx, member, com)
+	com.Fence = ms.Fence
+	com.Halted = w.hooks.Halted.Load
+	com.MaxGap = w.cfg.sessionTimeout()
+	com.Denied = w.accessFailed
 	w.ms = ms
-	go com.run()
+	go com.Run()
 	w.setJoined(false)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
@@ -255,7 +255,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-progressDone
 	<-stallsDone
 	w.stopping.Store(true)
-	com.close()
+	com.Close()
 	w.setJoined(false)
 	w.m.groupJoined.Set(0)
 	if errp := w.fatal.Load(); errp != nil {

@@ -1,4 +1,4 @@
-package worker
+package group
 
 import (
 	"context"
@@ -44,19 +44,19 @@ func (g *fakeGen) CommitOffsets(o map[string]map[int]int64) error {
 }
 
 func TestCommitterSerialisesAndCoalesces(t *testing.T) {
-	m, _ := newMetrics(prometheus.NewRegistry())
+	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
 	g := &fakeGen{}
-	c := newCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(error) { t.Error("fenced") })
-	go c.run()
+	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(error) { t.Error("fenced") })
+	go c.Run()
 	var wg sync.WaitGroup
 	for p := 0; p < 8; p++ {
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
 			for o := int64(1); o <= 200; o++ {
-				c.offer(context.Background(), p, o)
+				c.Offer(context.Background(), p, o)
 				if o%50 == 0 {
-					if err := c.commitNow(context.Background(), p, o); err != nil {
+					if err := c.CommitNow(context.Background(), p, o); err != nil {
 						t.Errorf("commitNow: %v", err)
 					}
 				}
@@ -64,12 +64,12 @@ func TestCommitterSerialisesAndCoalesces(t *testing.T) {
 		}(p)
 	}
 	wg.Wait()
-	c.close()
+	c.Close()
 	if g.maxInFlight.Load() != 1 {
 		t.Errorf("CommitOffsets ran %d at once, want 1", g.maxInFlight.Load())
 	}
 	for p := 0; p < 8; p++ {
-		if o, ok := c.lastCommitted(p); !ok || o != 200 {
+		if o, ok := c.LastCommitted(p); !ok || o != 200 {
 			t.Errorf("partition %d committed %d, want 200", p, o)
 		}
 	}
@@ -79,17 +79,17 @@ func TestCommitterSerialisesAndCoalesces(t *testing.T) {
 }
 
 func TestCommitterFencesOnStaleGeneration(t *testing.T) {
-	m, _ := newMetrics(prometheus.NewRegistry())
+	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
 	g := &fakeGen{err: kafka.IllegalGeneration}
 	var fenced atomic.Bool
-	c := newCommitter(g, "in", time.Hour, slog.New(slog.DiscardHandler), m, func(error) { fenced.Store(true) })
-	go c.run()
-	defer c.close()
-	err := c.commitNow(context.Background(), 0, 10)
-	if !errors.Is(err, errStaleGeneration) || !fenced.Load() {
+	c := NewCommitter(g, "in", time.Hour, slog.New(slog.DiscardHandler), m, func(error) { fenced.Store(true) })
+	go c.Run()
+	defer c.Close()
+	err := c.CommitNow(context.Background(), 0, 10)
+	if !errors.Is(err, ErrStaleGeneration) || !fenced.Load() {
 		t.Fatalf("commitNow = %v, fenced = %v; want stale generation and fenced", err, fenced.Load())
 	}
-	if err := c.commitNow(context.Background(), 0, 11); !errors.Is(err, errStaleGeneration) {
+	if err := c.CommitNow(context.Background(), 0, 11); !errors.Is(err, ErrStaleGeneration) {
 		t.Fatalf("later commit = %v, want stale generation without asking the broker", err)
 	}
 }
@@ -99,29 +99,29 @@ func TestCommitterFencesOnStaleGeneration(t *testing.T) {
 // goroutine runs first: pausedTooLong says so before the committer's next
 // tick, and the tick fences the generation.
 func TestCommitterNoticesPause(t *testing.T) {
-	m, _ := newMetrics(prometheus.NewRegistry())
+	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
 	var fenced atomic.Pointer[error]
-	c := newCommitter(&fakeGen{}, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
-	c.maxGap = 200 * time.Millisecond
-	go c.run()
-	defer c.close()
+	c := NewCommitter(&fakeGen{}, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+	c.MaxGap = 200 * time.Millisecond
+	go c.Run()
+	defer c.Close()
 	time.Sleep(50 * time.Millisecond)
-	if c.pausedTooLong() {
+	if c.PausedTooLong() {
 		t.Fatal("pausedTooLong while the committer runs")
 	}
 	// As if the process had been stopped: the last run is long ago.
 	c.lastRun.Store(time.Now().Add(-time.Second).UnixNano())
-	if !c.pausedTooLong() {
+	if !c.PausedTooLong() {
 		t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for fenced.Load() == nil && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if errp := fenced.Load(); errp == nil || !errors.Is(*errp, errStaleGeneration) {
-		t.Fatalf("fenced with %v, want errStaleGeneration", errp)
+	if errp := fenced.Load(); errp == nil || !errors.Is(*errp, ErrStaleGeneration) {
+		t.Fatalf("fenced with %v, want ErrStaleGeneration", errp)
 	}
-	if !c.pausedTooLong() {
+	if !c.PausedTooLong() {
 		t.Error("pausedTooLong = false after the tick that noticed the pause")
 	}
 }
@@ -144,49 +144,49 @@ func (g *fakeGen) calls() int {
 // timeout stop the generation's partitions, as a pause does; a short run
 // of failures does not.
 func TestCommitterLosesContact(t *testing.T) {
-	m, _ := newMetrics(prometheus.NewRegistry())
+	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
 	g := &fakeGen{}
 	var fenced atomic.Pointer[error]
-	c := newCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
-	c.maxGap = 400 * time.Millisecond
-	go c.run()
-	defer c.close()
+	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+	c.MaxGap = 400 * time.Millisecond
+	go c.Run()
+	defer c.Close()
 	ctx := context.Background()
 
 	// A short outage: 150 ms of failures, then commits succeed again.
 	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
 	for o := int64(1); o <= 15; o++ {
-		c.offer(ctx, 0, o)
+		c.Offer(ctx, 0, o)
 		time.Sleep(10 * time.Millisecond)
 	}
 	g.setErr(nil)
-	if err := c.commitNow(ctx, 0, 16); err != nil {
+	if err := c.CommitNow(ctx, 0, 16); err != nil {
 		t.Fatalf("commit after a short outage: %v", err)
 	}
-	time.Sleep(2 * c.maxGap)
-	if fenced.Load() != nil || c.pausedTooLong() {
-		t.Fatalf("fenced after a %v outage (session timeout %v): %v", 150*time.Millisecond, c.maxGap, *fenced.Load())
+	time.Sleep(2 * c.MaxGap)
+	if fenced.Load() != nil || c.PausedTooLong() {
+		t.Fatalf("fenced after a %v outage (session timeout %v): %v", 150*time.Millisecond, c.MaxGap, *fenced.Load())
 	}
 
 	// A long one: writes go on, commits fail past the session timeout.
 	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
 	start := time.Now()
 	for o := int64(17); fenced.Load() == nil && time.Since(start) < 5*time.Second; o++ {
-		c.offer(ctx, 0, o)
+		c.Offer(ctx, 0, o)
 		time.Sleep(10 * time.Millisecond)
 	}
 	took := time.Since(start)
 	errp := fenced.Load()
-	if errp == nil || !errors.Is(*errp, errNoContact) || !errors.Is(*errp, errStaleGeneration) {
-		t.Fatalf("fenced with %v, want errNoContact", errp)
+	if errp == nil || !errors.Is(*errp, ErrNoContact) || !errors.Is(*errp, ErrStaleGeneration) {
+		t.Fatalf("fenced with %v, want ErrNoContact", errp)
 	}
 	// Fenced once commits failed for half the session timeout in a row
 	// and none succeeded for a whole one (the last success, a keep-alive,
 	// came up to a quarter of it before the failures began).
-	if took < c.maxGap/2 || took > 3*c.maxGap {
-		t.Errorf("fenced %v after commits began to fail, want between %v and %v", took, c.maxGap/2, 3*c.maxGap)
+	if took < c.MaxGap/2 || took > 3*c.MaxGap {
+		t.Errorf("fenced %v after commits began to fail, want between %v and %v", took, c.MaxGap/2, 3*c.MaxGap)
 	}
-	if !c.pausedTooLong() {
+	if !c.PausedTooLong() {
 		t.Error("partitions may still write after the contact was lost")
 	}
 }
@@ -195,19 +195,19 @@ func TestCommitterLosesContact(t *testing.T) {
 // committed again within a session timeout, so that a lost coordinator is
 // noticed also while the input is idle.
 func TestCommitterKeepAlive(t *testing.T) {
-	m, _ := newMetrics(prometheus.NewRegistry())
+	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
 	g := &fakeGen{}
-	c := newCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { t.Errorf("fenced: %v", err) })
-	c.maxGap = 200 * time.Millisecond
-	go c.run()
-	defer c.close()
-	if err := c.commitNow(context.Background(), 3, 42); err != nil {
+	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { t.Errorf("fenced: %v", err) })
+	c.MaxGap = 200 * time.Millisecond
+	go c.Run()
+	defer c.Close()
+	if err := c.CommitNow(context.Background(), 3, 42); err != nil {
 		t.Fatal(err)
 	}
 	n := g.calls()
-	time.Sleep(3 * c.maxGap)
+	time.Sleep(3 * c.MaxGap)
 	if extra := g.calls() - n; extra < 2 {
-		t.Fatalf("%d commits in %v of idleness, want a keep-alive every %v", extra, 3*c.maxGap, c.maxGap/4)
+		t.Fatalf("%d commits in %v of idleness, want a keep-alive every %v", extra, 3*c.MaxGap, c.MaxGap/4)
 	}
 	g.mu.Lock()
 	last := g.commits[len(g.commits)-1]

@@ -1,4 +1,4 @@
-package worker
+package group
 
 import (
 	"context"
@@ -10,9 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-
-	"github.com/bloomgate/bloomgate/internal/group"
 )
 
 // offsetCommitter commits offsets for the current generation of the
@@ -30,20 +29,21 @@ type offsetCommitter interface {
 //
 // Its state is owned by the run goroutine (the fields below reqs); other
 // goroutines talk to it through channels, and read committed under mu.
-type committer struct {
+type Committer struct {
 	gen      offsetCommitter
 	topic    string
 	interval time.Duration
 	log      *slog.Logger
-	m        *metrics
+	// failures counts failed commits (nil: not counted).
+	failures prometheus.Counter
 	// fence is called when a commit shows that this member lost its
 	// generation: its partitions must stop writing at once.
-	fence func(error)
+	Fence func(error)
 	// halted, when true, suppresses commits (tests simulate kill -9).
-	halted func() bool
+	Halted func() bool
 	// denied, if set, takes a failed commit and reports whether it was
 	// refused access, which it then reports itself (access.go).
-	denied func(error) bool
+	Denied func(error) bool
 	// maxGap, if set, is the session timeout: a process that did not run
 	// for longer (SIGSTOP, a long pause) has lost its membership, and its
 	// partitions must not write what they fetched before (a zombie). The
@@ -53,7 +53,7 @@ type committer struct {
 	// it. While there is nothing new to commit, the committer re-commits
 	// the last offsets every maxGap/4, so that the time of the last
 	// successful commit stays a measure of the coordinator's contact.
-	maxGap  time.Duration
+	MaxGap  time.Duration
 	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
 	paused  atomic.Bool
 
@@ -80,9 +80,12 @@ type commitReq struct {
 	reply     chan error // nil: asynchronous
 }
 
-func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log *slog.Logger, m *metrics, fence func(error)) *committer {
-	c := &committer{
-		gen: gen, topic: topic, interval: interval, log: log, m: m, fence: fence,
+// NewCommitter returns a committer of topic's offsets through gen, every
+// interval; fence is called when the member lost its generation (see
+// Committer.Fence). Run starts it.
+func NewCommitter(gen offsetCommitter, topic string, interval time.Duration, log *slog.Logger, failures prometheus.Counter, fence func(error)) *Committer {
+	c := &Committer{
+		gen: gen, topic: topic, interval: interval, log: log, failures: failures, Fence: fence,
 		reqs: make(chan commitReq, 64), forget: make(chan []int, 16), revive: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		pending: map[int]int64{}, committed: map[int]int64{},
@@ -91,28 +94,28 @@ func newCommitter(gen offsetCommitter, topic string, interval time.Duration, log
 	return c
 }
 
-// errStaleGeneration marks commit failures that mean the partitions belong
+// ErrStaleGeneration marks commit failures that mean the partitions belong
 // to someone else now.
-var errStaleGeneration = errors.New("offset commit rejected: generation is stale")
+var ErrStaleGeneration = errors.New("offset commit rejected: generation is stale")
 
 // isStaleGeneration: the coordinator says the member's generation is gone.
 // A rebalance in progress is not: a cooperative member keeps its
 // partitions through it, and the commit is retried after it.
-func isStaleGeneration(err error) bool {
-	return errors.Is(err, group.ErrNotMember) || errors.Is(err, kafka.IllegalGeneration) ||
+func IsStaleGeneration(err error) bool {
+	return errors.Is(err, ErrNotMember) || errors.Is(err, kafka.IllegalGeneration) ||
 		errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.FencedInstanceID)
 }
 
 // run commits until stop is closed, then commits what is pending and returns.
-func (c *committer) run() {
+func (c *Committer) Run() {
 	defer close(c.done)
 	t := time.NewTicker(c.interval)
 	defer t.Stop()
 	// The pause clock ticks well inside the session timeout, whatever the
 	// commit interval.
 	var alive <-chan time.Time
-	if c.maxGap > 0 {
-		at := time.NewTicker(c.maxGap / 4)
+	if c.MaxGap > 0 {
+		at := time.NewTicker(c.MaxGap / 4)
 		defer at.Stop()
 		alive = at.C
 	}
@@ -145,14 +148,20 @@ func (c *committer) run() {
 	}
 }
 
+func (c *Committer) countFailure() {
+	if c.failures != nil {
+		c.failures.Inc()
+	}
+}
+
 // attempt commits offsets and keeps the contact clock. A rebalance in
 // progress is an answer from the coordinator: it does not count against
 // the contact.
-func (c *committer) attempt(offsets map[int]int64) error {
+func (c *Committer) attempt(offsets map[int]int64) error {
 	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
 	now := time.Now()
 	switch {
-	case err == nil || errors.Is(err, group.ErrRebalancing):
+	case err == nil || errors.Is(err, ErrRebalancing):
 		c.lastOK, c.failingSince = now, time.Time{}
 	case c.failingSince.IsZero():
 		c.failingSince = now
@@ -162,9 +171,9 @@ func (c *committer) attempt(offsets map[int]int64) error {
 
 // lostContact fences the member once commits have failed for half the
 // session timeout in a row and none succeeded for a whole one.
-func (c *committer) lostContact(err error) bool {
+func (c *Committer) lostContact(err error) bool {
 	now := time.Now()
-	if c.maxGap <= 0 || c.stale || c.failingSince.IsZero() || now.Sub(c.failingSince) < c.maxGap/2 || now.Sub(c.lastOK) <= c.maxGap {
+	if c.MaxGap <= 0 || c.stale || c.failingSince.IsZero() || now.Sub(c.failingSince) < c.MaxGap/2 || now.Sub(c.lastOK) <= c.MaxGap {
 		return false
 	}
 	c.paused.Store(true)
@@ -172,40 +181,40 @@ func (c *committer) lostContact(err error) bool {
 	c.log.Warn("offset commits have failed for longer than the session timeout: the coordinator has presumably given "+
 		"this member's partitions to others; stopping its partitions",
 		"last_success", now.Sub(c.lastOK).Round(time.Millisecond), "err", err)
-	c.fence(errNoContact)
+	c.Fence(ErrNoContact)
 	return true
 }
 
 // failed handles a failed commit; it returns the error the waiters get.
-func (c *committer) failed(err error) error {
+func (c *Committer) failed(err error) error {
 	switch {
-	case errors.Is(err, group.ErrRebalancing):
+	case errors.Is(err, ErrRebalancing):
 		// Kept pending; committed once the rebalance is over.
 		c.log.Debug("offset commit waits for the rebalance", "err", err)
 		return err
-	case isStaleGeneration(err):
-		c.m.commitFailures.Inc()
+	case IsStaleGeneration(err):
+		c.countFailure()
 		c.stale = true
 		c.log.Warn("offset commit rejected; stopping the member's partitions", "err", err)
-		c.fence(errors.Join(errStaleGeneration, err))
-		return errors.Join(errStaleGeneration, err)
+		c.Fence(errors.Join(ErrStaleGeneration, err))
+		return errors.Join(ErrStaleGeneration, err)
 	case c.lostContact(err):
-		c.m.commitFailures.Inc()
-		return errors.Join(errNoContact, err)
+		c.countFailure()
+		return errors.Join(ErrNoContact, err)
 	}
-	c.m.commitFailures.Inc()
-	if c.denied == nil || !c.denied(err) {
+	c.countFailure()
+	if c.Denied == nil || !c.Denied(err) {
 		c.log.Warn("offset commit failed; retrying", "err", err)
 	}
 	return err
 }
 
-func (c *committer) flush() {
+func (c *Committer) flush() {
 	var err error
 	switch {
 	case c.stale:
-		err = errStaleGeneration
-	case c.halted != nil && c.halted():
+		err = ErrStaleGeneration
+	case c.Halted != nil && c.Halted():
 		err = errors.New("worker halted")
 	case len(c.pending) > 0:
 		if err = c.attempt(c.pending); err == nil {
@@ -223,7 +232,7 @@ func (c *committer) flush() {
 	c.waiters = c.waiters[:0]
 }
 
-func (c *committer) add(r commitReq) {
+func (c *Committer) add(r commitReq) {
 	if o, ok := c.pending[r.partition]; !ok || r.offset > o {
 		c.pending[r.partition] = r.offset
 	}
@@ -233,7 +242,7 @@ func (c *committer) add(r commitReq) {
 }
 
 // drain takes whatever else is queued, so that one commit covers it.
-func (c *committer) drain() {
+func (c *Committer) drain() {
 	for {
 		select {
 		case r := <-c.reqs:
@@ -247,7 +256,7 @@ func (c *committer) drain() {
 // drop forgets partitions this member no longer owns: their offsets are
 // neither committed nor re-committed by it again (the new owner's would
 // be moved back).
-func (c *committer) drop(ps []int) {
+func (c *Committer) drop(ps []int) {
 	c.mu.Lock()
 	for _, p := range ps {
 		delete(c.committed, p)
@@ -258,18 +267,18 @@ func (c *committer) drop(ps []int) {
 
 // keepAlive notices a pause of the process and, while nothing is pending,
 // re-commits the last offsets (the contact clock, see maxGap).
-func (c *committer) keepAlive() {
+func (c *Committer) keepAlive() {
 	now := time.Now()
-	if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.maxGap && c.paused.CompareAndSwap(false, true) {
+	if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.MaxGap && c.paused.CompareAndSwap(false, true) {
 		c.log.Warn("this process did not run for longer than the session timeout; stopping its partitions", "gap", gap.Round(time.Millisecond))
 		c.stale = true
-		c.fence(errPaused)
+		c.Fence(ErrPaused)
 	}
 	c.lastRun.Store(now.UnixNano())
-	if c.stale || (c.halted != nil && c.halted()) {
+	if c.stale || (c.Halted != nil && c.Halted()) {
 		return
 	}
-	if len(c.pending) == 0 && now.Sub(c.lastOK) >= c.maxGap/4 {
+	if len(c.pending) == 0 && now.Sub(c.lastOK) >= c.MaxGap/4 {
 		c.mu.Lock()
 		again := maps.Clone(c.committed)
 		c.mu.Unlock()
@@ -281,7 +290,7 @@ func (c *committer) keepAlive() {
 	}
 }
 
-func (c *committer) offer(ctx context.Context, partition int, offset int64) {
+func (c *Committer) Offer(ctx context.Context, partition int, offset int64) {
 	select {
 	case c.reqs <- commitReq{partition: partition, offset: offset}:
 	case <-ctx.Done():
@@ -289,8 +298,8 @@ func (c *committer) offer(ctx context.Context, partition int, offset int64) {
 	}
 }
 
-// commitNow commits offset (and everything pending) and waits for the result.
-func (c *committer) commitNow(ctx context.Context, partition int, offset int64) error {
+// CommitNow commits offset (and everything pending) and waits for the result.
+func (c *Committer) CommitNow(ctx context.Context, partition int, offset int64) error {
 	reply := make(chan error, 1)
 	select {
 	case c.reqs <- commitReq{partition: partition, offset: offset, reply: reply}:
@@ -307,48 +316,48 @@ func (c *committer) commitNow(ctx context.Context, partition int, offset int64) 
 	}
 }
 
-// errPaused: the process did not run for longer than the session timeout;
+// ErrPaused: the process did not run for longer than the session timeout;
 // the coordinator has given its partitions to others.
-var errPaused = fmt.Errorf("%w: the process was paused for longer than the session timeout", errStaleGeneration)
+var ErrPaused = fmt.Errorf("%w: the process was paused for longer than the session timeout", ErrStaleGeneration)
 
-// errNoContact: offset commits failed for longer than the session timeout;
+// ErrNoContact: offset commits failed for longer than the session timeout;
 // the coordinator has presumably given the partitions to others.
-var errNoContact = fmt.Errorf("%w: offset commits failed for longer than the session timeout", errStaleGeneration)
+var ErrNoContact = fmt.Errorf("%w: offset commits failed for longer than the session timeout", ErrStaleGeneration)
 
-// pausedTooLong reports whether the process has not run the committer for
+// PausedTooLong reports whether the process has not run the committer for
 // longer than the session timeout, or found that it had not: partitions
 // check it before each write, whichever goroutine runs first after a pause.
-func (c *committer) pausedTooLong() bool {
-	if c.maxGap <= 0 {
+func (c *Committer) PausedTooLong() bool {
+	if c.MaxGap <= 0 {
 		return false
 	}
-	return c.paused.Load() || time.Since(time.Unix(0, c.lastRun.Load())) > c.maxGap
+	return c.paused.Load() || time.Since(time.Unix(0, c.lastRun.Load())) > c.MaxGap
 }
 
-// lastCommitted returns the last offset this committer committed for p.
-func (c *committer) lastCommitted(p int) (int64, bool) {
+// LastCommitted returns the last offset this committer committed for p.
+func (c *Committer) LastCommitted(p int) (int64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o, ok := c.committed[p]
 	return o, ok
 }
 
-func (c *committer) close() {
+func (c *Committer) Close() {
 	close(c.stop)
 	<-c.done
 }
 
-// forgetPartitions drops partitions the member gave up or lost (drop).
-func (c *committer) forgetPartitions(ps []int) {
+// ForgetPartitions drops partitions the member gave up or lost (drop).
+func (c *Committer) ForgetPartitions(ps []int) {
 	select {
 	case c.forget <- ps:
 	case <-c.done:
 	}
 }
 
-// reviveAfterLoss lets a committer that found its generation lost commit
+// ReviveAfterLoss lets a committer that found its generation lost commit
 // again: the member joined a new generation.
-func (c *committer) reviveAfterLoss() {
+func (c *Committer) ReviveAfterLoss() {
 	select {
 	case c.revive <- struct{}{}:
 	default:
