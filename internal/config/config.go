@@ -176,8 +176,13 @@ type Run struct {
 	HeartbeatInterval time.Duration
 	RebalanceTimeout  time.Duration // 0: session-timeout + 10s
 	JoinGroupBackoff  time.Duration
-	LogFormat         string // text | json
-	LogLevel          string // debug | info | warn | error
+	// GroupInstanceID makes the worker a static member of its group
+	// (KIP-345): "auto" (the default) takes the pod name where it is
+	// stable (a StatefulSet's NAME-N from POD_NAME or HOSTNAME), else
+	// none; "none" or "" a dynamic member; anything else is the id.
+	GroupInstanceID string
+	LogFormat       string // text | json
+	LogLevel        string // debug | info | warn | error
 }
 
 // Default returns the defaults of every setting. The settings the worker
@@ -215,6 +220,7 @@ func Default() Run {
 		SessionTimeout:         worker.DefaultSessionTimeout,
 		HeartbeatInterval:      worker.DefaultHeartbeatInterval,
 		JoinGroupBackoff:       worker.DefaultJoinGroupBackoff,
+		GroupInstanceID:        "auto",
 		LogFormat:              "text",
 		LogLevel:               "info",
 	}

@@ -16,7 +16,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff"}},
+	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff", "group-instance-id"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
@@ -52,6 +52,8 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	DurationVar(fs, &c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
 	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + 10s)")
 	DurationVar(fs, &c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
+	fs.StringVar(&c.GroupInstanceID, "group-instance-id", c.GroupInstanceID, "static group membership: a restart within --session-timeout keeps the member's partitions, no rebalance; "+
+		"auto: the pod name where it is stable (a StatefulSet's NAME-N, from POD_NAME or HOSTNAME), else a dynamic member; none: always dynamic; else the id, unique per member")
 	DurationVar(fs, &c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
 
 	fs.BoolVar(&c.TLS.Enabled, "tls-enabled", c.TLS.Enabled, "connect to Kafka over TLS")

@@ -2,6 +2,8 @@ package config
 
 import (
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
 
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -72,6 +74,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		HeartbeatInterval:      c.HeartbeatInterval,
 		RebalanceTimeout:       c.RebalanceTimeout,
 		JoinGroupBackoff:       c.JoinGroupBackoff,
+		InstanceID:             c.InstanceID(),
 		Dialer:                 dialer,
 		Transport:              transport,
 		SASLUsername:           c.SASL.Username,
@@ -91,4 +94,25 @@ func (c *Run) positions() (start worker.Position, seed *worker.Position, err err
 		return start, nil, fmt.Errorf("seed-from: %w", err)
 	}
 	return start, &s, nil
+}
+
+// statefulSetName matches a StatefulSet pod's name (NAME-ORDINAL), which a
+// restarted pod keeps; a Deployment's pods get new random suffixes.
+var statefulSetName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?-[0-9]+$`)
+
+// InstanceID resolves --group-instance-id: the static member id, or ""
+// for a dynamic member.
+func (c *Run) InstanceID() string {
+	switch c.GroupInstanceID {
+	case "none", "":
+		return ""
+	case "auto":
+		for _, v := range []string{os.Getenv("POD_NAME"), os.Getenv("HOSTNAME")} {
+			if statefulSetName.MatchString(v) {
+				return v
+			}
+		}
+		return ""
+	}
+	return c.GroupInstanceID
 }

@@ -30,9 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +39,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
@@ -78,10 +77,13 @@ type Config struct {
 	CommitInterval time.Duration // default 1s
 	WriteTimeout   time.Duration // default 10s
 
-	SessionTimeout    time.Duration // default 10s (kafka-go's)
+	SessionTimeout    time.Duration // default 10s
 	RebalanceTimeout  time.Duration // default session timeout + 10s, as the worker's
 	HeartbeatInterval time.Duration
 	JoinGroupBackoff  time.Duration
+	// InstanceID makes the hop a static member of its group (as the
+	// worker's --group-instance-id; "": dynamic).
+	InstanceID string
 
 	Dialer    *kafka.Dialer
 	Transport *kafka.Transport
@@ -153,6 +155,8 @@ type Repartitioner struct {
 	check  *brokercheck.Client
 	access *brokercheck.Watch
 	fail   context.CancelCauseFunc
+	// member is the hop's membership of its group (internal/group).
+	member *group.Member
 
 	records, badKeys *prometheus.CounterVec
 	written          prometheus.Counter
@@ -248,46 +252,50 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 		MaxAttempts: 10,
 	}
 	defer r.w.Close()
-	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
-		ID: r.cfg.Group, Brokers: r.cfg.Brokers, Dialer: r.cfg.Dialer, Topics: []string{r.cfg.Input},
-		HeartbeatInterval: r.cfg.HeartbeatInterval, SessionTimeout: r.cfg.SessionTimeout,
-		RebalanceTimeout: r.cfg.RebalanceTimeout, JoinGroupBackoff: r.cfg.JoinGroupBackoff,
-		// As the worker (docs/worker.md, "Group liveness"): the join
-		// deadline must outlast the coordinator's rebalance, or a timed-out
-		// join restarts it.
-		Timeout:     max(r.cfg.RebalanceTimeout, r.cfg.SessionTimeout+5*time.Second),
-		StartOffset: kafka.FirstOffset,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, a ...any) { r.log.Debug("kafka group: " + fmt.Sprintf(msg, a...)) }),
-	})
-	if err != nil {
-		return fmt.Errorf("creating consumer group %s: %w", r.cfg.Group, err)
-	}
-	defer cg.Close()
-	r.log.Info("repartition hop started")
-	joined := false
-	for {
-		gen, err := cg.Next(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, kafka.ErrGroupClosed) {
-				return stopped()
-			}
-			if e := r.check.Explain(err); e != nil && !joined {
+	m, err := group.New(group.Config{
+		Brokers: r.cfg.Brokers, Transport: r.cfg.Transport, Group: r.cfg.Group, Topic: r.cfg.Input,
+		InstanceID: r.cfg.InstanceID, ClientID: "bloomgate-repartition",
+		SessionTimeout: r.cfg.SessionTimeout, RebalanceTimeout: r.cfg.RebalanceTimeout, HeartbeatInterval: r.cfg.HeartbeatInterval,
+		Logger: r.log,
+		OnJoinError: func(err error, everJoined bool) error {
+			if e := r.check.Explain(err); e != nil && !everJoined {
 				e.Attempts = 1 // a refused login or group ACL at start
 				return e
 			}
 			if !r.refused(err) {
-				r.log.Warn("repartition group generation failed; rejoining", "err", err)
+				r.log.Debug("repartition group join failed; retrying", "err", err)
 			}
-			select {
-			case <-ctx.Done():
-				return stopped()
-			case <-time.After(200 * time.Millisecond):
-			}
-			continue
-		}
-		joined = true
-		r.runGeneration(gen)
+			return nil
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the repartition group member: %w", err)
 	}
+	r.member = m
+	// As the worker's: partitions stop through the membership (a revoke
+	// commits), also at shutdown.
+	partsCtx, stopParts := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopParts()
+	com := group.NewCommitter(m, r.cfg.Input, r.cfg.CommitInterval, r.log, nil, nil)
+	parts := group.NewPartitions(partsCtx, m, com)
+	com.Fence = parts.Fence
+	com.MaxGap = r.cfg.SessionTimeout
+	com.Denied = r.refused
+	parts.Work = func(ctx context.Context, gen group.Generation, p int) { r.runPartition(ctx, com, p) }
+	parts.OnJoined = func(gen group.Generation, assigned []int) {
+		r.log.Info("repartition joined generation", "generation", gen.ID, "protocol", gen.Protocol, "partitions", assigned)
+	}
+	go com.Run()
+	defer com.Close()
+	r.log.Info("repartition hop started")
+	if err := m.Run(ctx, parts); err != nil {
+		if e := r.check.Explain(err); e != nil {
+			e.Attempts = 1
+			return e
+		}
+		return err
+	}
+	return stopped()
 }
 
 // EnsureOutput creates the output topic unless it exists (see
@@ -359,85 +367,47 @@ func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
 	return nil
 }
 
-// runGeneration moves the assigned partitions until the generation ends;
-// one goroutine commits for all of them (concurrent commits busy-spin in
-// kafka-go).
-func (r *Repartitioner) runGeneration(gen *kafka.Generation) {
-	assigned := append([]kafka.PartitionAssignment(nil), gen.Assignments[r.cfg.Input]...)
-	sort.Slice(assigned, func(i, j int) bool { return assigned[i].ID < assigned[j].ID })
-	r.log.Info("repartition joined generation", "generation", gen.ID, "partitions", len(assigned))
-	var mu sync.Mutex
-	done := map[int]int64{}
-	committed := map[int]int64{}
-	commit := func() error {
-		mu.Lock()
-		pending := map[int]int64{}
-		for p, o := range done {
-			if committed[p] != o {
-				pending[p] = o
-			}
-		}
-		mu.Unlock()
-		if len(pending) == 0 {
-			return nil
-		}
-		if err := gen.CommitOffsets(map[string]map[int]int64{r.cfg.Input: pending}); err != nil {
-			return err
-		}
-		mu.Lock()
-		for p, o := range pending {
-			committed[p] = o
-		}
-		mu.Unlock()
-		return nil
-	}
-	gen.Start(func(ctx context.Context) {
-		var wg sync.WaitGroup
-		for _, a := range assigned {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r.runPartition(ctx, a, func(next int64) {
-					mu.Lock()
-					done[a.ID] = next
-					mu.Unlock()
-				})
-			}()
-		}
-		t := time.NewTicker(r.cfg.CommitInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := commit(); err != nil && !r.refused(err) {
-					r.log.Warn("repartition offset commit failed", "err", err)
-				}
-				continue
-			case <-ctx.Done():
-			}
-			break
-		}
-		wg.Wait()
-		if err := commit(); err != nil {
-			r.log.Warn("final repartition offset commit failed; the next owner re-reads (copies are removed downstream)", "err", err)
-		}
-	})
-}
-
 // runPartition reads one partition from its committed offset and writes
 // every record, re-reading from the last acknowledged position after any
-// failure, until ctx ends.
-func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssignment, acked func(next int64)) {
-	log := r.log.With("partition", a.ID)
-	start := a.Offset
+// failure, until ctx ends; a revoke ends it with a final commit. A member
+// found to have lost its generation (the committer's fence, a pause past
+// the session timeout) writes nothing more: the hop is at-least-once, and
+// what a zombie writes is a copy the dedup stage removes, but it must not
+// commit.
+func (r *Repartitioner) runPartition(ctx context.Context, com *group.Committer, p int) {
+	log := r.log.With("partition", p)
+	start := int64(-1)
+	var next int64 = -1
+	defer func() {
+		// A revoke (not a loss) commits where the partition got to.
+		if cause := context.Cause(ctx); next >= 0 && errors.Is(cause, group.ErrRevoked) {
+			cctx, cancel := context.WithTimeout(context.Background(), r.cfg.SessionTimeout)
+			defer cancel()
+			if err := com.CommitNow(cctx, p, next); err != nil {
+				log.Warn("final repartition offset commit failed; the next owner re-reads (copies are removed downstream)", "err", err)
+			}
+		}
+	}()
+	acked := func(o int64) {
+		next = o
+		com.Offer(ctx, p, o)
+	}
 	for backoff := 200 * time.Millisecond; start < 0; backoff = min(2*backoff, 5*time.Second) {
-		b, err := r.firstOffset(ctx, a.ID)
+		offs, err := r.member.FetchOffsets(ctx, []int{p})
+		if err == nil && offs[p] >= 0 {
+			start = offs[p]
+			break
+		}
+		var b int64
+		if err == nil {
+			b, err = r.firstOffset(ctx, p)
+		}
 		if err == nil {
 			start = b
 			break
 		}
 		if !r.refused(err) {
-			log.Warn("listing offsets failed; retrying", "err", err)
+			log.Warn("reading the start offset failed; retrying", "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -446,13 +416,13 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 		}
 	}
 	f, err := fetcher.New(fetcher.Config{Transport: r.cfg.Transport, Brokers: r.cfg.Brokers, Topic: r.cfg.Input,
-		Partition: a.ID, Isolation: r.cfg.Isolation, MaxBytes: 1 << 20}, start)
+		Partition: p, Isolation: r.cfg.Isolation, MaxBytes: 1 << 20}, start)
 	if err != nil {
 		log.Error("creating fetcher", "err", err)
 		return
 	}
-	records := r.records.WithLabelValues(r.cfg.Input, strconv.Itoa(a.ID))
-	pv := []byte(strconv.Itoa(a.ID))
+	records := r.records.WithLabelValues(r.cfg.Input, strconv.Itoa(p))
+	pv := []byte(strconv.Itoa(p))
 	var kb []byte
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
@@ -464,7 +434,7 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 			}
 			var oe *fetcher.OffsetError
 			if errors.As(err, &oe) {
-				b, lerr := r.firstOffset(ctx, a.ID)
+				b, lerr := r.firstOffset(ctx, p)
 				if lerr == nil && b > from {
 					log.Warn("input retention passed the position; skipping to the log start", "from", from, "log_start", b)
 					f.SetOffset(b)
@@ -512,6 +482,11 @@ func (r *Repartitioner) runPartition(ctx context.Context, a kafka.PartitionAssig
 				ts = time.Unix(0, 0)
 			}
 			out[i] = kafka.Message{Key: key, Value: m.Value, Headers: hs, Time: ts}
+		}
+		if com.PausedTooLong() {
+			// A zombie: the group has moved this partition on.
+			com.Fence(group.ErrPaused)
+			return
 		}
 		// Never cancelled by a revoke: a cancelled write may land later,
 		// and a copy is harmless, but a lost acknowledgement is not.
