@@ -3,10 +3,12 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,54 +46,58 @@ func (g *fakeGen) CommitOffsets(o map[string]map[int]int64) error {
 }
 
 func TestCommitterSerialisesAndCoalesces(t *testing.T) {
-	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
-	g := &fakeGen{}
-	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(error) { t.Error("fenced") })
-	go c.Run()
-	var wg sync.WaitGroup
-	for p := 0; p < 8; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			for o := int64(1); o <= 200; o++ {
-				c.Offer(context.Background(), p, o)
-				if o%50 == 0 {
-					if err := c.CommitNow(context.Background(), p, o); err != nil {
-						t.Errorf("commitNow: %v", err)
+	synctest.Test(t, func(t *testing.T) {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
+		g := &fakeGen{}
+		c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(error) { t.Error("fenced") })
+		go c.Run()
+		var wg sync.WaitGroup
+		for p := 0; p < 8; p++ {
+			wg.Add(1)
+			go func(p int) {
+				defer wg.Done()
+				for o := int64(1); o <= 200; o++ {
+					c.Offer(context.Background(), p, o)
+					if o%50 == 0 {
+						if err := c.CommitNow(context.Background(), p, o); err != nil {
+							t.Errorf("commitNow: %v", err)
+						}
 					}
 				}
-			}
-		}(p)
-	}
-	wg.Wait()
-	c.Close()
-	if g.maxInFlight.Load() != 1 {
-		t.Errorf("CommitOffsets ran %d at once, want 1", g.maxInFlight.Load())
-	}
-	for p := 0; p < 8; p++ {
-		if o, ok := c.LastCommitted(p); !ok || o != 200 {
-			t.Errorf("partition %d committed %d, want 200", p, o)
+			}(p)
 		}
-	}
-	if len(g.commits) >= 8*200 {
-		t.Errorf("%d commits for %d offers: no coalescing", len(g.commits), 8*200)
-	}
+		wg.Wait()
+		c.Close()
+		if g.maxInFlight.Load() != 1 {
+			t.Errorf("CommitOffsets ran %d at once, want 1", g.maxInFlight.Load())
+		}
+		for p := 0; p < 8; p++ {
+			if o, ok := c.LastCommitted(p); !ok || o != 200 {
+				t.Errorf("partition %d committed %d, want 200", p, o)
+			}
+		}
+		if len(g.commits) >= 8*200 {
+			t.Errorf("%d commits for %d offers: no coalescing", len(g.commits), 8*200)
+		}
+	})
 }
 
 func TestCommitterFencesOnStaleGeneration(t *testing.T) {
-	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
-	g := &fakeGen{err: kafka.IllegalGeneration}
-	var fenced atomic.Bool
-	c := NewCommitter(g, "in", time.Hour, slog.New(slog.DiscardHandler), m, func(error) { fenced.Store(true) })
-	go c.Run()
-	defer c.Close()
-	err := c.CommitNow(context.Background(), 0, 10)
-	if !errors.Is(err, ErrStaleGeneration) || !fenced.Load() {
-		t.Fatalf("commitNow = %v, fenced = %v; want stale generation and fenced", err, fenced.Load())
-	}
-	if err := c.CommitNow(context.Background(), 0, 11); !errors.Is(err, ErrStaleGeneration) {
-		t.Fatalf("later commit = %v, want stale generation without asking the broker", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
+		g := &fakeGen{err: kafka.IllegalGeneration}
+		var fenced atomic.Bool
+		c := NewCommitter(g, "in", time.Hour, slog.New(slog.DiscardHandler), m, func(error) { fenced.Store(true) })
+		go c.Run()
+		defer c.Close()
+		err := c.CommitNow(context.Background(), 0, 10)
+		if !errors.Is(err, ErrStaleGeneration) || !fenced.Load() {
+			t.Fatalf("commitNow = %v, fenced = %v; want stale generation and fenced", err, fenced.Load())
+		}
+		if err := c.CommitNow(context.Background(), 0, 11); !errors.Is(err, ErrStaleGeneration) {
+			t.Fatalf("later commit = %v, want stale generation without asking the broker", err)
+		}
+	})
 }
 
 // TestCommitterNoticesPause: after a pause longer than the session timeout
@@ -99,31 +105,33 @@ func TestCommitterFencesOnStaleGeneration(t *testing.T) {
 // goroutine runs first: pausedTooLong says so before the committer's next
 // tick, and the tick fences the generation.
 func TestCommitterNoticesPause(t *testing.T) {
-	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
-	var fenced atomic.Pointer[error]
-	c := NewCommitter(&fakeGen{}, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
-	c.MaxGap = 200 * time.Millisecond
-	go c.Run()
-	defer c.Close()
-	time.Sleep(50 * time.Millisecond)
-	if c.PausedTooLong() {
-		t.Fatal("pausedTooLong while the committer runs")
-	}
-	// As if the process had been stopped: the last run is long ago.
-	c.lastRun.Store(time.Now().Add(-time.Second).UnixNano())
-	if !c.PausedTooLong() {
-		t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for fenced.Load() == nil && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if errp := fenced.Load(); errp == nil || !errors.Is(*errp, ErrStaleGeneration) {
-		t.Fatalf("fenced with %v, want ErrStaleGeneration", errp)
-	}
-	if !c.PausedTooLong() {
-		t.Error("pausedTooLong = false after the tick that noticed the pause")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
+		var fenced atomic.Pointer[error]
+		c := NewCommitter(&fakeGen{}, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		time.Sleep(50 * time.Millisecond)
+		if c.PausedTooLong() {
+			t.Fatal("pausedTooLong while the committer runs")
+		}
+		// As if the process had been stopped: the last run is long ago.
+		c.lastRun.Store(time.Now().Add(-2 * c.MaxGap).UnixNano())
+		if !c.PausedTooLong() {
+			t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for fenced.Load() == nil && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if errp := fenced.Load(); errp == nil || !errors.Is(*errp, ErrStaleGeneration) {
+			t.Fatalf("fenced with %v, want ErrStaleGeneration", errp)
+		}
+		if !c.PausedTooLong() {
+			t.Error("pausedTooLong = false after the tick that noticed the pause")
+		}
+	})
 }
 
 // setErr sets the error CommitOffsets returns (nil: success).
@@ -144,75 +152,150 @@ func (g *fakeGen) calls() int {
 // timeout stop the generation's partitions, as a pause does; a short run
 // of failures does not.
 func TestCommitterLosesContact(t *testing.T) {
-	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
-	g := &fakeGen{}
-	var fenced atomic.Pointer[error]
-	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
-	c.MaxGap = 400 * time.Millisecond
-	go c.Run()
-	defer c.Close()
-	ctx := context.Background()
+	synctest.Test(t, func(t *testing.T) {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
+		g := &fakeGen{}
+		var fenced atomic.Pointer[error]
+		c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { fenced.Store(&err) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		ctx := context.Background()
 
-	// A short outage: 150 ms of failures, then commits succeed again.
-	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
-	for o := int64(1); o <= 15; o++ {
-		c.Offer(ctx, 0, o)
-		time.Sleep(10 * time.Millisecond)
-	}
-	g.setErr(nil)
-	if err := c.CommitNow(ctx, 0, 16); err != nil {
-		t.Fatalf("commit after a short outage: %v", err)
-	}
-	time.Sleep(2 * c.MaxGap)
-	if fenced.Load() != nil || c.PausedTooLong() {
-		t.Fatalf("fenced after a %v outage (session timeout %v): %v", 150*time.Millisecond, c.MaxGap, *fenced.Load())
-	}
+		// A short outage: 150 ms of failures, then commits succeed again.
+		g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
+		for o := int64(1); o <= 15; o++ {
+			c.Offer(ctx, 0, o)
+			time.Sleep(10 * time.Millisecond)
+		}
+		g.setErr(nil)
+		if err := c.CommitNow(ctx, 0, 16); err != nil {
+			t.Fatalf("commit after a short outage: %v", err)
+		}
+		time.Sleep(2 * c.MaxGap)
+		if fenced.Load() != nil || c.PausedTooLong() {
+			t.Fatalf("fenced after a %v outage (session timeout %v): %v", 150*time.Millisecond, c.MaxGap, *fenced.Load())
+		}
 
-	// A long one: writes go on, commits fail past the session timeout.
-	g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
-	start := time.Now()
-	for o := int64(17); fenced.Load() == nil && time.Since(start) < 5*time.Second; o++ {
-		c.Offer(ctx, 0, o)
-		time.Sleep(10 * time.Millisecond)
-	}
-	took := time.Since(start)
-	errp := fenced.Load()
-	if errp == nil || !errors.Is(*errp, ErrNoContact) || !errors.Is(*errp, ErrStaleGeneration) {
-		t.Fatalf("fenced with %v, want ErrNoContact", errp)
-	}
-	// Fenced once commits failed for half the session timeout in a row
-	// and none succeeded for a whole one (the last success, a keep-alive,
-	// came up to a quarter of it before the failures began).
-	if took < c.MaxGap/2 || took > 3*c.MaxGap {
-		t.Errorf("fenced %v after commits began to fail, want between %v and %v", took, c.MaxGap/2, 3*c.MaxGap)
-	}
-	if !c.PausedTooLong() {
-		t.Error("partitions may still write after the contact was lost")
-	}
+		// A long one: writes go on, commits fail past the session timeout.
+		g.setErr(errors.New("dial tcp 127.0.0.1:9092: connection refused"))
+		start := time.Now()
+		for o := int64(17); fenced.Load() == nil && time.Since(start) < 5*c.MaxGap; o++ {
+			c.Offer(ctx, 0, o)
+			time.Sleep(10 * time.Millisecond)
+		}
+		took := time.Since(start)
+		errp := fenced.Load()
+		if errp == nil || !errors.Is(*errp, ErrNoContact) || !errors.Is(*errp, ErrStaleGeneration) {
+			t.Fatalf("fenced with %v, want ErrNoContact", errp)
+		}
+		// Fenced once commits failed for half the session timeout in a row
+		// and none succeeded for a whole one (the last success, a keep-alive,
+		// came up to a quarter of it before the failures began).
+		if took < c.MaxGap/2 || took > 3*c.MaxGap {
+			t.Errorf("fenced %v after commits began to fail, want between %v and %v", took, c.MaxGap/2, 3*c.MaxGap)
+		}
+		if !c.PausedTooLong() {
+			t.Error("partitions may still write after the contact was lost")
+		}
+	})
 }
 
 // TestCommitterKeepAlive: with nothing new to commit, the last offsets are
 // committed again within a session timeout, so that a lost coordinator is
 // noticed also while the input is idle.
 func TestCommitterKeepAlive(t *testing.T) {
-	m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
-	g := &fakeGen{}
-	c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { t.Errorf("fenced: %v", err) })
-	c.MaxGap = 200 * time.Millisecond
-	go c.Run()
-	defer c.Close()
-	if err := c.CommitNow(context.Background(), 3, 42); err != nil {
-		t.Fatal(err)
-	}
-	n := g.calls()
-	time.Sleep(3 * c.MaxGap)
-	if extra := g.calls() - n; extra < 2 {
-		t.Fatalf("%d commits in %v of idleness, want a keep-alive every %v", extra, 3*c.MaxGap, c.MaxGap/4)
-	}
-	g.mu.Lock()
-	last := g.commits[len(g.commits)-1]
-	g.mu.Unlock()
-	if len(last) != 1 || last[3] != 42 {
-		t.Errorf("keep-alive committed %v, want the last offsets {3: 42}", last)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		m := prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_failures"})
+		g := &fakeGen{}
+		c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), m, func(err error) { t.Errorf("fenced: %v", err) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		if err := c.CommitNow(context.Background(), 3, 42); err != nil {
+			t.Fatal(err)
+		}
+		n := g.calls()
+		time.Sleep(3 * c.MaxGap)
+		if extra := g.calls() - n; extra < 2 {
+			t.Fatalf("%d commits in %v of idleness, want a keep-alive every %v", extra, 3*c.MaxGap, c.MaxGap/4)
+		}
+		g.mu.Lock()
+		last := g.commits[len(g.commits)-1]
+		g.mu.Unlock()
+		if len(last) != 1 || last[3] != 42 {
+			t.Errorf("keep-alive committed %v, want the last offsets {3: 42}", last)
+		}
+	})
+}
+
+// TestCommitterWaitsOutRebalance: commits refused because the group is
+// rebalancing stay pending and go through once it is over; they neither
+// fence the member (a cooperative member keeps its partitions) nor count
+// against the coordinator's contact, however long the rebalance takes.
+func TestCommitterWaitsOutRebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGen{}
+		c := NewCommitter(g, "in", time.Second, slog.New(slog.DiscardHandler), nil, func(err error) { t.Errorf("fenced: %v", err) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		g.setErr(fmt.Errorf("committing offsets: %w", ErrRebalancing))
+		for o := int64(1); o <= 30; o++ { // a 30 s rebalance, three session timeouts
+			c.Offer(t.Context(), 0, o)
+			time.Sleep(time.Second)
+		}
+		if c.PausedTooLong() {
+			t.Fatal("a long rebalance counted as lost contact")
+		}
+		g.setErr(nil)
+		time.Sleep(2 * time.Second)
+		if o, ok := c.LastCommitted(0); !ok || o != 30 {
+			t.Errorf("after the rebalance: committed %d (%v), want 30", o, ok)
+		}
+	})
+}
+
+// TestCommitterForgetsAndRevives: offsets of partitions given up are
+// neither committed nor re-committed by the keep-alive (they would move
+// the new owner's back); after a loss, a new generation revives commits.
+func TestCommitterForgetsAndRevives(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGen{}
+		var fenced atomic.Int32
+		c := NewCommitter(g, "in", time.Second, slog.New(slog.DiscardHandler), nil, func(error) { fenced.Add(1) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		if err := c.CommitNow(t.Context(), 0, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CommitNow(t.Context(), 1, 7); err != nil {
+			t.Fatal(err)
+		}
+		c.ForgetPartitions([]int{1})
+		n := g.calls()
+		time.Sleep(3 * c.MaxGap) // keep-alives
+		g.mu.Lock()
+		for _, cm := range g.commits[n:] {
+			if _, ok := cm[1]; ok {
+				t.Errorf("a partition given up was committed again: %v", cm)
+			}
+		}
+		g.mu.Unlock()
+
+		g.setErr(fmt.Errorf("committing offsets: %w", ErrNotMember))
+		if err := c.CommitNow(t.Context(), 0, 6); err == nil || fenced.Load() != 1 {
+			t.Fatalf("stale commit: %v, fenced %d times", err, fenced.Load())
+		}
+		g.setErr(nil)
+		if err := c.CommitNow(t.Context(), 0, 6); !errors.Is(err, ErrStaleGeneration) {
+			t.Fatalf("commit after the loss, before a new generation: %v", err)
+		}
+		c.ReviveAfterLoss()
+		time.Sleep(time.Millisecond)
+		if err := c.CommitNow(t.Context(), 0, 8); err != nil {
+			t.Fatalf("commit in the new generation: %v", err)
+		}
+	})
 }

@@ -9,7 +9,13 @@
 //	config.go       Config, defaults, Validate
 //	seams.go        what the worker needs from outside: Filter, StateStore,
 //	                PartitionStore, Planner, Extractor; Checkpoint, Restored
-//	worker.go       New, Run: topic checks, the group loop, one goroutine per partition
+//	worker.go       New, Run: topic checks, the group member (internal/group), shutdown
+//	membership.go   the member's partitions (group.Partitions): what joining a
+//	                generation and a stopped partition change for the worker
+//	agreement.go    settings members of one group must agree on
+//	provenance.go   the bloomgate-provenance header: written and verified
+//	scan.go         the recovery scan of the written topics
+//	inputlog.go     a re-created, truncated or retention-shortened input
 //	liveness.go     group timings, the watchdog that rebuilds a stuck membership
 //	partition.go    a partition's lifecycle: session (recover → seed → replay →
 //	                run), housekeeping, checkpoint, finish on revoke or shutdown
@@ -28,8 +34,6 @@
 //	                batches written one record per request
 //	stuck.go        the stall watchdog: lag from the log end, stalled partitions
 //	writeerr.go     write failures summarised for logs and errors
-//	committer.go    the single offset committer of a generation; pause and
-//	                coordinator-contact guards
 //	checkpointer.go the background checkpoint upload of one partition
 //	progress.go     progress of seeding, replay and scans; the minute log line
 //	backoff.go      the wait between retries
