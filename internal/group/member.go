@@ -13,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/consumer"
+	"github.com/segmentio/kafka-go/protocol/describegroups"
 	"github.com/segmentio/kafka-go/protocol/heartbeat"
 	"github.com/segmentio/kafka-go/protocol/joingroup"
 	"github.com/segmentio/kafka-go/protocol/leavegroup"
@@ -317,7 +318,16 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 		m.memberID, m.fresh = "", false
 	}
 	memberID := m.memberID
+	rejoinAsStatic := m.cfg.InstanceID != "" && memberID == "" && len(m.owned) == 0 && len(m.prev) == 0
 	m.mu.Unlock()
+	if rejoinAsStatic {
+		if err := m.announcePrevious(ctx); err != nil {
+			m.log.Debug("reading the group's members to rejoin as the same static member failed", "err", err)
+		}
+		if protos, err = m.protocols(); err != nil {
+			return Generation{}, nil, errFatal{err}
+		}
+	}
 	var jr *joingroup.Response
 	for attempt := 0; ; attempt++ {
 		req := &joingroup.Request{
@@ -431,6 +441,50 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 	m.gen = gen
 	m.mu.Unlock()
 	return gen, assigned, nil
+}
+
+// announcePrevious looks up the member that had this member's instance id
+// and, if the group still has it, announces in the coming JoinGroup what
+// that member owned, as its own: the coordinator kept its assignment
+// (nobody else owns those partitions), and a static member that rejoins
+// with the same subscription is let in without a rebalance — Apache Kafka
+// only asks that the group's protocol would not change, the embedded
+// broker that the subscription is the same bytes. The partitions are not
+// running here yet: they are started when the assignment names them.
+func (m *Member) announcePrevious(ctx context.Context) error {
+	res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, &describegroups.Request{Groups: []string{m.cfg.Group}})
+	if err != nil {
+		return err
+	}
+	for _, g := range res.(*describegroups.Response).Groups {
+		if g.ErrorCode != 0 || g.GroupState != "Stable" {
+			continue
+		}
+		for _, gm := range g.Members {
+			if gm.GroupInstanceID != m.cfg.InstanceID {
+				continue
+			}
+			var sub consumer.Subscription
+			if err := protocol.Unmarshal(gm.MemberMetadata, 1, &sub); err != nil {
+				return err
+			}
+			var prev []int
+			for _, tp := range sub.OwnedPartitions {
+				if tp.Topic == m.cfg.Topic {
+					for _, p := range tp.Partitions {
+						prev = append(prev, int(p))
+					}
+				}
+			}
+			slices.Sort(prev)
+			m.mu.Lock()
+			if len(m.owned) == 0 {
+				m.prev = prev
+			}
+			m.mu.Unlock()
+		}
+	}
+	return nil
 }
 
 // leaderAssign computes the generation's assignment from the members'

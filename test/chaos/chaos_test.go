@@ -103,6 +103,9 @@ type chaosRun struct {
 	exact bool
 	// pattern replaces the mixed schedule's kinds (nil: all of them).
 	pattern []string
+	// static runs the workers as static members (--group-instance-id
+	// chaos-<slot>).
+	static bool
 }
 
 // fpr is the filter's false-positive rate of the run's workers.
@@ -228,6 +231,7 @@ func runChaos(t *testing.T, run chaosRun) {
 		v.FPBound = 0 // exact mode: none at all
 	}
 	c.report(t, seed, pstats, v, chaosTook, drainTook, cleanStops)
+	c.reportMembership(t)
 	if run.exact && c.refutedTotal == 0 {
 		t.Errorf("exact mode: the stores refuted no positive of a filter at fpr %g: the run did not exercise them", run.fpr())
 	}
@@ -276,7 +280,7 @@ func runChaos(t *testing.T, run chaosRun) {
 		}
 	}
 	c.mu.Unlock()
-	if want := min(10, run.kills); run.only != "zombie" && c.kills < want {
+	if want := min(10, run.kills); run.only != "zombie" && run.only != "rolling" && c.kills < want {
 		t.Errorf("only %d kills happened, want at least %d", c.kills, want)
 	}
 }
@@ -334,6 +338,9 @@ type cluster struct {
 	measuring      sync.WaitGroup
 	refuted        *refutedScraper // exact mode
 	refutedTotal   float64         // exact mode: at least this many positives refuted
+	procStats      map[*proc]*procStats
+	rollingSteps   []rollingStep
+	survivorGaps   []time.Duration // two-of-three: the survivor's longest output gap
 }
 
 // recovery is one "partition recovered" log line.
@@ -393,6 +400,9 @@ func (c *cluster) workerArgs(sl *slot) []string {
 		"--metrics-addr", "127.0.0.1:0",
 		"--log-level", *flagLogLevel,
 	}
+	if c.run.static {
+		args = append(args, "--group-instance-id", fmt.Sprintf("chaos-%d", sl.id))
+	}
 	if c.run.exact {
 		// A slot's local disk: a restarted worker finds its predecessor's
 		// files (reused where their digest matches the checkpoint).
@@ -421,6 +431,7 @@ func (c *cluster) startWorker(sl *slot) (*proc, <-chan struct{}, error) {
 }
 
 func (c *cluster) onWorkerLine(p *proc, line string, started func()) {
+	c.noteMembership(p, line)
 	switch {
 	case strings.Contains(line, `msg="worker started"`):
 		started()
@@ -625,6 +636,8 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 			c.restart(sl)
 		case "upload-gens", "upload-manifest", "upload-exact":
 			c.killDuringUpload(action)
+		case "rolling":
+			c.rolling()
 		case "rebalance":
 			a := c.randomSlot()
 			c.kill(a, "before-rebalance")
@@ -649,11 +662,22 @@ func (c *cluster) runSchedule(d time.Duration, produced *atomic.Int64) {
 			// replacements a second later.
 			a := c.randomSlot()
 			b := c.slots[(a.id+1+c.rng.IntN(workers-1))%workers]
+			var survivor *proc
+			c.mu.Lock()
+			for _, sl := range c.slots {
+				if sl != a && sl != b {
+					survivor = sl.cur
+				}
+			}
+			c.mu.Unlock()
 			var wg sync.WaitGroup
 			for _, sl := range []*slot{a, b} {
 				wg.Go(func() { c.kill(sl, "two-of-three") })
 			}
 			wg.Wait()
+			if survivor != nil {
+				c.measuring.Go(func() { c.watchSurvivor(survivor, 20*time.Second) })
+			}
 			c.measure("two-of-three", time.Now())
 			time.Sleep(time.Second)
 			c.restart(a)
