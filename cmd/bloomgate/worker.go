@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
@@ -139,14 +138,13 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, nil, nil, usageError{fmt.Errorf("key: %w", err)}
 	}
-	keyID := checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
+	keyID := cfg.KeyIdentity()
 	if cfg.Repartition {
 		// The first hop keys every record by the hash of its canonical key
 		// (the worker reads the hop's topic: WorkerConfig).
 		if ex, err = keys.NewExtractor("key", "none", 0); err != nil {
 			return nil, nil, nil, err
 		}
-		keyID.Spec = "repartition(" + cfg.Key + ")"
 	}
 	wcfg, err := cfg.WorkerConfig()
 	if err != nil {
