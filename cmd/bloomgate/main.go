@@ -31,6 +31,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run the dedup worker (see bloomgate run --help for every setting)", cmdRun},
+		{"check", "check run's settings against the brokers, topics, ACLs and checkpoints, processing nothing", cmdCheck},
 		{"dev", "local demo: embedded broker, worker and producer in one process", cmdDev},
 		{"broker", "run an embedded Kafka-protocol broker for local use and tests", cmdBroker},
 		{"loadgen", "produce synthetic order or URL events with known duplicates", cmdLoadgen},
