@@ -61,7 +61,8 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-# Without installing anything: tests that need kcat or versitygw skip with the reason.
+# Without installing anything: tests that need kcat, chromium, prometheus or
+# versitygw skip with the reason.
 test-short:
 	$(GO) test -short -count=1 ./...
 
