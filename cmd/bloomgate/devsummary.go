@@ -12,6 +12,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // The terminal output of `bloomgate dev`: the header and progress lines on
@@ -30,8 +31,9 @@ func writeDevHeader(w io.Writer, d *demo) {
 		fmt.Fprintf(w, "  hop          --repartition: group %s re-keys %s by the hash of the canonical URL into %s\n",
 			cfg.RepartitionTopic(), sc.input, cfg.RepartitionTopic())
 	}
-	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %d keys, fpr %g, window %s\n", devGroup, key, cfg.Capacity, cfg.FPR, cfg.Window)
-	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, cfg.CheckpointInterval)
+	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %s keys, fpr %s, window %s\n", devGroup, key,
+		quantity.Count(cfg.Capacity), quantity.Rate(cfg.FPR), quantity.Duration(cfg.Window))
+	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, quantity.Duration(cfg.CheckpointInterval))
 	if d.metricsAddr != "" {
 		fmt.Fprintf(w, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", d.metricsAddr)
 	}
@@ -327,8 +329,8 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 // writePlan reports the filter's plan against what the checkpoints hold.
 func writePlan(row func(k, format string, a ...any), s devSummary) {
 	p := s.plan
-	row("filter plan", "capacity %d = %d (generations per window) x %d unique keys + headroom: the demo's",
-		p.capacity, p.generations-1, p.unique)
+	row("filter plan", "capacity %s = %d (generations per window) x %d unique keys + headroom: the demo's",
+		quantity.Count(p.capacity), p.generations-1, p.unique)
 	row("", "keys all arrive within one generation, which plans for %d keys per partition", p.perGen)
 	switch z := s.sizes; {
 	case z.err != nil || z.maxInserts == 0:

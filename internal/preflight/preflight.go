@@ -35,6 +35,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/memory"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -263,7 +264,7 @@ func limitCheck(pf *worker.Preflight, l worker.PreflightLimit) Check {
 	}
 	if l.Err != nil {
 		c.Status = Warn
-		c.Detail = fmt.Sprintf("cannot be read (%v): the worker assumes --max-batch-bytes %s fits", l.Err, config.FormatByteSize(uint64(pf.MaxBatchBytes)))
+		c.Detail = fmt.Sprintf("cannot be read (%v): the worker assumes --max-batch-bytes %s fits", l.Err, quantity.Size(uint64(pf.MaxBatchBytes)))
 		c.Fix = "grant DescribeConfigs on the topic, or keep --max-batch-bytes at most its max.message.bytes less 125 bytes"
 		return c
 	}
@@ -273,7 +274,7 @@ func limitCheck(pf *worker.Preflight, l worker.PreflightLimit) Check {
 	}
 	larger := fmt.Sprintf("a record over %d bytes, which --input takes, ", l.Bound)
 	if pf.Input == 0 {
-		larger = fmt.Sprintf("a record over %d bytes (below --max-batch-bytes %s) ", l.Bound, config.FormatByteSize(uint64(pf.MaxBatchBytes)))
+		larger = fmt.Sprintf("a record over %d bytes (below --max-batch-bytes %s) ", l.Bound, quantity.Size(uint64(pf.MaxBatchBytes)))
 	}
 	raise := fmt.Sprintf("raise the topic's max.message.bytes to at least %s's (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config max.message.bytes=N)",
 		"the input", l.Topic)
@@ -281,7 +282,7 @@ func limitCheck(pf *worker.Preflight, l worker.PreflightLimit) Check {
 		raise = fmt.Sprintf("raise the topic's max.message.bytes to at least --max-batch-bytes (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config max.message.bytes=N)", l.Topic)
 	}
 	if l.MaxMessageBytes >= pf.Input && pf.Input > 0 {
-		raise = fmt.Sprintf("raise --max-batch-bytes to at least %s", config.FormatByteSize(uint64(pf.Input)))
+		raise = fmt.Sprintf("raise --max-batch-bytes to at least %s", quantity.Size(uint64(pf.Input)))
 	}
 	switch l.Policy {
 	case "":
@@ -318,10 +319,10 @@ func memoryPlan(r *Report, cfg *config.Run, pf *worker.Preflight, opts Options) 
 	c := Check{Name: "memory", Status: OK, Detail: fmt.Sprintf(
 		"filter %s per partition (%s keys per partition and window at fpr %s, %d generations); "+
 			"a worker holding all %d partitions needs about %s (filters, one generation each while a checkpoint uploads, %s for the runtime)",
-		worker.ByteSize(per), config.FormatCount(pf.Params.Capacity), config.FormatRate(pf.Params.FPR), pf.Params.Generations,
-		pf.Partitions, worker.ByteSize(all), worker.ByteSize(memoryHeadroom))}
+		quantity.Bytes(per), quantity.Count(pf.Params.Capacity), quantity.Rate(pf.Params.FPR), pf.Params.Generations,
+		pf.Partitions, quantity.Bytes(all), quantity.Bytes(memoryHeadroom))}
 	if limit := opts.MemoryLimit(); limit > 0 {
-		c.Detail += fmt.Sprintf("; memory limit %s", worker.ByteSize(limit))
+		c.Detail += fmt.Sprintf("; memory limit %s", quantity.Bytes(limit))
 		if all > limit {
 			fit := (limit - min(limit, memoryHeadroom)) / (per + gen)
 			c.Status = Warn
@@ -457,14 +458,14 @@ func planChanges(f checkpoint.FilterParams, cfg *config.Run) []string {
 	var out []string
 	if f.Window != cfg.Window {
 		out = append(out, fmt.Sprintf("--window %s, checkpointed %s (carried over: sealed generations answer until they leave the new window)",
-			config.FormatDuration(cfg.Window), config.FormatDuration(f.Window)))
+			quantity.Duration(cfg.Window), quantity.Duration(f.Window)))
 	}
 	if f.Generations != cfg.Generations {
 		out = append(out, fmt.Sprintf("--generations %d, checkpointed %d (carried over)", cfg.Generations, f.Generations))
 	}
 	if f.FPR != cfg.FPR {
 		out = append(out, fmt.Sprintf("--fpr %s, checkpointed %s (carried over: new generations follow the new rate)",
-			config.FormatRate(cfg.FPR), config.FormatRate(f.FPR)))
+			quantity.Rate(cfg.FPR), quantity.Rate(f.FPR)))
 	}
 	return out
 }
@@ -522,7 +523,7 @@ func exactDir(r *Report, cfg *config.Run, pf *worker.Preflight, opts Options) {
 		return
 	}
 	c.Detail = fmt.Sprintf("%s is writable; %s free; the plan needs about %s per partition (16 B per key of %d generations, one more for merges), %s for all %d",
-		cfg.ExactDir, worker.ByteSize(free), worker.ByteSize(per), pf.Params.Generations, worker.ByteSize(all), pf.Partitions)
+		cfg.ExactDir, quantity.Bytes(free), quantity.Bytes(per), pf.Params.Generations, quantity.Bytes(all), pf.Partitions)
 	switch {
 	case free < per:
 		c.Status = Fail
