@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/quantity"
@@ -33,6 +35,9 @@ func writeDevHeader(w io.Writer, d *demo) {
 	}
 	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %s keys, fpr %s, window %s\n", devGroup, key,
 		quantity.Count(cfg.Capacity), quantity.Rate(cfg.FPR), quantity.Duration(cfg.Window))
+	if cfg.Exact {
+		fmt.Fprintf(w, "  exact mode   the filter's positives are confirmed in a store of key hashes in %s\n", cfg.ExactDir)
+	}
 	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, quantity.Duration(cfg.CheckpointInterval))
 	if d.metricsAddr != "" {
 		fmt.Fprintf(w, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", d.metricsAddr)
@@ -146,6 +151,10 @@ type devSummary struct {
 	hopTopic    string
 	sizes       cpSizes
 	metricsAddr string
+	// exactMode: the worker ran with --exact; refuted counts the filter's
+	// positives its store refuted (false positives forwarded instead).
+	exactMode bool
+	refuted   uint64
 }
 
 // summary collects the summary from the demo's state (d.mu held): at the
@@ -174,7 +183,34 @@ func (d *demo) summary(keepRunning bool) devSummary {
 		hopTopic:    d.cfg.RepartitionTopic(),
 		sizes:       checkpointSizes(d.store),
 		metricsAddr: d.metricsAddr,
+		exactMode:   d.cfg.Exact,
+		refuted:     refutedPositives(d.reg),
 	}
+}
+
+// refutedPositives sums bloomgate_exact_positives_total{result="refuted"}.
+func refutedPositives(g prometheus.Gatherer) uint64 {
+	if g == nil {
+		return 0
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "bloomgate_exact_positives_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "refuted" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return uint64(n)
 }
 
 // writeKeepRunning prints the summary of the demo data and how to go on
@@ -297,10 +333,15 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 		return
 	case !sc.repartition:
 		fp := t.unique - int64(c.forwarded)
-		if fp >= 0 {
+		switch {
+		case fp >= 0 && s.exactMode:
+			row("false positives", "%d = unique %s - forwarded (exact mode: the store confirms every positive of the filter)", fp, sc.keyNoun)
+			row("", "%d positives of the filter refuted by the store and forwarded (the filter alone: %.4f%% of unique keys, target %g%%)",
+				s.refuted, 100*float64(s.refuted)/float64(t.unique), target)
+		case fp >= 0:
 			row("false positives", "%d = unique %s - forwarded, %.4f%% of unique keys (filter target %g%%)",
 				fp, sc.keyNoun, 100*float64(fp)/float64(t.unique), target)
-		} else {
+		default:
 			row("false positives", "%d: %d more events forwarded than unique keys were written (a replay after a restart?)", fp, -fp)
 		}
 		return
