@@ -495,6 +495,15 @@ func partitionList(ps []int) string {
 // 16 bytes per key in the run files, plus 28 per file).
 const exactKeyBytes = 16
 
+// ExactStoreBytes is the disk one partition's exact store needs at its
+// plan: the keys of its G generations (capacity per partition ×
+// G/(G−1)) at 16 bytes each, and one generation more while merges and
+// checkpoint links keep replaced files.
+func ExactStoreBytes(capacityPerPartition uint64, generations int) uint64 {
+	g := uint64(max(generations, 2))
+	return exactKeyBytes * capacityPerPartition * (g + 1) / (g - 1)
+}
+
 // exactDir checks that --exact-dir is writable, with room for the stores
 // of the planned keys: a partition's store holds the keys of its G
 // generations (capacity per partition × G/(G−1)) and needs one generation
@@ -513,8 +522,7 @@ func exactDir(r *Report, cfg *config.Run, pf *worker.Preflight, opts Options) {
 		r.add(c)
 		return
 	}
-	g := uint64(pf.Params.Generations)
-	per := exactKeyBytes * pf.Params.Capacity * (g + 1) / (g - 1)
+	per := ExactStoreBytes(pf.Params.Capacity, pf.Params.Generations)
 	all := per * uint64(pf.Partitions)
 	free, err := opts.FreeBytes(dir)
 	if err != nil {
