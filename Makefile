@@ -28,6 +28,10 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeLog \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
+	./internal/config:FuzzParseUnits \
+	./internal/exact:FuzzDecodeManifest \
+	./internal/exact:FuzzParseRun \
+	./internal/exact:FuzzValidName \
 	./internal/keys:FuzzExtract \
 	./internal/keys:FuzzExtractJSON \
 	./internal/keys:FuzzLegacyNormalizeURL \
