@@ -214,7 +214,11 @@ func TestCheckReadOnlyCheckpointDir(t *testing.T) {
 			t.Fatalf("exit %d, want 1:\n%s%s", code, out, errOut)
 		}
 	} else {
-		out, code = checkAsNobody(t, dir, args...)
+		var errOut string
+		out, errOut, code = asNobody(t, dir, append([]string{"check", "--metrics-addr", ""}, args...)...)
+		if errOut != "" {
+			t.Logf("stderr: %s", errOut)
+		}
 	}
 	out = regexp.MustCompile(`; memory limit [^\n]*`).ReplaceAllString(out, "") // the binary reads its cgroup's limit
 	if code != exitRuntime {
@@ -223,9 +227,9 @@ func TestCheckReadOnlyCheckpointDir(t *testing.T) {
 	golden(t, "check-readonly.txt", norm(out))
 }
 
-// checkAsNobody runs the built binary's check as user nobody (65534),
-// from a copy it may execute, in dir (made traversable for it).
-func checkAsNobody(t *testing.T, dir string, args ...string) (string, int) {
+// asNobody runs the built binary with args as user nobody (65534), from a
+// copy it may execute, in dir (made traversable for it).
+func asNobody(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	for d := dir; d != os.TempDir() && d != "/" && d != "."; d = filepath.Dir(d) {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -242,23 +246,19 @@ func checkAsNobody(t *testing.T, dir string, args ...string) (string, int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, append([]string{"check", "--metrics-addr", ""}, args...)...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
-	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("running the check as nobody: %v\n%s", err, errb.String())
+		t.Fatalf("running %v as nobody: %v\n%s", args, err, errb.String())
 	}
-	if errb.Len() > 0 {
-		t.Logf("stderr: %s", errb.String())
-	}
-	return out.String(), code
+	return out.String(), errb.String(), code
 }
 
 // TestCheckUsage: check's own flags and a bad setting.

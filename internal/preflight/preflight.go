@@ -352,7 +352,7 @@ func storeCheck(ctx context.Context, r *Report, cfg *config.Run, store *checkpoi
 	}
 	r.add(c)
 	// A store that answered but refused the probe may still be read.
-	return !errors.Is(err, checkpoint.ErrUnavailable) && ctx.Err() == nil
+	return !errors.Is(err, checkpoint.ErrUnavailable) && !errors.Is(err, checkpoint.ErrNoCredentials) && ctx.Err() == nil
 }
 
 // checkpoints compares the newest checkpoint of every input partition
