@@ -304,3 +304,27 @@ func TestCheckExactDir(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckUnreachableBrokers: brokers that do not answer fail the check
+// at --timeout, saying so, while the checkpoint store is still checked.
+func TestCheckUnreachableBrokers(t *testing.T) {
+	start := time.Now()
+	out, _, code := runCheck(t, "--json", "--timeout", "2s", "--brokers", "127.0.0.1:1", "--input", "a", "--output", "b", "--checkpoint-url", "mem://check-unreachable")
+	if took := time.Since(start); code != exitRuntime || took > 10*time.Second {
+		t.Fatalf("exit %d after %s, want 1 within the bound:\n%s", code, took, out)
+	}
+	var rep preflight.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	status := map[string]preflight.Status{}
+	for _, c := range rep.Checks {
+		status[c.Name] = c.Status
+		if c.Name == "brokers" && !strings.Contains(c.Detail, "the check's time bound ended the retries") {
+			t.Errorf("brokers: %q", c.Detail)
+		}
+	}
+	if status["brokers"] != preflight.Fail || status["checkpoint store"] != preflight.OK || status["topics"] != preflight.Skip {
+		t.Errorf("statuses %v", status)
+	}
+}

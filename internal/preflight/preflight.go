@@ -136,20 +136,37 @@ func Run(ctx context.Context, cfg *config.Run, opts Options) (*Report, error) {
 		}
 		return nil, err
 	}
+	// The store is probed while the brokers are asked: brokers that do
+	// not answer must not leave it no time.
+	var (
+		storeRow      Check
+		storeReadable bool
+		probed        = make(chan struct{})
+	)
+	if storeErr == nil {
+		defer store.Close()
+		go func() { defer close(probed); storeRow, storeReadable = storeCheck(ctx, cfg, store) }()
+	} else {
+		close(probed)
+	}
 	pf, kafkaErr := w.Preflight(ctx)
+	<-probed
+	if kafkaErr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		kafkaErr = fmt.Errorf("%w (the check's time bound ended the retries; run retries for %s)", kafkaErr, brokercheck.StartupBound)
+	}
 	kafka(r, cfg, pf, kafkaErr)
 	memoryPlan(r, cfg, pf, opts)
-	if storeErr != nil {
+	switch {
+	case storeErr != nil:
 		r.add(Check{Name: "checkpoint store", Status: Fail, Detail: checkpoint.Explain(cfg.CheckpointURL, storeErr).Error(),
 			Fix: "give --checkpoint-url a location bloomgate can open (s3://bucket/prefix, file:///dir, mem://name)"})
 		r.add(Check{Name: "checkpoints", Status: Skip, Detail: "the store cannot be opened"})
-	} else {
-		defer store.Close()
-		if storeCheck(ctx, r, cfg, store) {
-			checkpoints(ctx, r, cfg, store, state, pf)
-		} else {
-			r.add(Check{Name: "checkpoints", Status: Skip, Detail: "the store does not answer"})
-		}
+	case storeReadable:
+		r.add(storeRow)
+		checkpoints(ctx, r, cfg, store, state, pf)
+	default:
+		r.add(storeRow)
+		r.add(Check{Name: "checkpoints", Status: Skip, Detail: "the store does not answer"})
 	}
 	if cfg.Exact {
 		exactDir(r, cfg, pf, opts)
@@ -333,9 +350,10 @@ func memoryPlan(r *Report, cfg *config.Run, pf *worker.Preflight, opts Options) 
 	r.add(c)
 }
 
-// storeCheck runs the create-only probe of the start; false if the store
-// does not answer (then reading the checkpoints would only wait again).
-func storeCheck(ctx context.Context, r *Report, cfg *config.Run, store *checkpoint.Store) bool {
+// storeCheck runs the create-only probe of the start; readable is false
+// if the store does not answer (then reading the checkpoints would only
+// wait again) or has no credentials.
+func storeCheck(ctx context.Context, cfg *config.Run, store *checkpoint.Store) (_ Check, readable bool) {
 	c := Check{Name: "checkpoint store", Status: OK,
 		Detail: store.URL() + " answers and honours create-only writes (a probe object under _probe/ was created, refused a second time, and deleted)"}
 	err := store.VerifyCreateOnly(ctx)
@@ -350,9 +368,8 @@ func storeCheck(ctx context.Context, r *Report, cfg *config.Run, store *checkpoi
 	default:
 		c.Status, c.Detail = Fail, checkpoint.Explain(cfg.CheckpointURL, err).Error()
 	}
-	r.add(c)
 	// A store that answered but refused the probe may still be read.
-	return !errors.Is(err, checkpoint.ErrUnavailable) && !errors.Is(err, checkpoint.ErrNoCredentials) && ctx.Err() == nil
+	return c, !errors.Is(err, checkpoint.ErrUnavailable) && !errors.Is(err, checkpoint.ErrNoCredentials) && ctx.Err() == nil
 }
 
 // checkpoints compares the newest checkpoint of every input partition
