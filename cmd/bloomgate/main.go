@@ -95,6 +95,7 @@ Quick start:
   bloomgate dev                                   # everything in one process
   bloomgate broker --topic orders:8 --topic deduped:8 &
   bloomgate loadgen --topic orders --count 1000000 --duplicates 0.2
+  bloomgate check --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
   bloomgate run --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
 `)
 }
