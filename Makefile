@@ -2,11 +2,16 @@
 #
 #   make run    the embedded default: in-process broker, worker, demo producer,
 #               checkpoints in ./.bloomgate (no other infrastructure)
-#   make test   installs what the tests need (kcat, versitygw; pinned, cached)
+#   make test   installs what the tests need (kcat, chromium, prometheus,
+#               versitygw; cached)
 #               and runs the whole suite with -race
 
 GO       ?= go
 BIN      := bin/bloomgate
+# Where .ci/deps.sh keeps the tools it fetches; prometheus and promtool are
+# unpacked there (see .ci/deps.sh) and put on PATH for the tests.
+TOOLS_DIR := $(or $(BLOOMGATE_TOOLS_DIR),$(HOME)/.cache/bloomgate-tools)
+TOOLS_PATH := $(TOOLS_DIR)/prometheus/usr/bin:$(PATH)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/bloomgate/bloomgate/internal/buildinfo.Version=$(VERSION)
 TEST_TIMEOUT ?= 40m
@@ -23,6 +28,10 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeLog \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
+	./internal/config:FuzzParseUnits \
+	./internal/exact:FuzzDecodeManifest \
+	./internal/exact:FuzzParseRun \
+	./internal/exact:FuzzValidName \
 	./internal/keys:FuzzExtract \
 	./internal/keys:FuzzExtractJSON \
 	./internal/keys:FuzzLegacyNormalizeURL \
@@ -43,7 +52,7 @@ deps:
 
 test:
 	@vgw=$$(.ci/deps.sh | tail -n 1) && \
-	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 \
+	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 PATH="$(TOOLS_PATH)" \
 	  $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@$(MAKE) --no-print-directory fuzz
 
@@ -56,7 +65,8 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-# Without installing anything: tests that need kcat or versitygw skip with the reason.
+# Without installing anything: tests that need kcat, chromium, prometheus or
+# versitygw skip with the reason.
 test-short:
 	$(GO) test -short -count=1 ./...
 

@@ -89,6 +89,8 @@ type devOptions struct {
 	drainTimeout  time.Duration
 	logLevel      string
 	progressEvery time.Duration
+	exact         bool
+	exactDir      string
 }
 
 // cmdDev runs the local demo: an in-process broker, the worker and a
@@ -112,6 +114,8 @@ func cmdDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	config.DurationVar(fs, &o.batchTimeout, "batch-timeout", def.BatchTimeout, "worker: max wait to fill a batch, a `duration`")
 	config.DurationVar(fs, &o.drainTimeout, "drain-timeout", time.Minute, "after the producer finished, wait at most this `duration` without progress for the worker to consume everything")
 	fs.StringVar(&o.logLevel, "log-level", "warn", "worker and broker log level on stderr: debug, info, warn, error")
+	fs.BoolVar(&o.exact, "exact", false, "exact mode (as bloomgate run --exact): every positive of the filter is confirmed in a local store of key hashes; the summary counts the false positives it refuted")
+	fs.StringVar(&o.exactDir, "exact-dir", def.ExactDir, "with --exact: where the stores go; each run writes below its own run-… subdirectory")
 	header := `Usage: bloomgate dev [flags]
 
 The embedded default: one process runs a Kafka-protocol broker on 127.0.0.1,
@@ -136,7 +140,10 @@ Scenarios:
 Every topic has --partitions partitions. Each run starts from fresh state:
 its broker lives in memory and its checkpoints go to a new run-<time>
 subdirectory of --checkpoint-url (older runs are left in place; "make clean"
-removes ./.bloomgate).
+removes ./.bloomgate). With --exact the worker runs in exact mode, its
+stores in a run-<time> subdirectory of --exact-dir, and the summary counts
+the filter's positives that the store refuted (false positives forwarded
+instead of dropped).
 
 Flags:
 `
@@ -224,6 +231,12 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	cfg := devConfig(sc, o, b.Addr(), cpURL)
+	if o.exact {
+		cfg.Exact = true
+		if cfg.ExactDir, err = filepath.Abs(filepath.Join(o.exactDir, runID)); err != nil {
+			return usageError{fmt.Errorf("--exact-dir: %w", err)}
+		}
+	}
 	plan := planCapacity(unique, o.partitions, cfg.Generations)
 	cfg.Capacity = plan.capacity
 	if err := cfg.Validate(); err != nil {
@@ -245,7 +258,7 @@ func runDev(ctx context.Context, o devOptions, stdout, stderr io.Writer) error {
 	defer closeState(state, logger)
 
 	d := &demo{
-		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(),
+		ctx: ctx, sc: sc, opts: o, cfg: &cfg, plan: plan, w: w, store: store, brokerAddr: b.Addr(), reg: reg,
 		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: checkpoint.RedactURL(cpURL), prog: commandName(),
 	}
 	var (

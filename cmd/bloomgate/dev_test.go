@@ -334,3 +334,32 @@ func TestCountTracker(t *testing.T) {
 		t.Errorf("all stopping: %+v, final %v; want 21 consumed, 18 forwarded, final", c, final)
 	}
 }
+
+// TestDevExact: `dev --exact` runs the worker in exact mode with its
+// stores below --exact-dir: no false positives, and the summary says how
+// many positives of the filter the store refuted (forwarded instead of
+// dropped). Whether the filter had a false positive to refute depends on
+// the random keys: the count is only checked to be reported.
+func TestDevExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo (a few seconds)")
+	}
+	dir := t.TempDir()
+	code, stdout, stderr := runInProcess(append(devTestArgs, "--checkpoint-url", "file://"+dir+"/cp", "--exact", "--exact-dir", dir+"/exact")...)
+	if code != exitOK {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if fp := summaryNumber(t, stdout, "false positives"); fp != 0 {
+		t.Errorf("exact mode forwarded %d fewer unique keys than written:\n%s", fp, stdout)
+	}
+	if !regexp.MustCompile(`\d+ positives of the filter refuted by the store and forwarded`).MatchString(stdout) {
+		t.Errorf("no refuted count in the summary:\n%s", stdout)
+	}
+	if !strings.Contains(stderr, "exact mode   the filter's positives are confirmed in a store of key hashes in "+dir+"/exact/run-") {
+		t.Errorf("the header does not name the run's exact directory:\n%s", stderr)
+	}
+	runs, err := os.ReadDir(filepath.Join(dir, "exact"))
+	if err != nil || len(runs) != 1 || !strings.HasPrefix(runs[0].Name(), "run-") {
+		t.Errorf("exact-dir holds %v (%v), want one run directory", runs, err)
+	}
+}

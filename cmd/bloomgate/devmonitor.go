@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
@@ -29,6 +30,7 @@ type demo struct {
 	worker     *stage
 	store      *checkpoint.Store
 	brokerAddr string
+	reg        prometheus.Gatherer // the worker's metrics (exact mode's answers)
 
 	stdout, stderr io.Writer
 	tty            bool

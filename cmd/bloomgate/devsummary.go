@@ -10,8 +10,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // The terminal output of `bloomgate dev`: the header and progress lines on
@@ -30,8 +33,12 @@ func writeDevHeader(w io.Writer, d *demo) {
 		fmt.Fprintf(w, "  hop          --repartition: group %s re-keys %s by the hash of the canonical URL into %s\n",
 			cfg.RepartitionTopic(), sc.input, cfg.RepartitionTopic())
 	}
-	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %d keys, fpr %g, window %s\n", devGroup, key, cfg.Capacity, cfg.FPR, cfg.Window)
-	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, cfg.CheckpointInterval)
+	fmt.Fprintf(w, "  worker       group %s, key %s, capacity %s keys, fpr %s, window %s\n", devGroup, key,
+		quantity.Count(cfg.Capacity), quantity.Rate(cfg.FPR), quantity.Duration(cfg.Window))
+	if cfg.Exact {
+		fmt.Fprintf(w, "  exact mode   the filter's positives are confirmed in a store of key hashes in %s\n", cfg.ExactDir)
+	}
+	fmt.Fprintf(w, "  checkpoints  %s (every %s and at shutdown)\n", d.cpURL, quantity.Duration(cfg.CheckpointInterval))
 	if d.metricsAddr != "" {
 		fmt.Fprintf(w, "  status       http://%s/  (also /metrics, /status.json, /readyz)\n", d.metricsAddr)
 	}
@@ -144,6 +151,10 @@ type devSummary struct {
 	hopTopic    string
 	sizes       cpSizes
 	metricsAddr string
+	// exactMode: the worker ran with --exact; refuted counts the filter's
+	// positives its store refuted (false positives forwarded instead).
+	exactMode bool
+	refuted   uint64
 }
 
 // summary collects the summary from the demo's state (d.mu held): at the
@@ -172,7 +183,34 @@ func (d *demo) summary(keepRunning bool) devSummary {
 		hopTopic:    d.cfg.RepartitionTopic(),
 		sizes:       checkpointSizes(d.store),
 		metricsAddr: d.metricsAddr,
+		exactMode:   d.cfg.Exact,
+		refuted:     refutedPositives(d.reg),
 	}
+}
+
+// refutedPositives sums bloomgate_exact_positives_total{result="refuted"}.
+func refutedPositives(g prometheus.Gatherer) uint64 {
+	if g == nil {
+		return 0
+	}
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "bloomgate_exact_positives_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "result" && l.GetValue() == "refuted" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return uint64(n)
 }
 
 // writeKeepRunning prints the summary of the demo data and how to go on
@@ -295,10 +333,15 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 		return
 	case !sc.repartition:
 		fp := t.unique - int64(c.forwarded)
-		if fp >= 0 {
+		switch {
+		case fp >= 0 && s.exactMode:
+			row("false positives", "%d = unique %s - forwarded (exact mode: the store confirms every positive of the filter)", fp, sc.keyNoun)
+			row("", "%d positives of the filter refuted by the store and forwarded (the filter alone: %.4f%% of unique keys, target %g%%)",
+				s.refuted, 100*float64(s.refuted)/float64(t.unique), target)
+		case fp >= 0:
 			row("false positives", "%d = unique %s - forwarded, %.4f%% of unique keys (filter target %g%%)",
 				fp, sc.keyNoun, 100*float64(fp)/float64(t.unique), target)
-		} else {
+		default:
 			row("false positives", "%d: %d more events forwarded than unique keys were written (a replay after a restart?)", fp, -fp)
 		}
 		return
@@ -327,8 +370,8 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 // writePlan reports the filter's plan against what the checkpoints hold.
 func writePlan(row func(k, format string, a ...any), s devSummary) {
 	p := s.plan
-	row("filter plan", "capacity %d = %d (generations per window) x %d unique keys + headroom: the demo's",
-		p.capacity, p.generations-1, p.unique)
+	row("filter plan", "capacity %s = %d (generations per window) x %d unique keys + headroom: the demo's",
+		quantity.Count(p.capacity), p.generations-1, p.unique)
 	row("", "keys all arrive within one generation, which plans for %d keys per partition", p.perGen)
 	switch z := s.sizes; {
 	case z.err != nil || z.maxInserts == 0:

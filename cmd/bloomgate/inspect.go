@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // cmdInspect prints what a checkpoint location holds: per group, topic and
@@ -126,7 +127,8 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 			}
 			kv("output offsets", "%s %s", topic, b.String())
 		}
-		kv("filter", "window %s, %d generations, capacity %d, fpr %g", p.Filter.Window, p.Filter.Generations, p.Filter.Capacity, p.Filter.FPR)
+		kv("filter", "window %s, %d generations, capacity %s, fpr %s", quantity.Duration(p.Filter.Window), p.Filter.Generations,
+			quantity.Count(p.Filter.Capacity), quantity.Rate(p.Filter.FPR))
 		if p.Key != nil {
 			kv("key", "%s", p.Key)
 		}

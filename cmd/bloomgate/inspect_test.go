@@ -72,7 +72,7 @@ func TestInspectText(t *testing.T) {
 		"g / orders / 1: seq 3",
 		"input offset    2000",
 		"orders-unique 1:1600",
-		"window 1h0m0s, 2 generations, capacity 5000",
+		"window 1h, 2 generations, capacity 5k",
 		"by test/1",
 	} {
 		if !strings.Contains(stdout, want) {

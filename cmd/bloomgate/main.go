@@ -31,6 +31,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"run", "run the dedup worker (see bloomgate run --help for every setting)", cmdRun},
+		{"check", "check run's settings against the brokers, topics, ACLs and checkpoints, processing nothing", cmdCheck},
 		{"dev", "local demo: embedded broker, worker and producer in one process", cmdDev},
 		{"broker", "run an embedded Kafka-protocol broker for local use and tests", cmdBroker},
 		{"loadgen", "produce synthetic order or URL events with known duplicates", cmdLoadgen},
@@ -94,6 +95,7 @@ Quick start:
   bloomgate dev                                   # everything in one process
   bloomgate broker --topic orders:8 --topic deduped:8 &
   bloomgate loadgen --topic orders --count 1000000 --duplicates 0.2
+  bloomgate check --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
   bloomgate run --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
 `)
 }

@@ -379,3 +379,16 @@ func TestBrokerOffsetsSurviveKill(t *testing.T) {
 		t.Fatalf("group resumed at offset %d after kill -9 of the broker, want 60", m.Offset)
 	}
 }
+
+// TestBrokerHelpNamesClients: `broker --help` says which clients can use
+// it, with SASL, and shows the kcat flags that TestSASLKcat
+// (internal/broker) runs.
+func TestBrokerHelpNamesClients(t *testing.T) {
+	code, out, _ := runInProcess("broker", "--help")
+	for _, want := range []string{"kcat and other librdkafka clients", "SASL PLAIN and SCRAM (--user)",
+		"-X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=SCRAM-SHA-512"} {
+		if code != exitOK || !strings.Contains(out, want) {
+			t.Errorf("broker --help (exit %d) lacks %q:\n%s", code, want, out)
+		}
+	}
+}

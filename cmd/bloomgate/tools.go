@@ -98,9 +98,17 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	header := `Usage: bloomgate broker [flags]
 
 An embedded Kafka-protocol broker (github.com/twmb/franz-go/pkg/kfake) for
-local use and tests; kcat, kafka-go, librdkafka and Java clients can use it.
-Prints "broker listening on HOST:PORT" on stderr once ready; stops on
-SIGINT/SIGTERM (persisting state when --data-dir is set).
+local use and tests, not for production data. Any Kafka client can use it:
+kcat and other librdkafka clients, kafka-go, franz-go, Java clients, with
+SASL PLAIN and SCRAM (--user) and TLS as well. Prints "broker listening on
+HOST:PORT" on stderr once ready; stops on SIGINT/SIGTERM (persisting state
+when --data-dir is set).
+
+  bloomgate broker --topic orders:8 &
+  kcat -b 127.0.0.1:9092 -L
+  bloomgate broker --listen 127.0.0.1:9093 --user SCRAM-SHA-512:alice:secret &
+  kcat -b 127.0.0.1:9093 -X security.protocol=SASL_PLAINTEXT -X sasl.mechanisms=SCRAM-SHA-512 \
+       -X sasl.username=alice -X sasl.password=secret -L
 
 Flags:
 `

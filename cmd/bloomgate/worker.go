@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
@@ -140,14 +139,13 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if err != nil {
 		return nil, nil, nil, usageError{fmt.Errorf("key: %w", err)}
 	}
-	keyID := checkpoint.KeyIdentity{Spec: cfg.Key, Normalize: cfg.Normalize, Hash: bloom.HashName}
+	keyID := cfg.KeyIdentity()
 	if cfg.Repartition {
 		// The first hop keys every record by the hash of its canonical key
 		// (the worker reads the hop's topic: WorkerConfig).
 		if ex, err = keys.NewExtractor("key", "none", 0); err != nil {
 			return nil, nil, nil, err
 		}
-		keyID.Spec = "repartition(" + cfg.Key + ")"
 	}
 	wcfg, err := cfg.WorkerConfig()
 	if err != nil {
@@ -177,7 +175,8 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	if cfg.Exact {
 		state.Exact = memory.ExactOptions{Dir: cfg.ExactDir, Registerer: reg, Logger: logger.With("component", "exact")}
 		if err := os.MkdirAll(cfg.ExactDir, 0o755); err != nil {
-			return nil, nil, nil, usageError{fmt.Errorf("exact-dir: %w", err)}
+			return nil, nil, nil, usageError{fmt.Errorf("--exact-dir %s: %w; give it a writable directory (in a container: a writable volume "+
+				"sized for the plan, docs/deploy.md \"Exact mode\")", cfg.ExactDir, unwrapPathError(err))}
 		}
 		logger.Info("exact mode: the filter's positives are confirmed in a local store of key hashes", "exact_dir", cfg.ExactDir)
 	}
@@ -212,36 +211,78 @@ func closeState(state *memory.Store, logger *slog.Logger) {
 	}
 }
 
-// createOnlyCheckTimeout bounds the start-up check of the checkpoint store
-// (a store that does not answer), as the worker bounds its wait for
-// unreachable brokers.
-const createOnlyCheckTimeout = time.Minute
+// createOnlyCheckTimeout bounds the start-up check of the checkpoint
+// store: a store that does not answer is retried as long as brokers are
+// (brokercheck.StartupBound), long enough for it to restart.
+const createOnlyCheckTimeout = brokercheck.StartupBound
 
 // checkCreateOnly refuses a checkpoint store that ignores create-only
 // writes: fencing of a stale partition owner rests on them, and such a
-// store would turn it off without any error.
-func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, timeout time.Duration, logger *slog.Logger) error {
+// store would turn it off without any error. A store that does not answer
+// (connection refused, timeouts, 5xx) is retried for bound, each retry
+// logged with the time left, then reported naming --checkpoint-url; one
+// that answers with a failure waiting does not fix (no credentials, a
+// directory it may not write) is reported at once, naming the setting and
+// the fix (checkpoint.Explain).
+func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, bound time.Duration, logger *slog.Logger) error {
 	if skip {
 		logger.Warn("create-only check of the checkpoint store SKIPPED (--checkpoint-skip-create-only-check): "+
 			"if the store ignores create-only writes, a stale owner of a partition is NOT fenced and two workers can overwrite each other's checkpoints",
 			"checkpoint_store", store.URL())
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
+	deadline := start.Add(bound)
+	cctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	err := store.VerifyCreateOnly(cctx)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, checkpoint.ErrCreateOnlyIgnored):
-		return usageError{fmt.Errorf("%w; two workers could then both write the same checkpoint sequence and a stale owner "+
-			"of a partition would not be fenced. Use a store that honours conditional writes (If-None-Match: * on PutObject, "+
-			"as AWS S3, current MinIO and versitygw do; or file://), or, only if no more than one worker ever writes to this "+
-			"location, set --checkpoint-skip-create-only-check (see docs/checkpoints.md)", err)}
-	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w (gave up after %s: the store is unreachable or too slow)", err, timeout)
+	wait := 200 * time.Millisecond
+	var last error // the last failure that says more than the bound's own deadline
+	for attempts := 1; ; attempts++ {
+		err := store.VerifyCreateOnly(cctx)
+		unreachable := errors.Is(err, checkpoint.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+		if last == nil || !errors.Is(err, context.DeadlineExceeded) {
+			last = err
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, checkpoint.ErrCreateOnlyIgnored):
+			return usageError{fmt.Errorf("%w; two workers could then both write the same checkpoint sequence and a stale owner "+
+				"of a partition would not be fenced. Use a store that honours conditional writes (If-None-Match: * on PutObject, "+
+				"as AWS S3, current MinIO and versitygw do; or file://), or, only if no more than one worker ever writes to this "+
+				"location, set --checkpoint-skip-create-only-check (see docs/checkpoints.md)", err)}
+		case ctx.Err() != nil:
+			return err
+		case !unreachable:
+			var se *checkpoint.StoreError
+			if err := checkpoint.Explain(store.URL(), err); errors.As(err, &se) {
+				logger.Debug("checkpoint store refused the create-only check", "err", se.Unwrap())
+				return usageError{err}
+			}
+			return fmt.Errorf("--checkpoint-url %s: %w", store.URL(), err)
+		}
+		left := time.Until(deadline)
+		if left <= 0 || cctx.Err() != nil {
+			noun := "attempts"
+			if attempts == 1 {
+				noun = "attempt"
+			}
+			return fmt.Errorf("--checkpoint-url %s: the store did not answer in %d %s over %s (the start-up bound, as for --brokers); "+
+				"last error: %w; check the endpoint and that this host can reach it", store.URL(), attempts, noun, time.Since(start).Round(100*time.Millisecond), last)
+		}
+		d := min(wait, left)
+		logger.Warn("checkpoint store unreachable; retrying until the start-up bound, then stopping",
+			"checkpoint_store", store.URL(), "err", err, "retry_in", d.Round(time.Millisecond),
+			"start_up_bound", bound, "gives_up_in", left.Round(time.Second))
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
-	return err
 }
 
 // serveHTTP starts the metrics/health endpoint. A port that cannot be bound
@@ -265,4 +306,14 @@ func shutdownHTTP(srv *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(ctx)
+}
+
+// unwrapPathError drops the operation and path a *PathError repeats, for a
+// message that names the path itself.
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("cannot create %s: %w", pe.Path, pe.Err)
+	}
+	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/s3test"
 )
@@ -20,8 +22,9 @@ import (
 // ignores create-only writes (versitygw behind a proxy dropping
 // If-None-Match) with exit code 2 and a message naming the store and the
 // way out; starts on the same store with the check skipped (warning) and on
-// a healthy store (info line); and fails fast on an unreachable store. The
-// brokers are unreachable: every case ends before or while contacting them.
+// a healthy store (info line). The brokers are unreachable: every case
+// ends before or while contacting them. (An unreachable store:
+// TestCreateOnlyCheckRetriesUnreachable.)
 func TestRunChecksCreateOnly(t *testing.T) {
 	srv := s3test.Start(t)
 	s3test.SetEnv(t)
@@ -67,12 +70,42 @@ func TestRunChecksCreateOnly(t *testing.T) {
 	line, _, _ = strings.Cut(line, "\n")
 	t.Logf("healthy store:%s", line)
 
-	code, stderr, took := start(30*time.Second, s3test.URLFor("http://127.0.0.1:1", "ck"))
-	if code != exitRuntime || !strings.Contains(stderr, "create-only check of s3://") ||
-		!strings.Contains(stderr, "checkpoint store unavailable") || took > 20*time.Second {
-		t.Errorf("unreachable store: exit %d after %s, want %d fast; stderr:\n%s", code, took, exitRuntime, stderr)
+}
+
+// TestCreateOnlyCheckRetriesUnreachable: a store that refuses connections
+// is retried, each retry logged with the time left, until the start-up
+// bound (brokercheck.StartupBound in run; 2 s here), then reported naming
+// --checkpoint-url, the attempts, the bound and the refused connection.
+func TestCreateOnlyCheckRetriesUnreachable(t *testing.T) {
+	if createOnlyCheckTimeout != brokercheck.StartupBound {
+		t.Errorf("the store's start-up bound %s is not the brokers' %s", createOnlyCheckTimeout, brokercheck.StartupBound)
 	}
-	t.Logf("unreachable store: exit %d after %s", code, took.Round(time.Millisecond))
+	s3test.SetEnv(t)
+	ctx := context.Background()
+	store, err := checkpoint.Open(ctx, s3test.URLFor("http://127.0.0.1:1", "ck"), checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var log bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&log, nil))
+	start := time.Now()
+	err = checkCreateOnly(ctx, store, false, 2*time.Second, logger)
+	took := time.Since(start)
+	retries := strings.Count(log.String(), `msg="checkpoint store unreachable; retrying until the start-up bound, then stopping"`)
+	var ue usageError
+	if err == nil || errors.As(err, &ue) || retries < 1 || took < 2*time.Second || took > 10*time.Second {
+		t.Fatalf("refused store: %v after %s (%d retries logged, usage error: %v)\n%s", err, took, retries, errors.As(err, &ue), log.String())
+	}
+	for _, want := range []string{"--checkpoint-url s3://", "the store did not answer in ", "over 2s (the start-up bound, as for --brokers)",
+		"connection refused", "check the endpoint"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q: %v", want, err)
+		}
+	}
+	if !strings.Contains(log.String(), "gives_up_in=") {
+		t.Errorf("retries do not say when the check gives up:\n%s", log.String())
+	}
 }
 
 // TestCreateOnlyCheckTimeout: a store that accepts connections and never
@@ -120,7 +153,7 @@ func TestCreateOnlyCheckTimeout(t *testing.T) {
 	start := time.Now()
 	err = checkCreateOnly(ctx, store, false, 300*time.Millisecond, logger)
 	took := time.Since(start)
-	if err == nil || !strings.Contains(err.Error(), "gave up after 300ms: the store is unreachable") ||
+	if err == nil || !strings.Contains(err.Error(), "the store did not answer in 1 attempt over 300ms (the start-up bound, as for --brokers)") ||
 		!strings.Contains(err.Error(), ln.Addr().String()) || took > 5*time.Second {
 		t.Fatalf("check of a silent store: %v after %s", err, took)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/logging"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
@@ -61,6 +62,12 @@ func openS3(ctx context.Context, loc location, o *Options) (*s3Bucket, error) {
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(hc),
 		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		// The SDK's own log lines (e.g. "WARN falling back to IMDSv1")
+		// go to the store's logger, structured and at debug level: what
+		// matters reaches the user as an error naming the setting.
+		config.WithLogger(logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+			o.Logger.Debug("aws sdk: "+fmt.Sprintf(format, v...), "classification", string(c))
+		})),
 	}
 	if region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(region))
@@ -71,6 +78,9 @@ func openS3(ctx context.Context, loc location, o *Options) (*s3Bucket, error) {
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
+	}
+	if cfg.Credentials != nil {
+		cfg.Credentials = markedCredentials{cfg.Credentials}
 	}
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if endpoint != "" {
@@ -103,10 +113,38 @@ func openS3(ctx context.Context, loc location, o *Options) (*s3Bucket, error) {
 
 func (b *s3Bucket) key(k string) *string { return aws.String(joinKey(b.prefix, k)) }
 
+// ErrNoCredentials: the AWS SDK's default chain (environment, shared
+// config, web identity, container or instance role) found no credentials
+// for s3://. Not retried: waiting does not create them.
+var ErrNoCredentials = errors.New("no S3 credentials")
+
+// credentialsError is a failure of the credentials chain; it wraps
+// ErrNoCredentials and keeps the SDK's error for the debug log.
+type credentialsError struct{ err error }
+
+func (e *credentialsError) Error() string        { return "no S3 credentials: " + e.err.Error() }
+func (e *credentialsError) Is(target error) bool { return target == ErrNoCredentials }
+func (e *credentialsError) Unwrap() error        { return e.err }
+
+// markedCredentials marks the errors of the credentials chain, which the
+// SDK wraps in untyped errors ("get identity: get credentials: …").
+type markedCredentials struct{ p aws.CredentialsProvider }
+
+func (m markedCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
+	c, err := m.p.Retrieve(ctx)
+	if err != nil && ctx.Err() == nil {
+		return c, &credentialsError{err: err}
+	}
+	return c, err
+}
+
 // classify maps SDK errors onto errNotExist, errExists and transient.
 func classifyS3(err error) error {
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, ErrNoCredentials) {
+		return err
 	}
 	var re *awshttp.ResponseError
 	if errors.As(err, &re) && re.HTTPStatusCode() != 0 { // 0: no response at all

@@ -119,6 +119,12 @@ Values:
              MiB, GiB (powers of 1024): 1MiB = 1048576, 1MB = 1000000.
 
 `, EnvPrefix)
+	WriteSettings(w, fs)
+}
+
+// WriteSettings writes every setting of fs with its default and its
+// environment variable, grouped by concern (the body of WriteUsage).
+func WriteSettings(w io.Writer, fs *flag.FlagSet) {
 	listed := map[string]bool{}
 	for _, s := range sections {
 		fmt.Fprintf(w, "%s:\n", s.title)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // The values a user types: durations, counts, rates and byte sizes. Every
@@ -111,38 +113,9 @@ func ParseDuration(s string) (time.Duration, error) {
 	return time.Duration(ns.Int64()), nil
 }
 
-// FormatDuration writes d readably, so that ParseDuration reads it back:
-// 24h, 36h, 3d, 7d, 1h30m, 90s as 1m30s, 500ms, 0s. Days are used from 48
-// hours on, where counting hours gets tedious; a day or a day and a half
-// reads better as 24h and 36h.
-func FormatDuration(d time.Duration) string {
-	if d == 0 {
-		return "0s"
-	}
-	var b strings.Builder
-	u := uint64(d)
-	if d < 0 {
-		b.WriteByte('-')
-		u = -u
-	}
-	if u >= uint64(2*day) {
-		fmt.Fprintf(&b, "%dd", u/uint64(day))
-		u %= uint64(day)
-	}
-	for _, c := range []struct {
-		unit time.Duration
-		name string
-	}{{time.Hour, "h"}, {time.Minute, "m"}} {
-		if u >= uint64(c.unit) {
-			fmt.Fprintf(&b, "%d%s", u/uint64(c.unit), c.name)
-			u %= uint64(c.unit)
-		}
-	}
-	if u > 0 {
-		b.WriteString(time.Duration(u).String()) // under a minute: 30s, 1.5s, 500ms, 1µs
-	}
-	return b.String()
-}
+// FormatDuration writes d readably, so that ParseDuration reads it back
+// (quantity.Duration: 24h, 36h, 7d, 1h30m).
+func FormatDuration(d time.Duration) string { return quantity.Duration(d) }
 
 // countSuffixes are the multipliers of ParseCount, lower-cased.
 var countSuffixes = map[string]uint64{
@@ -196,19 +169,9 @@ func parseCount(s string, limit uint64) (uint64, error) {
 	return n.Uint64(), nil
 }
 
-// FormatCount writes n with the largest suffix that keeps it whole (10M,
-// 1G, 2500k); a number no suffix divides is written plainly (2500).
-func FormatCount(n uint64) string {
-	for _, u := range []struct {
-		mult uint64
-		name string
-	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
-		if n >= u.mult && n%u.mult == 0 {
-			return strconv.FormatUint(n/u.mult, 10) + u.name
-		}
-	}
-	return strconv.FormatUint(n, 10)
-}
+// FormatCount writes n with the largest suffix that keeps it whole
+// (quantity.Count: 10M, 1G, 2500k).
+func FormatCount(n uint64) string { return quantity.Count(n) }
 
 // ParseRate parses a rate: a fraction (0.01, 1e-4) or a percentage with an
 // optional space before the sign (1%, 0.1 %). The range is checked by the
@@ -238,8 +201,8 @@ func ParseRate(s string) (float64, error) {
 	return f, nil
 }
 
-// FormatRate writes a rate as a fraction (0.01).
-func FormatRate(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+// FormatRate writes a rate as a fraction (quantity.Rate: 0.01).
+func FormatRate(f float64) string { return quantity.Rate(f) }
 
 // byteUnits are the units of ParseByteSize, lower-cased: B, the decimal
 // kB, MB, GB, TB and the binary KiB, MiB, GiB, TiB.
@@ -300,22 +263,9 @@ func parseByteSize(s string, limit uint64) (uint64, error) {
 	return n.Uint64(), nil
 }
 
-// FormatByteSize writes n in the largest binary unit that keeps it whole
-// (1MiB, 4KiB), else in the largest decimal one (1MB), else in bytes.
-func FormatByteSize(n uint64) string {
-	if n == 0 {
-		return "0"
-	}
-	for _, u := range []struct {
-		mult uint64
-		name string
-	}{{1 << 40, "TiB"}, {1 << 30, "GiB"}, {1 << 20, "MiB"}, {1 << 10, "KiB"}, {1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}, {1e3, "kB"}} {
-		if n%u.mult == 0 {
-			return strconv.FormatUint(n/u.mult, 10) + u.name
-		}
-	}
-	return strconv.FormatUint(n, 10)
-}
+// FormatByteSize writes n in the largest unit that keeps it whole
+// (quantity.Size: 1MiB, 4KiB, 1MB).
+func FormatByteSize(n uint64) string { return quantity.Size(n) }
 
 // formatMemory writes an amount of memory for a message: 2.04 TiB, 22.4
 // GiB, 512 MiB, 1 TiB.

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -376,6 +377,13 @@ func checkCheckpointURL(raw string) error {
 			return fmt.Errorf("%s: no bucket; use s3://bucket/prefix", shown)
 		}
 	case "mem":
+	case "":
+		if p, ok := localPath(raw); ok && !strings.Contains(raw, "/") {
+			return fmt.Errorf("%s has no scheme: write file://%s for a directory, or s3://%s for a bucket", shown, p, raw)
+		} else if ok {
+			return fmt.Errorf("%s is a path, not a URL: write file://%s", shown, p)
+		}
+		return fmt.Errorf("%s: no scheme; use s3://bucket/prefix, file:///dir or mem://name", shown)
 	default:
 		return fmt.Errorf("%s: scheme must be s3, file or mem", shown)
 	}
@@ -385,4 +393,26 @@ func checkCheckpointURL(raw string) error {
 		return err
 	}
 	return nil
+}
+
+// localPath reports whether a checkpoint URL without a scheme is a local
+// path (/var/lib/x, ./x, ../x, ~/x, x/y), and returns it absolute, as a
+// file:// URL needs it.
+func localPath(raw string) (string, bool) {
+	if raw == "" || strings.ContainsAny(raw, "?#") {
+		return "", false
+	}
+	p := raw
+	if rest, ok := strings.CutPrefix(raw, "~/"); ok {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", false
+		}
+		p = filepath.Join(home, rest)
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", false
+	}
+	return filepath.ToSlash(abs), true
 }

@@ -13,10 +13,11 @@ const DefaultFlushKeys = 1 << 16
 // Options configure a Store. The zero value is valid: it means the defaults.
 type Options struct {
 	// FlushKeys is how many adds are held in memory before they are
-	// written as a run file. Memory: about 60 bytes per held add (a map
-	// entry and a slice entry), 4 MiB at the default of 65536. Fewer
-	// means more, smaller runs: more merging (CPU, disk writes, uploads)
-	// and more runs per lookup until they are merged (docs/exact.md).
+	// written as a run file. Memory: 24 bytes per held add (a sorted
+	// array fed by a small map, pending.go), 1.5 MiB at the default of
+	// 65536, plus the small map (about 100 KiB). Fewer means more, smaller
+	// runs: more merging (CPU, disk writes, uploads) and more runs per
+	// lookup until they are merged (docs/exact.md).
 	FlushKeys int
 
 	// Logger receives merge failures (Warn) and merge activity (Debug).
@@ -35,7 +36,7 @@ func (o Options) Validate() error {
 	case o.FlushKeys < 0:
 		return fmt.Errorf("exact store: flush keys %d: want ≥ 0 (0: default %d)", o.FlushKeys, DefaultFlushKeys)
 	case o.FlushKeys > 1<<26:
-		return fmt.Errorf("exact store: flush keys %d: want at most %d (about 4 GiB of memory)", o.FlushKeys, 1<<26)
+		return fmt.Errorf("exact store: flush keys %d: want at most %d (about 1.5 GiB of memory)", o.FlushKeys, 1<<26)
 	}
 	return nil
 }

@@ -121,7 +121,12 @@ func (w *Worker) writtenTopics() []string {
 // readLimits reads the written topics' max.message.bytes. A topic whose
 // value cannot be read is left out of the map, with the reason in errs.
 func (w *Worker) readLimits(ctx context.Context) (map[string]int64, map[string]error) {
-	topics := w.writtenTopics()
+	return w.maxMessageBytes(ctx, w.writtenTopics())
+}
+
+// maxMessageBytes reads the effective max.message.bytes of topics (a
+// broker default counts), as readLimits.
+func (w *Worker) maxMessageBytes(ctx context.Context, topics []string) (map[string]int64, map[string]error) {
 	errs := map[string]error{}
 	req := &kafka.DescribeConfigsRequest{}
 	for _, t := range topics {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // Long phases before a partition runs (seeding, replay, the output scan,
@@ -172,7 +174,7 @@ func (w *Worker) totals() totals {
 // input (what one worker holds if it is the group's only member).
 func (w *Worker) logStart() {
 	n := w.partitions[w.cfg.Input]
-	attrs := []any{"partitions", n, "filter_capacity_per_partition", w.params.Capacity}
+	attrs := []any{"partitions", n, "filter_capacity_per_partition", quantity.Count(w.params.Capacity)}
 	if pl, ok := w.deps.State.(Planner); ok {
 		per := pl.PlannedBytes(w.params)
 		attrs = append(attrs, "filter_memory_per_partition", ByteSize(per),
@@ -181,21 +183,11 @@ func (w *Worker) logStart() {
 	w.log.Info("worker started", attrs...)
 }
 
-// ByteSize prints a byte count in binary units (KiB, MiB, GiB, TiB).
+// ByteSize prints a byte count as every output does (quantity.Bytes:
+// 512 B, 27.4 KiB, 21.3 MiB).
 type ByteSize uint64
 
-func (b ByteSize) String() string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", uint64(b))
-	}
-	v, i := float64(b)/unit, 0
-	for v >= unit && i < 3 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.1f %ciB", v, "KMGT"[i])
-}
+func (b ByteSize) String() string { return quantity.Bytes(uint64(b)) }
 
 // LogValue logs a ByteSize as its text in every handler.
 func (b ByteSize) LogValue() slog.Value { return slog.StringValue(b.String()) }

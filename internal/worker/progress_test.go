@@ -82,7 +82,7 @@ func TestByteSize(t *testing.T) {
 	for _, tc := range []struct {
 		n    uint64
 		want string
-	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.0 KiB"}, {3 << 20, "3.0 MiB"}, {5 << 30, "5.0 GiB"}, {2 << 40, "2.0 TiB"}, {3 << 50, "3072.0 TiB"}} {
+	}{{0, "0 B"}, {1023, "1023 B"}, {1024, "1.00 KiB"}, {3 << 20, "3.00 MiB"}, {5 << 30, "5.00 GiB"}, {2 << 40, "2.00 TiB"}, {3 << 50, "3.00 PiB"}} {
 		if got := ByteSize(tc.n).String(); got != tc.want {
 			t.Errorf("ByteSize(%d) = %q, want %q", tc.n, got, tc.want)
 		}
