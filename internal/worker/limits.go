@@ -175,7 +175,7 @@ func (w *Worker) maxMessageBytes(ctx context.Context, topics []string) (map[stri
 // (a refused record is found and placed, see unwritable.go).
 func (w *Worker) startLimits(ctx context.Context) *outputLimits {
 	got, errs := w.readLimits(ctx)
-	l := &outputLimits{maxBatchBytes: w.cfg.MaxBatchBytes, readAt: time.Now()}
+	l := &outputLimits{maxBatchBytes: w.cfg.MaxBatchBytes, readAt: w.deps.Now()}
 	var vals [3]int64
 	for _, t := range w.writtenTopics() {
 		k := w.kindOf(t)
@@ -218,10 +218,10 @@ func (w *Worker) refreshLimits(ctx context.Context, force bool) {
 	l := w.limits
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !force && time.Since(l.readAt) < limitsRefresh {
+	if !force && w.deps.Now().Sub(l.readAt) < limitsRefresh {
 		return
 	}
-	l.readAt = time.Now()
+	l.readAt = w.deps.Now()
 	got, _ := w.readLimits(ctx)
 	vals := *l.cur.Load()
 	for t, v := range got {

@@ -110,7 +110,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 	b := newBackoff(200*time.Millisecond, 5*time.Second)
 	var failing failureLog
 	for {
-		began := time.Now()
+		began := w.deps.Now()
 		err := pp.session(ctx)
 		if err == nil {
 			return
@@ -137,7 +137,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 			b.reset()
 			continue
 		}
-		if time.Since(began) > time.Minute {
+		if w.deps.Now().Sub(began) > time.Minute {
 			b.reset() // a session that ran a while is a new failure
 		}
 		if w.accessFailed(err) {

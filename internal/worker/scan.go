@@ -34,7 +34,7 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 		return 0, err
 	}
 	n := 0
-	progress := time.Now()
+	progress := w.deps.Now()
 	for f.Offset() < to {
 		pos := f.Offset()
 		c, err := f.Fetch(ctx)
@@ -46,7 +46,7 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 			if errors.As(err, &oe) {
 				return n, fmt.Errorf("scanning %s/%d: %w", topic, partition, err)
 			}
-			if time.Since(progress) > scanIdle {
+			if w.deps.Now().Sub(progress) > scanIdle {
 				return n, fmt.Errorf("scanning %s/%d: no progress for %v at offset %d below the high-water mark %d: %w",
 					topic, partition, scanIdle, f.Offset(), to, err)
 			}
@@ -58,13 +58,13 @@ func (w *Worker) scanRange(ctx context.Context, topic string, partition int, fro
 			continue
 		}
 		if len(c.Records) == 0 && c.Next == pos {
-			if time.Since(progress) > scanIdle {
+			if w.deps.Now().Sub(progress) > scanIdle {
 				return n, fmt.Errorf("scanning %s/%d: no record for %v at offset %d below the high-water mark %d",
 					topic, partition, scanIdle, f.Offset(), to)
 			}
 			continue
 		}
-		progress = time.Now()
+		progress = w.deps.Now()
 		for i := range c.Records {
 			if c.Records[i].Offset >= to {
 				return n, nil

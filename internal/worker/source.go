@@ -87,11 +87,11 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 			}
 			var oe *fetcher.OffsetError
 			if failingSince.IsZero() {
-				failingSince = time.Now()
+				failingSince = pp.w.deps.Now()
 			}
 			// Refused access is not waited out here: the partition's
 			// failure path logs it and applies the runtime rule (access.go).
-			if errors.As(err, &oe) || time.Since(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
+			if errors.As(err, &oe) || pp.w.deps.Now().Sub(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
 				select {
 				case out <- piece{err: err}:
 				case <-ctx.Done():

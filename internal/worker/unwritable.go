@@ -317,7 +317,7 @@ func (pp *partitionProc) noteUnwritable(m *kafka.Message, topic, why string, siz
 	if outcome == "dropped" {
 		lvl = slog.LevelError
 	}
-	now := time.Now()
+	now := pp.w.deps.Now()
 	if !pp.unwritableLogAt.IsZero() && now.Sub(pp.unwritableLogAt) < unwritableLogEvery && lvl < slog.LevelError {
 		pp.unwritableQuiet++
 		return
