@@ -68,8 +68,9 @@ func TestStaticRollingRestart(t *testing.T) {
 		})
 		d := time.Since(began)
 		t.Logf("w%d processing again %v after its start", i, d.Round(time.Millisecond))
-		if d > 2*time.Second {
-			t.Errorf("w%d processed again %v after its start, want within 2s", i, d.Round(time.Millisecond))
+		// Goal 2 s; the bound leaves room for a loaded machine.
+		if d > 5*time.Second {
+			t.Errorf("w%d processed again %v after its start, want within 2s (bound 5s)", i, d.Round(time.Millisecond))
 		}
 		if got := ws[i].w.Status().Assigned; !slices.Equal(got, had) {
 			t.Errorf("w%d had %v and got %v back", i, had, got)
