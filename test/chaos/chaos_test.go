@@ -35,6 +35,7 @@ var (
 	flagOnly     = flag.String("chaos.only", "", "run only this failure kind (two-of-three, burst, leader, random, zombie), each 2-20 s after the group recovered from the previous one, no broker restart (soak)")
 	flagBurst    = flag.Int("chaos.burst", 5, "SIGKILLs of a burst, all within 5 s")
 	flagLogLevel = flag.String("chaos.log-level", "info", "log level of the worker processes (debug adds the kafka-go client logs)")
+	flagRepart   = flag.Bool("chaos.repartition", false, "run TestChaos's workers with --repartition (each process runs the hop and the dedup stage; both are killed)")
 	flagExact    = flag.Bool("chaos.exact", false, "run TestChaos's workers in exact mode (--exact, --fpr 5 %, a local store directory per worker slot) and demand 0 false positives")
 )
 
@@ -59,7 +60,8 @@ func TestChaos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos test: runs processes for about three minutes; skipped with -short")
 	}
-	runChaos(t, chaosRun{only: *flagOnly, kills: *flagKills, duration: *flagDuration, events: *flagEvents, exact: *flagExact})
+	runChaos(t, chaosRun{only: *flagOnly, kills: *flagKills, duration: *flagDuration, events: *flagEvents, exact: *flagExact,
+		repartition: *flagRepart, static: *flagStatic})
 }
 
 // TestChaosExact is a short mixed run in exact mode: the workers' filters
@@ -106,6 +108,9 @@ type chaosRun struct {
 	// static runs the workers as static members (--group-instance-id
 	// chaos-<slot>).
 	static bool
+	// repartition runs the workers with --repartition: the written
+	// records are traced to the input by their origin headers.
+	repartition bool
 }
 
 // fpr is the filter's false-positive rate of the run's workers.
@@ -226,7 +231,7 @@ func runChaos(t *testing.T, run chaosRun) {
 	if err != nil {
 		t.Fatalf("reading the topics: %v", err)
 	}
-	v := check(names, input, written, committed, run.fpr())
+	v := check(names, input, written, committed[:partitions], run.fpr(), run.repartition)
 	if run.exact {
 		v.FPBound = 0 // exact mode: none at all
 	}
@@ -402,6 +407,9 @@ func (c *cluster) workerArgs(sl *slot) []string {
 	}
 	if c.run.static {
 		args = append(args, "--group-instance-id", fmt.Sprintf("chaos-%d", sl.id))
+	}
+	if c.run.repartition {
+		args = append(args, "--repartition")
 	}
 	if c.run.exact {
 		// A slot's local disk: a restarted worker finds its predecessor's
@@ -808,7 +816,7 @@ func (c *cluster) measure(kind string, at time.Time) {
 		var base, hwm []int64
 		for base == nil && time.Since(at) < recoveryLimit {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			h, cm, err := groupProgress(ctx, cl)
+			h, cm, err := c.groupProgress(ctx, cl)
 			cancel()
 			if err == nil {
 				base, hwm = cm, h
@@ -830,7 +838,7 @@ func (c *cluster) measure(kind string, at time.Time) {
 		for !recovered && time.Since(at) < recoveryLimit {
 			time.Sleep(250 * time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			h, cm, err := groupProgress(ctx, cl)
+			h, cm, err := c.groupProgress(ctx, cl)
 			cancel()
 			if err != nil || base == nil {
 				continue
@@ -851,7 +859,7 @@ func (c *cluster) measure(kind string, at time.Time) {
 		}
 		for recovered && time.Since(at) < recoveryLimit {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			_, cm, err := groupProgress(ctx, cl)
+			_, cm, err := c.groupProgress(ctx, cl)
 			cancel()
 			caughtUp := err == nil
 			for p := range cm {
@@ -974,7 +982,7 @@ func (c *cluster) waitDrained(limit time.Duration) ([]int64, error) {
 			return committed, err
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		h, cm, err := groupProgress(ctx, cl)
+		h, cm, err := c.groupProgress(ctx, cl)
 		cancel()
 		if err == nil {
 			hwm, committed = h, cm
@@ -999,18 +1007,40 @@ func (c *cluster) waitDrained(limit time.Duration) ([]int64, error) {
 }
 
 // groupProgress returns the input high-water marks and the group's
-// committed offsets (-1: none) per partition.
-func groupProgress(ctx context.Context, cl *kafka.Client) (hwm, committed []int64, err error) {
+// committed offsets (-1: none) per partition. With --repartition two
+// groups consume: the hop's (the input) and the dedup stage's (the
+// repartition topic); both are listed, the input's first.
+func (c *cluster) groupProgress(ctx context.Context, cl *kafka.Client) (hwm, committed []int64, err error) {
+	if !c.run.repartition {
+		return topicProgress(ctx, cl, group, names.Input)
+	}
+	h1, c1, err := topicProgress(ctx, cl, repartitionTopic, names.Input)
+	if err != nil {
+		return nil, nil, err
+	}
+	h2, c2, err := topicProgress(ctx, cl, group, repartitionTopic)
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(h1, h2...), append(c1, c2...), nil
+}
+
+// repartitionTopic is the hop's topic, and the name of its group.
+const repartitionTopic = group + "-repartition"
+
+// topicProgress returns the high-water marks of topic and the committed
+// offsets of group on it.
+func topicProgress(ctx context.Context, cl *kafka.Client, group, topic string) (hwm, committed []int64, err error) {
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 	for p := 0; p < partitions; p++ {
-		req.Topics[names.Input] = append(req.Topics[names.Input], kafka.LastOffsetOf(p))
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
 	}
 	lo, err := cl.ListOffsets(ctx, req)
 	if err != nil {
 		return nil, nil, err
 	}
 	hwm = make([]int64, partitions)
-	for _, po := range lo.Topics[names.Input] {
+	for _, po := range lo.Topics[topic] {
 		if po.Error != nil {
 			return nil, nil, po.Error
 		}
@@ -1020,7 +1050,7 @@ func groupProgress(ctx context.Context, cl *kafka.Client) (hwm, committed []int6
 	for p := range ps {
 		ps[p] = p
 	}
-	of, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{names.Input: ps}})
+	of, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1031,7 +1061,7 @@ func groupProgress(ctx context.Context, cl *kafka.Client) (hwm, committed []int6
 	for p := range committed {
 		committed[p] = -1
 	}
-	for _, po := range of.Topics[names.Input] {
+	for _, po := range of.Topics[topic] {
 		if po.Error == nil {
 			committed[po.Partition] = po.CommittedOffset
 		}

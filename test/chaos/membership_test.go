@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"flag"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,8 @@ import (
 //   - two of three workers killed at once: the survivor's partitions must
 //     keep flowing (the longest gap between output writes of its
 //     partitions, measured every 100 ms, goalSurvivorGap).
+
+var flagStatic = flag.Bool("chaos.static", false, "run TestChaos's workers as static members (--group-instance-id chaos-<slot>)")
 
 const (
 	// goalRollingStart is the 2 s with room for a loaded machine

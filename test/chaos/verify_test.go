@@ -17,6 +17,10 @@ const (
 	hdrSrcPartition = "bloomgate-src-partition"
 	hdrSrcOffset    = "bloomgate-src-offset"
 	hdrError        = "bloomgate-error"
+	// The repartition hop's headers: where a record of its topic came
+	// from in the input (the dedup stage copies them to what it writes).
+	hdrOriginPartition = "bloomgate-origin-partition"
+	hdrOriginOffset    = "bloomgate-origin-offset"
 )
 
 // inRec is one input record.
@@ -35,6 +39,10 @@ type outRec struct {
 	SrcPart   int // -1 when the header is missing or unreadable
 	SrcOffset int64
 	Error     string
+	// OriginPart and OriginOffset name the input record through the
+	// repartition hop (-1: no origin headers).
+	OriginPart   int
+	OriginOffset int64
 }
 
 // topicNames of a run.
@@ -92,7 +100,16 @@ func fpBound(n int64, p float64) int64 {
 // check compares the written records with the input. input is indexed by
 // partition, each in offset order; committed is the group's committed
 // offset per partition (to tell unprocessed records from lost ones).
-func check(names topicNames, input [][]inRec, written []outRec, committed []int64, fpr float64) *verdict {
+//
+// With repartition, written records name the repartition topic in their
+// src headers and the input record in their origin headers; the hop is
+// at-least-once, so an input record may reach the dedup stage more than
+// once: its copies after the first are duplicates (or dead letters again).
+// So an input record counts as written twice only if it is on the output
+// more than once, a first occurrence must be on the output once, a repeat
+// never; keys are compared as the hop wrote them (the hash of the
+// canonical key), so a key mismatch is not checked.
+func check(names topicNames, input [][]inRec, written []outRec, committed []int64, fpr float64, repartition bool) *verdict {
 	v := &verdict{}
 	// Per input record, compactly (soak runs hold millions): whether it is
 	// the first occurrence of its key, how often and where it was written.
@@ -101,6 +118,8 @@ func check(names topicNames, input [][]inRec, written []outRec, committed []int6
 		n        uint8 // times written (saturating)
 		topic    uint8 // topic of the first write: 1 output, 2 duplicates, 3 dead-letter
 		mismatch bool
+		// repartition: writes per topic (saturating).
+		out, dup, dlq uint8
 	}
 	states := make([][]state, len(input))
 	for p, recs := range input {
@@ -142,14 +161,17 @@ func check(names topicNames, input [][]inRec, written []outRec, committed []int6
 		case 3:
 			v.DeadLettered++
 		}
-		p := o.SrcPart
+		p, off := o.SrcPart, o.SrcOffset
+		if repartition {
+			p, off = o.OriginPart, o.OriginOffset
+		}
 		if p < 0 || p >= len(input) {
 			v.Orphans = append(v.Orphans, o)
 			continue
 		}
 		recs := input[p]
-		i := sort.Search(len(recs), func(i int) bool { return recs[i].Offset >= o.SrcOffset })
-		if i == len(recs) || recs[i].Offset != o.SrcOffset {
+		i := sort.Search(len(recs), func(i int) bool { return recs[i].Offset >= off })
+		if i == len(recs) || recs[i].Offset != off {
 			v.Orphans = append(v.Orphans, o)
 			continue
 		}
@@ -160,7 +182,13 @@ func check(names topicNames, input [][]inRec, written []outRec, committed []int6
 		if st.n < 255 {
 			st.n++
 		}
-		if o.Key != recs[i].Key {
+		if repartition {
+			for c, n := range map[uint8]*uint8{1: &st.out, 2: &st.dup, 3: &st.dlq} {
+				if c == code && *n < 255 {
+					*n++
+				}
+			}
+		} else if o.Key != recs[i].Key {
 			st.mismatch = true
 		}
 		switch code {
@@ -180,6 +208,19 @@ func check(names topicNames, input [][]inRec, written []outRec, committed []int6
 				v.Lost = append(v.Lost, rf)
 				if p < len(committed) && r.Offset >= committed[p] {
 					v.Unprocessed = append(v.Unprocessed, rf)
+				}
+				continue
+			}
+			if repartition {
+				switch {
+				case st.out > 1:
+					v.WrittenTwice = append(v.WrittenTwice, rf)
+				case r.Bad != (st.dlq > 0) || r.Bad && st.out+st.dup > 0:
+					v.Misrouted = append(v.Misrouted, rf)
+				case st.first && st.out == 0:
+					v.FalsePositives = append(v.FalsePositives, rf)
+				case !st.first && !r.Bad && st.out > 0:
+					v.DoubleForwarded = append(v.DoubleForwarded, rf)
 				}
 				continue
 			}
@@ -323,9 +364,18 @@ func readTopics(ctx context.Context, addr string, names topicNames, partitions i
 				return nil, nil, err
 			}
 			for _, m := range msgs {
-				o := outRec{Topic: topic, Partition: p, Offset: m.Offset, Key: string(m.Key), SrcPart: -1, SrcOffset: -1}
+				o := outRec{Topic: topic, Partition: p, Offset: m.Offset, Key: string(m.Key), SrcPart: -1, SrcOffset: -1,
+					OriginPart: -1, OriginOffset: -1}
 				for _, h := range m.Headers {
 					switch h.Key {
+					case hdrOriginPartition:
+						if n, err := strconv.Atoi(string(h.Value)); err == nil {
+							o.OriginPart = n
+						}
+					case hdrOriginOffset:
+						if n, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
+							o.OriginOffset = n
+						}
 					case hdrSrcPartition:
 						if n, err := strconv.Atoi(string(h.Value)); err == nil {
 							o.SrcPart = n
