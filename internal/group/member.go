@@ -428,15 +428,7 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 			}
 		}
 	}
-	var assigned []int
-	for _, tp := range a.AssignedPartitions {
-		if tp.Topic == m.cfg.Topic {
-			for _, p := range tp.Partitions {
-				assigned = append(assigned, int(p))
-			}
-		}
-	}
-	slices.Sort(assigned)
+	assigned := partitionsOf(a.AssignedPartitions, m.cfg.Topic)
 	m.mu.Lock()
 	m.gen = gen
 	m.mu.Unlock()
@@ -464,19 +456,11 @@ func (m *Member) announcePrevious(ctx context.Context) error {
 			if gm.GroupInstanceID != m.cfg.InstanceID {
 				continue
 			}
-			var sub consumer.Subscription
-			if err := protocol.Unmarshal(gm.MemberMetadata, 1, &sub); err != nil {
+			sub, err := decodeSubscription(gm.MemberMetadata)
+			if err != nil {
 				return err
 			}
-			var prev []int
-			for _, tp := range sub.OwnedPartitions {
-				if tp.Topic == m.cfg.Topic {
-					for _, p := range tp.Partitions {
-						prev = append(prev, int(p))
-					}
-				}
-			}
-			slices.Sort(prev)
+			prev := partitionsOf(sub.OwnedPartitions, m.cfg.Topic)
 			m.mu.Lock()
 			if len(m.owned) == 0 {
 				m.prev = prev
@@ -496,24 +480,13 @@ func (m *Member) leaderAssign(ctx context.Context, gen Generation, members []joi
 	}
 	all := make([]MemberInfo, 0, len(members))
 	for _, jm := range members {
-		mi := MemberInfo{ID: jm.MemberID, InstanceID: jm.GroupInstanceID}
-		var sub consumer.Subscription
-		if err := protocol.Unmarshal(jm.Metadata, 1, &sub); err != nil {
-			if err := protocol.Unmarshal(jm.Metadata, 0, &sub); err != nil {
-				m.log.Warn("a member's subscription does not decode; it gets no partitions", "member", jm.MemberID, "err", err)
-				continue
-			}
+		sub, err := decodeSubscription(jm.Metadata)
+		if err != nil {
+			m.log.Warn("a member's subscription does not decode; it gets no partitions", "member", jm.MemberID, "err", err)
+			continue
 		}
-		mi.UserData = sub.UserData
-		for _, tp := range sub.OwnedPartitions {
-			if tp.Topic == m.cfg.Topic {
-				for _, p := range tp.Partitions {
-					mi.Owned = append(mi.Owned, int(p))
-				}
-			}
-		}
-		slices.Sort(mi.Owned)
-		all = append(all, mi)
+		all = append(all, MemberInfo{ID: jm.MemberID, InstanceID: jm.GroupInstanceID, UserData: sub.UserData,
+			Owned: partitionsOf(sub.OwnedPartitions, m.cfg.Topic)})
 	}
 	admitted := all
 	if m.cfg.Admit != nil {
@@ -788,6 +761,33 @@ func (m *Member) FetchOffsets(ctx context.Context, partitions []int) (map[int]in
 		}
 	}
 	return out, nil
+}
+
+// decodeSubscription reads a member's subscription (consumer protocol
+// version 1, or 0 from members that do not list owned partitions).
+func decodeSubscription(b []byte) (consumer.Subscription, error) {
+	var sub consumer.Subscription
+	if err := protocol.Unmarshal(b, 1, &sub); err != nil {
+		sub = consumer.Subscription{}
+		if err := protocol.Unmarshal(b, 0, &sub); err != nil {
+			return sub, err
+		}
+	}
+	return sub, nil
+}
+
+// partitionsOf lists, sorted, the partitions of topic in tps.
+func partitionsOf(tps []consumer.TopicPartition, topic string) []int {
+	var out []int
+	for _, tp := range tps {
+		if tp.Topic == topic {
+			for _, p := range tp.Partitions {
+				out = append(out, int(p))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // diff returns the elements of a (sorted) not in b.
