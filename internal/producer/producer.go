@@ -13,13 +13,14 @@
 // was appended: the request could not be routed (no leader known), or the
 // leader refused it because the metadata it was sent with was stale
 // (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE,
-// FENCED/UNKNOWN_LEADER_EPOCH) or because too few replicas were in sync to
-// append (NOT_ENOUGH_REPLICAS). Before such a retry the Transport's
+// FENCED/UNKNOWN_LEADER_EPOCH). Before such a retry the Transport's
 // metadata is refreshed (internal/leaders), so that a leader move costs a
 // round trip, not the 0-6 s until kafka-go's next periodic refresh. Every
-// other failure (a timeout, a lost connection, REQUEST_TIMED_OUT,
-// NOT_ENOUGH_REPLICAS_AFTER_APPEND, a refusal of the records) is returned:
-// the batch may have landed, and only the caller can find out.
+// other failure is returned: a timeout, a lost connection, REQUEST_TIMED_OUT
+// or NOT_ENOUGH_REPLICAS_AFTER_APPEND (the batch may have landed, and only
+// the caller can find out), a refusal of the records, or NOT_ENOUGH_REPLICAS
+// (nothing landed, but a shrunk ISR is no matter of routing: the caller
+// decides how long to wait, and shows why).
 //
 // No producer ID: writes are not idempotent. Retrying only what provably
 // did not land keeps every record at most once on the output without one.
@@ -127,7 +128,7 @@ func notLanded(err error) bool {
 	if !errors.As(err, &pe) {
 		return false
 	}
-	return leaders.Stale(pe.Code) || pe.Code == kafka.NotEnoughReplicas
+	return leaders.Stale(pe.Code)
 }
 
 // retryBackoff is the first wait before a retry; it doubles up to

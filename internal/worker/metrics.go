@@ -105,7 +105,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Failed offset commits."}),
 		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
 		writeRetries: counter("output_write_retries_total", "Produce requests sent again because the broker's answer proved that nothing landed "+
-			"(the partition's leader moved: not_leader, unknown_partition, leader_epoch, no_leader; or not_enough_replicas); "+
+			"(the partition's leader moved: not_leader, unknown_partition, leader_epoch, no_leader); "+
 			"the metadata is refreshed first, and no recovery follows.", "topic", "reason"),
 		foreign: counter("foreign_records_total", "Records of other writers met by recovery scans in the written topics (topic), by reason: "+
 			"no_headers, unauthenticated (src headers without provenance), other_group, other_memory, invalid_mac, malformed. "+

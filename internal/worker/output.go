@@ -387,7 +387,7 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 }
 
 // writeRetryReasons label bloomgate_output_write_retries_total.
-var writeRetryReasons = []string{"not_leader", "unknown_partition", "leader_epoch", "no_leader", "not_enough_replicas"}
+var writeRetryReasons = []string{"not_leader", "unknown_partition", "leader_epoch", "no_leader"}
 
 // retryReason names why a write that provably did not land is sent again.
 func retryReason(err error) string {
@@ -400,8 +400,6 @@ func retryReason(err error) string {
 			return "unknown_partition"
 		case kafka.FencedLeaderEpoch, kafka.UnknownLeaderEpoch:
 			return "leader_epoch"
-		case kafka.NotEnoughReplicas:
-			return "not_enough_replicas"
 		}
 	}
 	return "no_leader"

@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/leaders"
 )
 
 // batch is a run of input records handed to handle, and the position after
@@ -78,6 +79,7 @@ const (
 func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
 	b := newBackoff(100*time.Millisecond, fetchRetryBackoff)
 	var failingSince time.Time
+	leaderMoved := false // logged for the current run of failures
 	for ctx.Err() == nil {
 		from := f.Offset()
 		c, err := f.Fetch(ctx)
@@ -98,13 +100,23 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				}
 				return
 			}
-			pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+			if leaders.Stale(err) && pp.w.leaders != nil {
+				// kafka-go's Transport would keep sending to the old
+				// leader until its next periodic refresh (0-6 s).
+				if !leaderMoved {
+					leaderMoved = true
+					pp.log.Info("fetch refused: the partition's leader moved; metadata refreshed, fetching again", "err", err)
+				}
+				_ = pp.w.leaders.Refresh(ctx)
+			} else {
+				pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+			}
 			if !b.wait(ctx, 0) {
 				return
 			}
 			continue
 		}
-		failingSince = time.Time{}
+		failingSince, leaderMoved = time.Time{}, false
 		b.reset()
 		if c.Next == from && len(c.Records) == 0 {
 			// Nothing new: only the offsets are news (an open transaction
