@@ -74,6 +74,7 @@ func main() {
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
 	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the kafka-go pipe against bloomgate), kgo (the franz-go pipe against bloomgate), pipes (both pipes and bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
+	flag.StringVar(&b.before, "before", "", "bench: also run this bloomgate binary (an earlier build) as system \"before\", with the same flags as bloomgate")
 	flag.IntVar(&b.capacity, "capacity", 0, "bench: bloomgate --capacity (default: -events)")
 	flag.StringVar(&b.pprof, "pprof", "", "bench: build bloomgate with -tags pprof and save a CPU profile of the steady state and a heap profile at the end of every bloomgate pass into this directory")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
@@ -117,11 +118,21 @@ type benchConfig struct {
 	compare    string // pipe, kgo, pipes or exact
 	capacity   int
 	pprof      string // directory for pprof profiles of the bloomgate passes
+	before     string // an earlier bloomgate binary, run as system "before"
 }
 
 // systems are the processes compared per setting: the baselines first, the
 // one the ratios are taken against first of all.
 func (c benchConfig) systems() ([]string, error) {
+	s, err := c.compared()
+	if err != nil || c.before == "" {
+		return s, err
+	}
+	i := slices.Index(s, "bloomgate")
+	return slices.Insert(s, i, "before"), nil
+}
+
+func (c benchConfig) compared() ([]string, error) {
 	switch c.compare {
 	case "pipe":
 		return []string{"pipe", "bloomgate"}, nil
@@ -275,6 +286,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
 				} else {
 					j.exe = bin
+					if system == "before" {
+						j.exe = cfg.before
+					}
 					j.args = []string{"run", "--brokers", addr, "--group", group, "--input", "in", "--output", topic,
 						"--key", "json:order_id", "--capacity", strconv.Itoa(capacity),
 						"--checkpoint-url", "file://" + filepath.Join(tmp, "cp-"+strconv.Itoa(pass)),

@@ -156,8 +156,7 @@ func (w *Worker) startLimits(ctx context.Context) *outputLimits {
 
 // refreshLimits reads the limits again if the last read is older than
 // limitsRefresh, or always with force; a topic whose value cannot be read
-// keeps the old one. The shared Writer keeps its bound: a record between it
-// and its topic's new bound is written alone.
+// keeps the old one. Batches follow the new bounds at once.
 func (w *Worker) refreshLimits(ctx context.Context, force bool) {
 	l := w.limits
 	l.mu.Lock()
