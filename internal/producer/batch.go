@@ -3,6 +3,7 @@ package producer
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -131,6 +132,15 @@ func nullBytesLen(b []byte) int {
 		return 1
 	}
 	return varintLen(int64(len(b))) + len(b)
+}
+
+// Grow makes room for n more bytes of records, so that appending them
+// allocates once.
+func (b *Batch) Grow(n int) {
+	if !b.started {
+		b.start()
+	}
+	b.buf = slices.Grow(b.buf, n)
 }
 
 // Append adds a copy of m's key, value, headers and time (its topic,

@@ -212,6 +212,20 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 		return errs
 	}
 	b.Reset()
+	// One allocation for the run's batches, if the pooled buffer is short
+	// (a rough size: fields and headers, without their varints).
+	var est int64
+	for _, i := range r.idx {
+		m := &msgs[i]
+		est += int64(len(m.Key) + len(m.Value) + 8)
+		for _, h := range m.Headers {
+			est += int64(len(h.Key) + len(h.Value) + 2)
+		}
+		if est >= limit {
+			break
+		}
+	}
+	b.Grow(int(min(est, limit)))
 	for k, i := range r.idx {
 		if b.Len() > 0 && b.SizeWith(&msgs[i]) > limit {
 			if err := flush(k); err != nil {
@@ -335,6 +349,9 @@ type recordBuilder struct {
 	arena          []byte
 	headers        []kafka.Header
 	msgs           []kafka.Message
+	// used counts the headers of the batch, in every array; reset grows
+	// the array to it, so that a batch like the last needs one array.
+	used int
 }
 
 func (b *recordBuilder) reset(partition int, prov *provenance) {
@@ -345,7 +362,10 @@ func (b *recordBuilder) reset(partition int, prov *provenance) {
 	// returns once its batches are encoded and sent), so the arrays can be
 	// reused.
 	clear(b.headers)
-	b.headers = b.headers[:0]
+	if b.used > cap(b.headers) {
+		b.headers = make([]kafka.Header, 0, b.used)
+	}
+	b.headers, b.used = b.headers[:0], 0
 	for i := range b.msgs {
 		b.msgs[i] = kafka.Message{}
 	}
@@ -356,6 +376,7 @@ func (b *recordBuilder) reset(partition int, prov *provenance) {
 // reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	n := len(in.Headers) + 4
+	b.used += n
 	if cap(b.headers)-len(b.headers) < n {
 		// A new array; records built so far keep the old one.
 		b.headers = make([]kafka.Header, 0, max(4096, 2*n))
