@@ -86,10 +86,20 @@ func (o *output) target(src int, m *kafka.Message) int {
 }
 
 // run is the records of one write for one topic partition, as indexes
-// into the write's records, in order.
+// into the write's records, in order; nil idx: all n of them.
 type run struct {
 	tp  topicPartition
 	idx []int
+	n   int
+}
+
+func (r *run) len() int { return r.n }
+
+func (r *run) at(k int) int {
+	if r.idx == nil {
+		return k
+	}
+	return r.idx[k]
 }
 
 // write writes the records of input partition p and returns once every
@@ -129,8 +139,8 @@ func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
 					if errs == nil {
 						errs = make(kafka.WriteErrors, len(msgs))
 					}
-					for _, i := range r.idx {
-						errs[i] = own[i]
+					for k := range r.len() {
+						errs[r.at(k)] = own[r.at(k)]
 					}
 					mu.Unlock()
 				}
@@ -152,11 +162,7 @@ func (o *output) split(p int, msgs []kafka.Message) []run {
 		same = msgs[i].Topic == first.topic && (o.bal.mode != PartitioningHash || o.target(p, &msgs[i]) == first.partition)
 	}
 	if same {
-		idx := make([]int, len(msgs))
-		for i := range idx {
-			idx[i] = i
-		}
-		return []run{{tp: first, idx: idx}}
+		return []run{{tp: first, n: len(msgs)}}
 	}
 	var runs []run
 	at := map[topicPartition]int{}
@@ -169,6 +175,7 @@ func (o *output) split(p int, msgs []kafka.Message) []run {
 			runs = append(runs, run{tp: tp})
 		}
 		runs[j].idx = append(runs[j].idx, i)
+		runs[j].n++
 	}
 	return runs
 }
@@ -184,16 +191,13 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
 	limit := o.limit(r.tp.topic)
-	start := 0 // first index into r.idx of the batch being built
+	start := 0 // first index into the run of the batch being built
 	flush := func(end int) error {
 		base, err := o.prod.Produce(ctx, r.tp.topic, r.tp.partition, b)
 		if err != nil {
 			return err
 		}
 		o.ackedAt(r.tp.topic, r.tp.partition, base+int64(b.Len()))
-		for _, i := range r.idx[start:end] {
-			msgs[i].Partition, msgs[i].Offset = r.tp.partition, base+int64(i-r.idx[start])
-		}
 		b.Reset()
 		start = end
 		return nil
@@ -202,11 +206,11 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 		if errs == nil {
 			errs = make(kafka.WriteErrors, len(msgs))
 		}
-		for k, i := range r.idx[start:] {
-			if k < b.Len() {
-				errs[i] = err
+		for k := start; k < r.len(); k++ {
+			if k-start < b.Len() {
+				errs[r.at(k)] = err
 			} else {
-				errs[i] = errNotSent
+				errs[r.at(k)] = errNotSent
 			}
 		}
 		return errs
@@ -215,26 +219,24 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 	// One allocation for the run's batches, if the pooled buffer is short
 	// (a rough size: fields and headers, without their varints).
 	var est int64
-	for _, i := range r.idx {
-		m := &msgs[i]
+	for k := 0; k < r.len() && est < limit; k++ {
+		m := &msgs[r.at(k)]
 		est += int64(len(m.Key) + len(m.Value) + 8)
 		for _, h := range m.Headers {
 			est += int64(len(h.Key) + len(h.Value) + 2)
 		}
-		if est >= limit {
-			break
-		}
 	}
 	b.Grow(int(min(est, limit)))
-	for k, i := range r.idx {
-		if b.Len() > 0 && b.SizeWith(&msgs[i]) > limit {
+	for k := range r.len() {
+		m := &msgs[r.at(k)]
+		if b.Len() > 0 && b.SizeWith(m) > limit {
 			if err := flush(k); err != nil {
 				return fail(err)
 			}
 		}
-		b.Append(&msgs[i])
+		b.Append(m)
 	}
-	if err := flush(len(r.idx)); err != nil {
+	if err := flush(r.len()); err != nil {
 		return fail(err)
 	}
 	return nil
