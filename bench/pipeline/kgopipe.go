@@ -31,9 +31,10 @@ func runKgoPipe(ctx context.Context, cfg pipeConfig) error {
 		kgo.DefaultProduceTopic(cfg.output),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-		// A synchronous pipe gains nothing from lingering: every poll's
-		// records are produced at once and waited for.
-		kgo.ProducerLinger(0),
+		// 0 by default: a synchronous pipe waits for every poll's records,
+		// so lingering only delays it (-kgo-linger 10ms is franz-go's
+		// default, as system kgo-linger).
+		kgo.ProducerLinger(cfg.linger),
 		// bloomgate writes uncompressed batches; franz-go's default
 		// (snappy) would make the two pipes write different bytes.
 		kgo.ProducerBatchCompression(kgo.NoCompression()),

@@ -83,6 +83,8 @@ func main() {
 	flag.StringVar(&p.output, "output", "", "pipe: output topic")
 	flag.IntVar(&p.batchSize, "batch-size", 2000, "pipe: records per read/write batch")
 	flag.DurationVar(&p.batchTimeout, "batch-timeout", time.Millisecond, "pipe: max wait to fill a batch")
+	flag.DurationVar(&p.linger, "linger", 0, "kgo-pipe: producer linger")
+	flag.DurationVar(&b.kgoLinger, "kgo-linger", 0, "bench: also run the franz-go pipe with this producer linger, as system \"kgo-linger\"")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -119,17 +121,23 @@ type benchConfig struct {
 	capacity   int
 	pprof      string // directory for pprof profiles of the bloomgate passes
 	before     string // an earlier bloomgate binary, run as system "before"
+	kgoLinger  time.Duration
 }
 
 // systems are the processes compared per setting: the baselines first, the
 // one the ratios are taken against first of all.
 func (c benchConfig) systems() ([]string, error) {
 	s, err := c.compared()
-	if err != nil || c.before == "" {
-		return s, err
+	if err != nil {
+		return nil, err
 	}
-	i := slices.Index(s, "bloomgate")
-	return slices.Insert(s, i, "before"), nil
+	if c.kgoLinger > 0 && slices.Contains(s, "kgo") {
+		s = slices.Insert(s, slices.Index(s, "kgo")+1, "kgo-linger")
+	}
+	if c.before != "" {
+		s = slices.Insert(s, slices.Index(s, "bloomgate"), "before")
+	}
+	return s, nil
 }
 
 func (c benchConfig) compared() ([]string, error) {
@@ -277,14 +285,17 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				topic := fmt.Sprintf("out-%d", pass)
 				pass++
 				j := job{system: system, group: group, topic: topic}
-				if system == "pipe" || system == "kgo" {
+				if system == "pipe" || strings.HasPrefix(system, "kgo") {
 					mode := "pipe"
-					if system == "kgo" {
+					if system != "pipe" {
 						mode = "kgo-pipe"
 					}
 					j.exe = self
 					j.args = []string{"-mode", mode, "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
 						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
+					if system == "kgo-linger" {
+						j.args = append(j.args, "-linger", cfg.kgoLinger.String())
+					}
 				} else {
 					j.exe = bin
 					if system == "before" {
