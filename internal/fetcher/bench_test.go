@@ -29,7 +29,7 @@ func BenchmarkDecode(b *testing.B) {
 		if _, err := rs.WriteTo(&one); err != nil {
 			b.Fatal(err)
 		}
-		batch := one.Bytes()[4:] // without the record set's size
+		batch := one.Bytes()[4:]                     // without the record set's size
 		binary.BigEndian.PutUint64(batch, uint64(i)) // the batch's base offset
 		enc.Write(batch)
 	}
