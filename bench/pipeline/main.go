@@ -1,5 +1,5 @@
-// Command pipeline measures bloomgate end to end against a kafka-go
-// pass-through pipe, side by side in one run.
+// Command pipeline measures bloomgate end to end against pass-through
+// pipes (kafka-go's and franz-go's), side by side in one run.
 //
 // It builds bloomgate, starts `bloomgate broker` as its own process, loads
 // the input topic once with `bloomgate loadgen` (order events, ~200-byte JSON
@@ -17,6 +17,11 @@
 //   - CPU seconds per million input events over the same span, from
 //     /proc/<pid>/stat (utime+stime);
 //   - peak RSS: VmHWM from /proc/<pid>/status at the end.
+//
+// With -compare pipes three processes are compared per setting: the
+// franz-go (kgo) pipe (-mode kgo-pipe: poll, produce to the same partition
+// with acks=all, mark, commit the marks every second), the kafka-go pipe
+// and bloomgate; -compare kgo leaves the kafka-go pipe out.
 //
 // With -compare exact the two processes of each setting are `bloomgate
 // run` filter only and `bloomgate run --exact` (the exact store in a fresh
@@ -36,6 +41,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -54,7 +60,7 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "bench", "bench (the measurement) or pipe (the pass-through pipe process)")
+	mode := flag.String("mode", "bench", "bench (the measurement), pipe (the kafka-go pass-through pipe process) or kgo-pipe (the franz-go one)")
 	var b benchConfig
 	var p pipeConfig
 	flag.IntVar(&b.events, "events", 1_000_000, "bench: input events")
@@ -67,13 +73,18 @@ func main() {
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
-	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the pass-through pipe against bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
+	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the kafka-go pipe against bloomgate), kgo (the franz-go pipe against bloomgate), pipes (both pipes and bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
+	flag.StringVar(&b.before, "before", "", "bench: also run this bloomgate binary (an earlier build) as system \"before\", with the same flags as bloomgate")
+	flag.IntVar(&b.capacity, "capacity", 0, "bench: bloomgate --capacity (default: -events)")
+	flag.StringVar(&b.pprof, "pprof", "", "bench: build bloomgate with -tags pprof and save a CPU profile of the steady state and a heap profile at the end of every bloomgate pass into this directory")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
 	flag.StringVar(&p.input, "input", "", "pipe: input topic")
 	flag.StringVar(&p.output, "output", "", "pipe: output topic")
 	flag.IntVar(&p.batchSize, "batch-size", 2000, "pipe: records per read/write batch")
 	flag.DurationVar(&p.batchTimeout, "batch-timeout", time.Millisecond, "pipe: max wait to fill a batch")
+	flag.DurationVar(&p.linger, "linger", 0, "kgo-pipe: producer linger")
+	flag.DurationVar(&b.kgoLinger, "kgo-linger", 0, "bench: also run the franz-go pipe with this producer linger, as system \"kgo-linger\"")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -82,6 +93,8 @@ func main() {
 	switch *mode {
 	case "pipe":
 		err = runPipe(ctx, p)
+	case "kgo-pipe":
+		err = runKgoPipe(ctx, p)
 	case "bench":
 		err = runBench(ctx, b, os.Stdout)
 	default:
@@ -104,18 +117,41 @@ type benchConfig struct {
 	extraArgs  string
 	perf       string // directory for perf profiles of the bloomgate passes
 	mode       string // sequential or concurrent
-	compare    string // pipe or exact
+	compare    string // pipe, kgo, pipes or exact
+	capacity   int
+	pprof      string // directory for pprof profiles of the bloomgate passes
+	before     string // an earlier bloomgate binary, run as system "before"
+	kgoLinger  time.Duration
 }
 
-// systems are the two processes compared per setting: the baseline first.
-func (c benchConfig) systems() ([2]string, error) {
+// systems are the processes compared per setting: the baselines first, the
+// one the ratios are taken against first of all.
+func (c benchConfig) systems() ([]string, error) {
+	s, err := c.compared()
+	if err != nil {
+		return nil, err
+	}
+	if c.kgoLinger > 0 && slices.Contains(s, "kgo") {
+		s = slices.Insert(s, slices.Index(s, "kgo")+1, "kgo-linger")
+	}
+	if c.before != "" {
+		s = slices.Insert(s, slices.Index(s, "bloomgate"), "before")
+	}
+	return s, nil
+}
+
+func (c benchConfig) compared() ([]string, error) {
 	switch c.compare {
 	case "pipe":
-		return [2]string{"pipe", "bloomgate"}, nil
+		return []string{"pipe", "bloomgate"}, nil
+	case "kgo":
+		return []string{"kgo", "bloomgate"}, nil
+	case "pipes":
+		return []string{"kgo", "pipe", "bloomgate"}, nil
 	case "exact":
-		return [2]string{"bloomgate", "exact"}, nil
+		return []string{"bloomgate", "exact"}, nil
 	}
-	return [2]string{}, fmt.Errorf("-compare %q: pipe or exact", c.compare)
+	return nil, fmt.Errorf("-compare %q: pipe, kgo, pipes or exact", c.compare)
 }
 
 type setting struct {
@@ -180,7 +216,11 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	if bin == "" {
 		bin = filepath.Join(tmp, "bloomgate")
 		logf("building bloomgate from %s", cfg.repo)
-		build := exec.CommandContext(ctx, "go", "build", "-C", cfg.repo, "-o", bin, "./cmd/bloomgate")
+		buildArgs := []string{"build", "-C", cfg.repo, "-o", bin}
+		if cfg.pprof != "" {
+			buildArgs = append(buildArgs, "-tags", "pprof")
+		}
+		build := exec.CommandContext(ctx, "go", append(buildArgs, "./cmd/bloomgate")...)
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("building bloomgate: %w", err)
@@ -192,7 +232,11 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	}
 
 	loadStart := loadavg()
-	passes := len(sets) * cfg.reps * 2
+	passes := len(sets) * cfg.reps * len(systems)
+	capacity := cfg.capacity
+	if capacity <= 0 {
+		capacity = cfg.events
+	}
 	args := []string{"broker", "--listen", "127.0.0.1:0", "--topic", fmt.Sprintf("in:%d", cfg.partitions)}
 	for i := 0; i < passes; i++ {
 		args = append(args, "--topic", fmt.Sprintf("out-%d:%d", i, cfg.partitions))
@@ -225,12 +269,15 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 
 	probe := newProbe(addr)
 	var results []result
+	failed := 0
 	pass := 0
 	for _, s := range sets {
 		for rep := 0; rep < cfg.reps; rep++ {
-			order := []string{systems[0], systems[1]}
-			if rep%2 == 1 {
-				order = []string{systems[1], systems[0]}
+			// The order rotates between repetitions, so that no system
+			// always runs first (sequential) or starts first (concurrent).
+			order := make([]string, len(systems))
+			for i := range systems {
+				order[i] = systems[(i+rep)%len(systems)]
 			}
 			var jobs []job
 			for _, system := range order {
@@ -238,14 +285,24 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				topic := fmt.Sprintf("out-%d", pass)
 				pass++
 				j := job{system: system, group: group, topic: topic}
-				if system == "pipe" {
+				if system == "pipe" || strings.HasPrefix(system, "kgo") {
+					mode := "pipe"
+					if system != "pipe" {
+						mode = "kgo-pipe"
+					}
 					j.exe = self
-					j.args = []string{"-mode", "pipe", "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
+					j.args = []string{"-mode", mode, "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
 						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
+					if system == "kgo-linger" {
+						j.args = append(j.args, "-linger", cfg.kgoLinger.String())
+					}
 				} else {
 					j.exe = bin
+					if system == "before" {
+						j.exe = cfg.before
+					}
 					j.args = []string{"run", "--brokers", addr, "--group", group, "--input", "in", "--output", topic,
-						"--key", "json:order_id", "--capacity", strconv.Itoa(cfg.events),
+						"--key", "json:order_id", "--capacity", strconv.Itoa(capacity),
 						"--checkpoint-url", "file://" + filepath.Join(tmp, "cp-"+strconv.Itoa(pass)),
 						"--metrics-addr", "", "--log-level", "warn",
 						"--batch-size", strconv.Itoa(s.batchSize), "--batch-timeout", s.batchTimeout.String()}
@@ -264,6 +321,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 					if cfg.perf != "" {
 						j.perfOut = filepath.Join(cfg.perf, fmt.Sprintf("bloomgate-%d-%s-%d-%s.perf", s.batchSize, s.batchTimeout, rep, cfg.mode))
 					}
+					if cfg.pprof != "" {
+						j.pprofOut = filepath.Join(cfg.pprof, fmt.Sprintf("%s-%d-%s-%d-%s", system, s.batchSize, s.batchTimeout, rep, cfg.mode))
+					}
 				}
 				jobs = append(jobs, j)
 			}
@@ -271,10 +331,19 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 			if cfg.mode == "concurrent" {
 				batches = [][]job{jobs}
 			} else {
-				batches = [][]job{{jobs[0]}, {jobs[1]}}
+				for _, j := range jobs {
+					batches = append(batches, []job{j})
+				}
 			}
 			for _, b := range batches {
 				rs, err := measure(ctx, probe, brk.cmd.Process.Pid, b, int64(cfg.events), cfg.partitions)
+				if err != nil && ctx.Err() == nil && len(b) == 1 {
+					// One pass of one program failed (kafka-go's pipe has
+					// hung in a rebalance): leave it out of the medians.
+					logf("%s batch %d/%s: pass failed, left out: %v", b[0].system, s.batchSize, s.batchTimeout, err)
+					failed++
+					continue
+				}
 				if err != nil {
 					return fmt.Errorf("batch %d:%s: %w", s.batchSize, s.batchTimeout, err)
 				}
@@ -291,6 +360,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	brokerCPU := procCPU(brk.cmd.Process.Pid)
 	writeTable(out, cfg, systems, valueBytes, results, brokerCPU)
 	fmt.Fprintf(out, "load average at start: %s; at end: %s (other work on this machine shares the CPUs)\n", loadStart, loadavg())
+	if failed > 0 {
+		fmt.Fprintf(out, "%d passes failed and are left out of the medians (see the log)\n", failed)
+	}
 	return nil
 }
 
@@ -325,6 +397,7 @@ type job struct {
 	args         []string
 	group, topic string
 	perfOut      string
+	pprofOut     string // prefix of the pprof profiles (-pprof)
 	exactDir     string // exact: the store directory
 }
 
@@ -347,12 +420,29 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 			_ = r.p.stop(30 * time.Second)
 		}
 	}()
+	var profiles sync.WaitGroup
+	defer profiles.Wait()
 	for _, j := range jobs {
-		p, err := startProc(ctx, j.exe, j.args...)
+		var env []string
+		if j.pprofOut != "" {
+			env = []string{"BLOOMGATE_PPROF_ADDR=127.0.0.1:0"}
+		}
+		p, err := startProcEnv(ctx, env, j.exe, j.args...)
 		if err != nil {
 			return nil, err
 		}
 		rs = append(rs, &running{job: j, p: p})
+		if j.pprofOut != "" {
+			addr, err := p.waitFor(regexp.MustCompile(`pprof listening on (\S+)`), 10*time.Second)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w (build with -tags pprof)", j.system, err)
+			}
+			profiles.Add(1)
+			go func() {
+				defer profiles.Done()
+				collectProfiles(ctx, "http://"+addr, j.pprofOut)
+			}()
+		}
 		if j.perfOut != "" {
 			time.Sleep(300 * time.Millisecond) // let the runtime start its threads: perf -p follows the threads present
 			rec, err := startProc(ctx, "perf", "record", "-e", "cpu-clock", "-F", "499", "-g", "-o", j.perfOut, "-p", strconv.Itoa(p.cmd.Process.Pid))
@@ -365,7 +455,10 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 			}()
 		}
 	}
-	deadline := time.Now().Add(10 * time.Minute)
+	// A pass that hangs (kafka-go's pipe in a rebalance) gives up at 3 min
+	// plus 50 µs per event: 5.5 min for 3 M events.
+	limit := 3*time.Minute + time.Duration(events)*50*time.Microsecond
+	deadline := time.Now().Add(limit)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	lastCommitCheck := time.Time{}
@@ -376,7 +469,7 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 		case <-tick.C:
 		}
 		if time.Now().After(deadline) {
-			return nil, errors.New("not done within 10 minutes")
+			return nil, fmt.Errorf("not done within %v", limit)
 		}
 		checkCommit := time.Since(lastCommitCheck) >= 200*time.Millisecond
 		if checkCommit {
@@ -493,10 +586,9 @@ func procCPU(pid int) float64 {
 // procHWM is the peak resident set size of pid in MiB.
 func procHWM(pid int) float64 { return procstat.StatusMiB(pid, "VmHWM") }
 
-func writeTable(w io.Writer, cfg benchConfig, systems [2]string, valueBytes float64, rs []result, brokerCPU float64) {
+func writeTable(w io.Writer, cfg benchConfig, systems []string, valueBytes float64, rs []result, brokerCPU float64) {
 	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
 		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.mode, cfg.reps)
-	a, b := systems[0], systems[1]
 	var order []setting
 	by := map[setting]map[string][]result{}
 	for _, r := range rs {
@@ -506,6 +598,12 @@ func writeTable(w io.Writer, cfg benchConfig, systems [2]string, valueBytes floa
 		}
 		by[r.set][r.system] = append(by[r.set][r.system], r)
 	}
+	if len(systems) > 2 {
+		writeLongTable(w, systems, order, by)
+		fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+		return
+	}
+	a, b := systems[0], systems[1]
 	fmt.Fprintf(w, "| batch size / timeout | %s events/s | %s events/s | ratio | %s CPU s / 1M | %s CPU s / 1M | broker CPU s / 1M (%s / %s) | %s peak RSS | %s peak RSS |\n", a, b, a, b, a, b, a, b)
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, s := range order {
@@ -531,6 +629,25 @@ func writeTable(w io.Writer, cfg benchConfig, systems [2]string, valueBytes floa
 		}
 	}
 	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+}
+
+// writeLongTable has a row per setting and system, each against the first
+// system (the ratios of the first system's row are 1).
+func writeLongTable(w io.Writer, systems []string, order []setting, by map[setting]map[string][]result) {
+	base := systems[0]
+	fmt.Fprintf(w, "| batch size / timeout | program | events/s | × %s | CPU s / 1M | × %s | broker CPU s / 1M | peak RSS |\n", base, base)
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|")
+	rate := func(r result) float64 { return r.rate }
+	cpu := func(r result) float64 { return r.cpuPerM }
+	for _, s := range order {
+		b := by[s][base]
+		for _, sys := range systems {
+			q := by[s][sys]
+			fmt.Fprintf(w, "| %d / %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.0f MiB |\n", s.batchSize, s.batchTimeout, sys,
+				median(q, rate), median(q, rate)/median(b, rate), median(q, cpu), median(q, cpu)/median(b, cpu),
+				median(q, func(r result) float64 { return r.brokerPerM }), maxOf(q, func(r result) float64 { return r.hwmMiB }))
+		}
+	}
 }
 
 func median(rs []result, f func(result) float64) float64 {
@@ -592,7 +709,15 @@ func (s *syncBuffer) String() string {
 }
 
 func startProc(ctx context.Context, exe string, args ...string) (*proc, error) {
+	return startProcEnv(ctx, nil, exe, args...)
+}
+
+// startProcEnv starts exe with env added to this process's environment.
+func startProcEnv(ctx context.Context, env []string, exe string, args ...string) (*proc, error) {
 	p := &proc{cmd: exec.Command(exe, args...), output: &syncBuffer{}, done: make(chan struct{})}
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.output, p.output
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", exe, err)
@@ -633,3 +758,39 @@ func (p *proc) stop(limit time.Duration) error {
 		return errors.New("killed: no exit after SIGTERM")
 	}
 }
+
+// collectProfiles saves, from a process built with -tags pprof, a CPU
+// profile of profileSeconds taken after profileDelay (the steady state of
+// a run of a few seconds), then a heap profile (after a GC), as
+// prefix.cpu.pprof and prefix.heap.pprof.
+func collectProfiles(ctx context.Context, base, prefix string) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(profileDelay):
+	}
+	get := func(path, file string) {
+		resp, err := http.Get(base + path)
+		if err != nil {
+			logf("pprof %s: %v", path, err)
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(file)
+		if err != nil {
+			logf("pprof: %v", err)
+			return
+		}
+		defer f.Close()
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			logf("pprof %s: %v", path, err)
+		}
+	}
+	get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(profileSeconds/time.Second)), prefix+".cpu.pprof")
+	get("/debug/pprof/heap?gc=1", prefix+".heap.pprof")
+}
+
+const (
+	profileDelay   = 2 * time.Second
+	profileSeconds = 4 * time.Second
+)

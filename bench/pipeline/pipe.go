@@ -18,6 +18,7 @@ type pipeConfig struct {
 	output       string
 	batchSize    int
 	batchTimeout time.Duration
+	linger       time.Duration // kgo pipe: ProducerLinger
 }
 
 // runPipe is the baseline: what the worker does minus key extraction and

@@ -18,6 +18,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/gcbudget"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/repartition"
@@ -47,6 +48,18 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	}
 	defer store.Close()
 	defer closeState(state, logger)
+
+	// The filters are live heap for good: keep the garbage allowed
+	// between collections fixed instead of as large as the filters.
+	pctx, stopPacer := context.WithCancel(ctx)
+	pacerDone := make(chan struct{})
+	go func() {
+		defer close(pacerDone)
+		_ = (&gcbudget.Pacer{OnChange: func(live uint64, pct int) {
+			logger.Debug("GC percentage set for the live heap", "live_bytes", live, "gc_percent", pct)
+		}}).Run(pctx)
+	}()
+	defer func() { stopPacer(); <-pacerDone }()
 
 	if cfg.MetricsAddr != "" {
 		srv, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)

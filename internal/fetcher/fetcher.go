@@ -156,6 +156,10 @@ type Partition struct {
 	cfg  Config
 	addr net.Addr
 	next int64
+	// lastRecords is the number of records the last fetch returned: the
+	// next one's slice is sized for about as many (growing it record by
+	// record cost ~7 % of the worker's CPU).
+	lastRecords int
 }
 
 // New returns a reader of cfg.Topic/cfg.Partition positioned at offset (a
@@ -244,7 +248,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if p.cfg.Isolation == ReadUncommitted || c.LastStableOffset < 0 {
 		c.LastStableOffset = c.HighWatermark
 	}
-	if err := decode(&c, rp, start, p.cfg.Isolation == ReadCommitted); err != nil {
+	if err := decode(&c, rp, start, p.cfg.Isolation == ReadCommitted, p.lastRecords+p.lastRecords/8); err != nil {
 		return Chunk{Next: start}, fmt.Errorf("decoding %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
 	}
 	// The broker returns batches from the one holding start on. If none of
@@ -257,6 +261,9 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 		c.Gaps = 1
 	}
 	p.next = c.Next
+	if len(c.Records) > 0 {
+		p.lastRecords = len(c.Records)
+	}
 	return c, nil
 }
 
@@ -314,8 +321,9 @@ func (a abortedTxns) marker(pid, base int64) {
 	a[pid] = offs[1:]
 }
 
-// decode fills c from the record batches of rp at offsets >= start.
-func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed bool) error {
+// decode fills c from the record batches of rp at offsets >= start; the
+// records' slice is made for sizeHint records when the first one comes.
+func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed bool, sizeHint int) error {
 	if rp.RecordSet.Records == nil {
 		return nil
 	}
@@ -346,11 +354,11 @@ func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed boo
 				}
 				continue
 			}
-			if err := readRecords(b, start, c, &ar); err != nil {
+			if err := readRecords(b, start, c, &ar, sizeHint); err != nil {
 				return err
 			}
 		default: // message sets of magic 0 and 1: no transactions
-			if err := readRecords(b, start, c, &ar); err != nil {
+			if err := readRecords(b, start, c, &ar, sizeHint); err != nil {
 				return err
 			}
 		}
@@ -393,8 +401,11 @@ func skipRecords(b protocol.RecordReader, start int64, c *Chunk, count *int) err
 	})
 }
 
-func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena) error {
+func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena, sizeHint int) error {
 	return forRecords(b, start, c, func(r *protocol.Record) error {
+		if c.Records == nil {
+			c.Records = make([]kafka.Message, 0, max(sizeHint, 64))
+		}
 		key, err := ar.read(r.Key)
 		if err != nil {
 			return err

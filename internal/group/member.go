@@ -615,7 +615,7 @@ func (m *Member) heartbeats(ctx context.Context, gen Generation, out chan<- hear
 			return
 		case <-t.C:
 		}
-		res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, &heartbeat.Request{
+		res, err := m.roundTrip(ctx, m.cfg.SessionTimeout, &coordinatedHeartbeat{
 			GroupID: m.cfg.Group, GenerationID: gen.ID, MemberID: gen.MemberID, GroupInstanceID: m.cfg.InstanceID,
 		})
 		if ctx.Err() != nil {
@@ -661,6 +661,21 @@ func (m *Member) heartbeats(ctx context.Context, gen Generation, out chan<- hear
 		m.log.Debug("heartbeat failed; retrying", "err", err)
 	}
 }
+
+// coordinatedHeartbeat is a Heartbeat request that the Transport sends to
+// the group's coordinator. kafka-go's heartbeat.Request does not name its
+// group to the Transport (it has no Group method, unlike JoinGroup,
+// SyncGroup, LeaveGroup and the offset requests), so the Transport sends
+// it to the bootstrap broker: in a cluster of several brokers that is the
+// coordinator only by chance, every other heartbeat is answered
+// NOT_COORDINATOR, and the member expires after a session timeout. The
+// type has heartbeat.Request's layout, which kafka-go's encoder reads.
+type coordinatedHeartbeat heartbeat.Request
+
+func (r *coordinatedHeartbeat) ApiKey() protocol.ApiKey { return protocol.Heartbeat }
+
+// Group routes the request to the coordinator (protocol.GroupMessage).
+func (r *coordinatedHeartbeat) Group() string { return r.GroupID }
 
 // heartbeatError reads the error code of a Heartbeat response. kafka-go's
 // heartbeat.Response lists ErrorCode before ThrottleTimeMs, but from v1 on

@@ -171,11 +171,11 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 }
 
 // writeOut writes the batch's records in order: runs of ordinary records
-// with one WriteMessages call each, the others (larger than the shared
-// Writer's bound, or in a range to isolate after a refused batch) one
-// record per produce request, an unwritable one placed by settle. Each
-// write is acknowledged before the next starts, so the output keeps the
-// input's order.
+// with one write each (batches per topic partition, output.go), the
+// records in a range to isolate after a refused batch one record per
+// produce request, an unwritable one placed by settle. Each write is
+// acknowledged before the next starts, so the output keeps the input's
+// order.
 func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 	if lost(ctx) {
 		return fmt.Errorf("not writing: %w", context.Cause(ctx))
@@ -206,13 +206,13 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 	return nil
 }
 
-// writeRun writes records with the shared Writer in one call. A call
-// refused for what it holds marks its records' input offsets to be
-// written one record per request after the recovery that follows.
+// writeRun writes records in one write. A write refused for what it holds
+// marks its records' input offsets to be written one record per request
+// after the recovery that follows.
 func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, plan []planned) error {
 	w := pp.w
-	// A write is never cancelled by a revoke: cancelled writes may still
-	// land later. WriteTimeout bounds it.
+	// A write is never cancelled by a revoke: a cancelled request may
+	// still land. WriteTimeout bounds it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
 	err := w.out.write(wctx, pp.p, msgs)
 	cancel()
@@ -224,30 +224,20 @@ func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, pla
 	}
 	pp.pm.writeFailures.Inc()
 	var we kafka.WriteErrors
-	var tooLarge kafka.MessageTooLargeError
-	switch {
-	case errors.As(err, &we):
+	if errors.As(err, &we) {
 		for i, e := range we {
 			if e != nil && i < len(plan) && refusalReason(e) != "" {
 				pp.isolateOffset(plan[i].in.Offset)
 			}
 		}
-	case errors.As(err, &tooLarge):
-		// kafka-go refused the call before sending anything (a record
-		// over its BatchBytes, which writerSize should have caught).
-		for i := range plan {
-			pp.isolateOffset(plan[i].in.Offset)
-		}
-	default:
-		// Returned on the deadline: records may still be queued or in
-		// flight. The recovery that follows scans the output, so they
-		// must have completed first; if they do not in time, stop
-		// rather than risk writing them twice.
-		if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
-			return fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
-				"stopping so that it cannot land after the recovery scan",
-				errFatal, w.cfg.Input, pp.p, 4*w.cfg.WriteTimeout+5*time.Second, err)
-		}
+	}
+	// write returns once every request it sent completed, so nothing of
+	// it can land after the recovery scan that follows; waitIdle covers
+	// writes of this partition that other goroutines may have started.
+	if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
+		return fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
+			"stopping so that it cannot land after the recovery scan",
+			errFatal, w.cfg.Input, pp.p, 2*w.cfg.WriteTimeout+5*time.Second, err)
 	}
 	if pp.isolate != nil {
 		return fmt.Errorf("writing %d records: %w; writing input offsets %d to %d one record per request after recovery",
@@ -260,7 +250,7 @@ func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, pla
 // for what it is is placed by --on-unwritable instead.
 func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Message, pl planned) error {
 	w := pp.w
-	err := w.writeAlone(ctx, m)
+	err := w.writeAlone(ctx, pp.p, m)
 	if err == nil {
 		return nil
 	}
@@ -270,7 +260,7 @@ func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Messag
 		return fmt.Errorf("writing the record of input offset %d alone: %w", pl.in.Offset, err)
 	}
 	t.unrouted(w.kindOf(m.Topic), pl.reason)
-	size := writerSize(m)
+	size := recordSize(m)
 	if _, _, err := pp.settle(ctx, t, pl.in, m.Topic, pl.reason, why, err, size, w.limits.bound(m.Topic), true); err != nil {
 		var st *stallError
 		if errors.As(err, &st) {

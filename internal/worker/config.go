@@ -157,9 +157,10 @@ type Config struct {
 	// MaxBatchBytes bounds one produce batch per partition, from
 	// MinBatchBytes to LargestBatchBytes (default 1 MiB, Kafka's default
 	// max.message.bytes). At start the worker reads every written topic's
-	// max.message.bytes and bounds batches by the smallest, less the
-	// batch framing, if that is lower (limits.go). A record larger than
-	// its topic's bound is unwritable: OnUnwritable places it.
+	// max.message.bytes and bounds that topic's batches by it, if lower
+	// (limits.go; sizes as the broker counts them, framing included). A
+	// record larger than its topic's bound is unwritable: OnUnwritable
+	// places it.
 	MaxBatchBytes   int64
 	BatchTimeout    time.Duration // how long a batch waits to fill; default DefaultBatchTimeout
 	CommitInterval  time.Duration // default DefaultCommitInterval

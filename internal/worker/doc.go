@@ -27,7 +27,8 @@
 //	source.go       the partition's reader: the fetcher pump, batches
 //	batch.go        the per-batch path: handle, route, write, count, commit offer
 //	lookahead.go    a batch's keys extracted and looked up in one filter call
-//	output.go       the shared kafka.Writer, its Balancer, forwarded-record headers
+//	output.go       writes: records per topic partition in bounded batches
+//	                (internal/producer), partitioning, forwarded-record headers
 //	limits.go       the written topics' max.message.bytes and the produce bound
 //	unwritable.go   records a topic cannot take: placed by --on-unwritable
 //	                (dead letter, reference record, drop, stall), refused

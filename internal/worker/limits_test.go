@@ -3,7 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"testing"
@@ -41,37 +40,58 @@ func sizedMessages() []kafka.Message {
 	return out
 }
 
-// TestWriterSizeIsKafkaGos: writerSize is the size kafka-go's Writer
-// compares with BatchBytes: a record of exactly BatchBytes passes its
-// check, one byte more is refused before anything is sent.
-func TestWriterSizeIsKafkaGos(t *testing.T) {
+// fitValue sets m's value so that recordSize(m) is size, if some length
+// does (varint lengths can skip a size); it reports whether one does.
+func fitValue(m *kafka.Message, size int64) bool {
+	m.Value = []byte{}
+	n := size - recordSize(m)
+	for d := int64(0); d < 4 && n-d >= 0; d++ {
+		m.Value = make([]byte, n-d)
+		if recordSize(m) == size {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRecordSizeIsTheBrokers: recordSize is the size the broker compares
+// with max.message.bytes: a record whose batch is exactly the limit is
+// taken, one byte more is refused (MESSAGE_TOO_LARGE) — for records of
+// many shapes, their timestamps included.
+func TestRecordSizeIsTheBrokers(t *testing.T) {
 	t.Parallel()
-	brokers := newCluster(t, 1)
+	const limit = 65536
+	brokers, _ := poisonCluster(t, 1, map[string]map[string]string{tOut: {"max.message.bytes": strconv.Itoa(limit)}})
+	o := testOutput(t, brokers)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tried := 0
 	for i, m := range sizedMessages() {
-		size := writerSize(&m)
-		for _, tc := range []struct {
-			batchBytes int64
-			refused    bool
-		}{{size, false}, {size - 1, true}} {
-			w := &kafka.Writer{Addr: kafka.TCP(brokers...), BatchBytes: tc.batchBytes, BatchTimeout: time.Millisecond,
-				RequiredAcks: kafka.RequireAll, MaxAttempts: 1}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			err := w.WriteMessages(ctx, m)
-			cancel()
-			w.Close()
-			var tooLarge kafka.MessageTooLargeError
-			if got := errors.As(err, &tooLarge); got != tc.refused {
-				t.Fatalf("record %d (key %d, value %d bytes, %d headers), size %d, BatchBytes %d: refused %v (%v), want %v",
-					i, len(m.Key), len(m.Value), len(m.Headers), size, tc.batchBytes, got, err, tc.refused)
+		if len(m.Key) > 8000 || i%3 != 0 {
+			continue // keep the test short: a third of the shapes
+		}
+		m.Time = []time.Time{{}, time.Unix(0, 0), time.UnixMilli(-1), time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)}[i%4]
+		for _, extra := range []int64{0, 1} {
+			if !fitValue(&m, limit+extra) {
+				continue
+			}
+			tried++
+			err := o.writeOne(ctx, 0, &m)
+			if refused := refusalReason(err) == ReasonRecordTooLarge; refused != (extra == 1) {
+				t.Fatalf("record %d (key %d, value %d bytes, %d headers) of size %d, max.message.bytes %d: %v",
+					i, len(m.Key), len(m.Value), len(m.Headers), recordSize(&m), limit, err)
 			}
 		}
 	}
+	if tried < 20 {
+		t.Fatalf("only %d records tried", tried)
+	}
 }
 
-// TestBoundFitsTheBroker: a batch bounded by bound() is taken by a broker
-// enforcing max.message.bytes — one record of exactly the bound, and many
-// small records whose timestamps lie far apart — for Kafka's default
-// limit and small ones.
+// TestBoundFitsTheBroker: batches bounded by bound() are taken by a
+// broker enforcing max.message.bytes — one record of exactly the bound,
+// and many small records whose timestamps lie far apart — for Kafka's
+// default limit and small ones.
 func TestBoundFitsTheBroker(t *testing.T) {
 	t.Parallel()
 	for _, limit := range []int64{4096, 65536, 1048588} {
@@ -81,18 +101,16 @@ func TestBoundFitsTheBroker(t *testing.T) {
 			l := &outputLimits{maxBatchBytes: DefaultMaxBatchBytes, topics: [3]string{tOut}}
 			l.cur.Store(&[3]int64{limit})
 			bound := l.bound(tOut)
-			w := &kafka.Writer{Addr: kafka.TCP(brokers...), BatchBytes: bound, BatchTimeout: 50 * time.Millisecond,
-				RequiredAcks: kafka.RequireAll, MaxAttempts: 1, BatchSize: 100_000}
-			defer w.Close()
+			o := testOutput(t, brokers)
+			o.limit = l.bound
 			hs := []kafka.Header{{Key: HeaderSrcPartition, Value: []byte("0")}, {Key: HeaderSrcOffset, Value: []byte("123456789")}}
 			one := kafka.Message{Topic: tOut, Key: []byte("k"), Headers: hs, Time: time.Now()}
-			one.Value = make([]byte, bound-writerSize(&one))
-			if writerSize(&one) != bound {
-				t.Fatalf("record of %d bytes, want %d", writerSize(&one), bound)
+			if !fitValue(&one, bound) {
+				t.Fatalf("no record of %d bytes", bound)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := w.WriteMessages(ctx, one); err != nil {
+			if err := o.write(ctx, 0, []kafka.Message{one}); err != nil {
 				t.Fatalf("one record of the bound (%d) for max.message.bytes %d: %v", bound, limit, err)
 			}
 			var many []kafka.Message
@@ -103,8 +121,11 @@ func TestBoundFitsTheBroker(t *testing.T) {
 				}
 				many = append(many, kafka.Message{Topic: tOut, Key: []byte(fmt.Sprint(i)), Value: []byte("v"), Headers: hs, Time: ts})
 			}
-			if err := w.WriteMessages(ctx, many...); err != nil {
+			if err := o.write(ctx, 0, many); err != nil {
 				t.Fatalf("%d small records in batches of at most %d bytes for max.message.bytes %d: %v", len(many), bound, limit, err)
+			}
+			if got, want := o.ackedOffset(tOut, 0), int64(1+len(many)); got != want {
+				t.Fatalf("acked offset %d, want %d", got, want)
 			}
 		})
 	}

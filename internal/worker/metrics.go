@@ -39,6 +39,7 @@ type metrics struct {
 	groupRebuilds    prometheus.Counter
 	commitFailures   prometheus.Counter
 	writeFailures    *prometheus.CounterVec
+	writeRetries     *prometheus.CounterVec
 	foreign          *prometheus.CounterVec
 	inputResets      *prometheus.CounterVec
 	inputLost        *prometheus.CounterVec
@@ -103,6 +104,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		commitFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "offset_commit_failures_total",
 			Help: "Failed offset commits."}),
 		writeFailures: counter("output_write_failures_total", "Failed output writes (each followed by an exact recovery of the partition).", pl...),
+		writeRetries: counter("output_write_retries_total", "Produce requests sent again because the broker's answer proved that nothing landed "+
+			"(the partition's leader moved: not_leader, unknown_partition, leader_epoch, no_leader); "+
+			"the metadata is refreshed first, and no recovery follows.", "topic", "reason"),
 		foreign: counter("foreign_records_total", "Records of other writers met by recovery scans in the written topics (topic), by reason: "+
 			"no_headers, unauthenticated (src headers without provenance), other_group, other_memory, invalid_mac, malformed. "+
 			"Ignored: they never count as written by this worker.", "topic", "reason"),
@@ -122,7 +126,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost} {
+		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

@@ -2,11 +2,15 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
 // Header names added to every record the worker writes.
@@ -16,25 +20,36 @@ const (
 	HeaderError        = "bloomgate-error"
 )
 
-// output is the one kafka.Writer shared by all partitions of a worker, plus
-// the acknowledged positions of every written partition (the recovery scan
-// starts there).
+// output writes the records of all partitions of a worker (internal/
+// producer: batches encoded here, acks=all), and keeps the acknowledged
+// positions of every written partition (the recovery scan starts there).
+//
+// A write of input partition p sends each written topic partition's
+// records in input order, in batches bounded by the topic's limit
+// (limits.go), one batch in flight per topic partition: the next is sent
+// once the previous one is acknowledged, so the output keeps the input's
+// order, retries included. Topic partitions of one write (the output and
+// the duplicates topic) are written at the same time; different input
+// partitions write at the same time, several batches in flight per broker.
 type output struct {
-	w *kafka.Writer
+	prod  *producer.Producer
+	bal   *balancer
+	parts map[string][]int // partition numbers per written topic
+	// limit is the largest batch a topic takes (outputLimits.bound).
+	limit func(topic string) int64
 
 	mu    sync.Mutex
 	acked map[topicPartition]int64 // offset after the last acknowledged record
 
-	// pending counts, per input partition, records handed to the writer
-	// whose produce request has not completed (acknowledged or failed).
-	// A WriteMessages call that returns on its context deadline leaves its
-	// records queued or in flight; recovery must not scan the output before
-	// they completed, or they could land after the scan and be forwarded
-	// twice.
+	// pending counts, per input partition, records handed to write whose
+	// produce requests have not all completed (acknowledged or failed).
+	// Recovery must not scan the output before they completed, or they
+	// could land after the scan and be forwarded twice.
 	pmu     sync.Mutex
 	pcond   *sync.Cond
 	pending map[int]int
-	bal     *balancer
+
+	batches sync.Pool // *producer.Batch
 }
 
 type topicPartition struct {
@@ -42,69 +57,212 @@ type topicPartition struct {
 	partition int
 }
 
-func newOutput(cfg Config) *output {
-	o := &output{acked: map[topicPartition]int64{}, pending: map[int]int{},
-		bal: &balancer{mode: cfg.Partitioning, balanced: map[int]int64{}}}
-	o.pcond = sync.NewCond(&o.pmu)
-	o.w = &kafka.Writer{
-		Addr:         kafka.TCP(cfg.Brokers...),
-		Balancer:     o.bal,
-		RequiredAcks: kafka.RequireAll,
-		// One attempt: a retry of a write that did land would duplicate
-		// records. On failure the partition re-runs exact recovery, which
-		// scans the output to learn what landed.
-		MaxAttempts: 1,
-		BatchSize:   cfg.BatchSize,
-		// Must not exceed the brokers' message.max.bytes: a larger produce
-		// batch is refused whole (MESSAGE_TOO_LARGE).
-		BatchBytes:   cfg.MaxBatchBytes,
-		BatchTimeout: cfg.BatchTimeout,
-		WriteTimeout: cfg.WriteTimeout,
-		ReadTimeout:  cfg.WriteTimeout,
-		Transport:    cfg.Transport,
-		Completion:   nil,
+func newOutput(cfg Config, prod *producer.Producer, partitions map[string]int, limit func(string) int64) *output {
+	o := &output{prod: prod, bal: &balancer{mode: cfg.Partitioning}, parts: map[string][]int{}, limit: limit,
+		acked: map[topicPartition]int64{}, pending: map[int]int{}}
+	for t, n := range partitions {
+		ps := make([]int, n)
+		for i := range ps {
+			ps[i] = i
+		}
+		o.parts[t] = ps
 	}
-	o.w.Completion = o.completed
+	o.pcond = sync.NewCond(&o.pmu)
+	o.batches.New = func() any { return new(producer.Batch) }
 	return o
 }
 
-// completed runs for every produce request before WriteMessages returns.
-func (o *output) completed(msgs []kafka.Message, err error) {
-	o.pmu.Lock()
-	for i := range msgs {
-		if src, ok := srcPartitionOf(&msgs[i]); ok {
-			o.pending[src]--
-		}
+// target is the partition of topic that a record of input partition src
+// goes to.
+func (o *output) target(src int, m *kafka.Message) int {
+	ps := o.parts[m.Topic]
+	if len(ps) == 0 {
+		return 0
 	}
-	o.pcond.Broadcast()
-	o.pmu.Unlock()
-	if err != nil || len(msgs) == 0 {
-		return
+	if o.bal.mode == PartitioningHash {
+		return o.bal.hash.Balance(*m, ps...)
 	}
-	last := msgs[len(msgs)-1]
-	tp := topicPartition{last.Topic, last.Partition}
-	o.mu.Lock()
-	if last.Offset+1 > o.acked[tp] {
-		o.acked[tp] = last.Offset + 1
-	}
-	o.mu.Unlock()
+	return targetPartition(src, len(ps))
 }
 
-// write hands the records of input partition p to the writer and keeps the
-// count of those queued or in flight. kafka-go queues all records of a
-// call or none: it balances every record first and returns before queueing
-// if a metadata lookup fails, so "all were balanced" means "all were queued".
+// run is the records of one write for one topic partition, as indexes
+// into the write's records, in order; nil idx: all n of them.
+type run struct {
+	tp  topicPartition
+	idx []int
+	n   int
+}
+
+func (r *run) len() int { return r.n }
+
+func (r *run) at(k int) int {
+	if r.idx == nil {
+		return k
+	}
+	return r.idx[k]
+}
+
+// write writes the records of input partition p and returns once every
+// produce request it sent completed. On failure the error is a
+// kafka.WriteErrors aligned with msgs: nil for the records acknowledged,
+// the broker's refusal (a *producer.Error) for those of a refused batch,
+// and errNotSent for those of the batches after a failed one (not sent,
+// to keep the order).
 func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
-	before := o.bal.count(p)
-	err := o.w.WriteMessages(ctx, msgs...)
-	if o.bal.count(p)-before >= int64(len(msgs)) {
-		// Queued: completions (some may have run already) subtract them.
+	if len(msgs) == 0 {
+		return nil
+	}
+	o.pmu.Lock()
+	o.pending[p] += len(msgs)
+	o.pmu.Unlock()
+	defer func() {
 		o.pmu.Lock()
-		o.pending[p] += len(msgs)
+		o.pending[p] -= len(msgs)
 		o.pcond.Broadcast()
 		o.pmu.Unlock()
+	}()
+
+	runs := o.split(p, msgs)
+	var errs kafka.WriteErrors
+	if len(runs) == 1 {
+		errs = o.writeRun(ctx, msgs, runs[0], errs)
+	} else {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for _, r := range runs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var own kafka.WriteErrors
+				if own = o.writeRun(ctx, msgs, r, nil); own != nil {
+					mu.Lock()
+					if errs == nil {
+						errs = make(kafka.WriteErrors, len(msgs))
+					}
+					for k := range r.len() {
+						errs[r.at(k)] = own[r.at(k)]
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
 	}
-	return err
+	if errs != nil {
+		return errs
+	}
+	return nil
+}
+
+// split groups msgs by the topic partition they go to, keeping their order.
+func (o *output) split(p int, msgs []kafka.Message) []run {
+	first := topicPartition{msgs[0].Topic, o.target(p, &msgs[0])}
+	same := true
+	for i := 1; i < len(msgs) && same; i++ {
+		same = msgs[i].Topic == first.topic && (o.bal.mode != PartitioningHash || o.target(p, &msgs[i]) == first.partition)
+	}
+	if same {
+		return []run{{tp: first, n: len(msgs)}}
+	}
+	var runs []run
+	at := map[topicPartition]int{}
+	for i := range msgs {
+		tp := topicPartition{msgs[i].Topic, o.target(p, &msgs[i])}
+		j, ok := at[tp]
+		if !ok {
+			j = len(runs)
+			at[tp] = j
+			runs = append(runs, run{tp: tp})
+		}
+		runs[j].idx = append(runs[j].idx, i)
+		runs[j].n++
+	}
+	return runs
+}
+
+// errNotSent marks the records a write did not send because a batch
+// before them failed.
+var errNotSent = errors.New("not sent: an earlier batch of the partition failed")
+
+// writeRun sends r's records in batches bounded by the topic's limit, each
+// after the previous one is acknowledged. It returns nil, or errs (made
+// if nil) with the failed records' errors set.
+func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+	b := o.batches.Get().(*producer.Batch)
+	defer o.batches.Put(b)
+	limit := o.limit(r.tp.topic)
+	start := 0 // first index into the run of the batch being built
+	flush := func(end int) error {
+		base, err := o.prod.Produce(ctx, r.tp.topic, r.tp.partition, b)
+		if err != nil {
+			return err
+		}
+		o.ackedAt(r.tp.topic, r.tp.partition, base+int64(b.Len()))
+		b.Reset()
+		start = end
+		return nil
+	}
+	fail := func(err error) kafka.WriteErrors {
+		if errs == nil {
+			errs = make(kafka.WriteErrors, len(msgs))
+		}
+		for k := start; k < r.len(); k++ {
+			if k-start < b.Len() {
+				errs[r.at(k)] = err
+			} else {
+				errs[r.at(k)] = errNotSent
+			}
+		}
+		return errs
+	}
+	b.Reset()
+	// One allocation for the run's batches, if the pooled buffer is short
+	// (a rough size: fields and headers, without their varints).
+	var est int64
+	for k := 0; k < r.len() && est < limit; k++ {
+		m := &msgs[r.at(k)]
+		est += int64(len(m.Key) + len(m.Value) + 8)
+		for _, h := range m.Headers {
+			est += int64(len(h.Key) + len(h.Value) + 2)
+		}
+	}
+	b.Grow(int(min(est, limit)))
+	for k := range r.len() {
+		m := &msgs[r.at(k)]
+		if b.Len() > 0 && b.SizeWith(m) > limit {
+			if err := flush(k); err != nil {
+				return fail(err)
+			}
+		}
+		b.Append(m)
+	}
+	if err := flush(r.len()); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// writeOne writes m alone, in a produce request of its own, to the
+// partition write would choose for input partition p.
+func (o *output) writeOne(ctx context.Context, p int, m *kafka.Message) error {
+	tp := topicPartition{m.Topic, o.target(p, m)}
+	b := o.batches.Get().(*producer.Batch)
+	defer o.batches.Put(b)
+	b.Reset()
+	b.Append(m)
+	o.pmu.Lock()
+	o.pending[p]++
+	o.pmu.Unlock()
+	base, err := o.prod.Produce(ctx, tp.topic, tp.partition, b)
+	o.pmu.Lock()
+	o.pending[p]--
+	o.pcond.Broadcast()
+	o.pmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("writing one record to %s/%d: %w", tp.topic, tp.partition, err)
+	}
+	o.ackedAt(tp.topic, tp.partition, base+1)
+	return nil
 }
 
 // waitIdle waits until no record of input partition p is queued or in
@@ -151,37 +309,32 @@ func (o *output) ackedOffset(topic string, partition int) int64 {
 	return -1
 }
 
-// balancer chooses output partitions. In same mode it reads the
-// bloomgate-src-partition header that every written record carries. It
-// also counts, per input partition, the records it balanced (see write).
+// ackedAt records an acknowledged position.
+func (o *output) ackedAt(topic string, partition int, next int64) {
+	tp := topicPartition{topic, partition}
+	o.mu.Lock()
+	if next > o.acked[tp] {
+		o.acked[tp] = next
+	}
+	o.mu.Unlock()
+}
+
+// balancer chooses output partitions: in same mode by the
+// bloomgate-src-partition header that every written record carries, in
+// hash mode by the murmur2 hash of the Kafka key (as Kafka's Java client).
 type balancer struct {
 	mode Partitioning
 	hash kafka.Murmur2Balancer
-
-	mu       sync.Mutex
-	balanced map[int]int64
 }
 
 func (b *balancer) Balance(msg kafka.Message, partitions ...int) int {
-	src, ok := srcPartitionOf(&msg)
-	if ok && b.balanced != nil {
-		b.mu.Lock()
-		b.balanced[src]++
-		b.mu.Unlock()
-	}
 	if b.mode == PartitioningHash {
 		return b.hash.Balance(msg, partitions...)
 	}
-	if ok {
+	if src, ok := srcPartitionOf(&msg); ok {
 		return partitions[src%len(partitions)]
 	}
 	return partitions[0]
-}
-
-func (b *balancer) count(p int) int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.balanced[p]
 }
 
 // targetPartition is where a record from input partition src lands in a
@@ -198,16 +351,23 @@ type recordBuilder struct {
 	arena          []byte
 	headers        []kafka.Header
 	msgs           []kafka.Message
+	// used counts the headers of the batch, in every array; reset grows
+	// the array to it, so that a batch like the last needs one array.
+	used int
 }
 
 func (b *recordBuilder) reset(partition int, prov *provenance) {
 	b.prov = prov
 	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
 	b.arena = b.arena[:0]
-	// Earlier batches' records are done with their headers (a failed write
-	// drops the whole builder), so the arrays can be reused.
+	// Earlier batches' records are done with their headers (a write
+	// returns once its batches are encoded and sent), so the arrays can be
+	// reused.
 	clear(b.headers)
-	b.headers = b.headers[:0]
+	if b.used > cap(b.headers) {
+		b.headers = make([]kafka.Header, 0, b.used)
+	}
+	b.headers, b.used = b.headers[:0], 0
 	for i := range b.msgs {
 		b.msgs[i] = kafka.Message{}
 	}
@@ -218,6 +378,7 @@ func (b *recordBuilder) reset(partition int, prov *provenance) {
 // reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	n := len(in.Headers) + 4
+	b.used += n
 	if cap(b.headers)-len(b.headers) < n {
 		// A new array; records built so far keep the old one.
 		b.headers = make([]kafka.Header, 0, max(4096, 2*n))
@@ -246,4 +407,32 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	}
 	b.headers = b.headers[:len(b.headers)+len(hs)]
 	b.msgs = append(b.msgs, kafka.Message{Topic: topic, Key: in.Key, Value: in.Value, Headers: hs, Time: ts})
+}
+
+// writeRetryReasons label bloomgate_output_write_retries_total.
+var writeRetryReasons = []string{"not_leader", "unknown_partition", "leader_epoch", "no_leader"}
+
+// retryReason names why a write that provably did not land is sent again.
+func retryReason(err error) string {
+	var ke kafka.Error
+	if errors.As(err, &ke) {
+		switch ke {
+		case kafka.NotLeaderForPartition:
+			return "not_leader"
+		case kafka.UnknownTopicOrPartition:
+			return "unknown_partition"
+		case kafka.FencedLeaderEpoch, kafka.UnknownLeaderEpoch:
+			return "leader_epoch"
+		}
+	}
+	return "no_leader"
+}
+
+// writeRetried counts and logs a write sent again after an answer that
+// proved nothing landed (producer.Config.OnRetry).
+func (w *Worker) writeRetried(topic string, partition int, err error) {
+	reason := retryReason(err)
+	w.m.writeRetries.WithLabelValues(topic, reason).Inc()
+	w.log.Info("output write refused before anything landed; metadata refreshed, sending it again (no recovery)",
+		"topic", topic, "partition", partition, "reason", reason, "err", err)
 }

@@ -206,7 +206,7 @@ func TestRollingUpgradeKeepsLegacyRecords(t *testing.T) {
 // without provenance may be this memory's only while its output offsets
 // are below that bound (a later scan can still meet them).
 func TestCheckpointKeepsLegacyBound(t *testing.T) {
-	w := &Worker{cfg: Config{Owner: "t"}, out: newOutput(Config{})}
+	w := &Worker{cfg: Config{Owner: "t"}, out: newOutput(Config{}, nil, nil, nil)}
 	out, dlq := topicPartition{tOut, 0}, topicPartition{tDLQ, 0}
 	pp := &partitionProc{w: w, filter: &exactFilter{last: map[string]time.Time{}},
 		scanFrom: map[topicPartition]int64{out: 10, dlq: 5}, scanTo: map[topicPartition]int64{out: 50, dlq: 5},

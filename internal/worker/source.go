@@ -8,6 +8,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/fetcher"
+	"github.com/bloomgate/bloomgate/internal/leaders"
 )
 
 // batch is a run of input records handed to handle, and the position after
@@ -49,7 +50,7 @@ func (w *Worker) newFetcher(topic string, partition int, offset int64) (*fetcher
 		Topic:     topic,
 		Partition: partition,
 		Isolation: w.cfg.isolation(),
-		MaxBytes:  fetchMaxBytes,
+		MaxBytes:  fetchBytes(w.assignedCount()),
 		MaxWait:   500 * time.Millisecond,
 	}, offset)
 }
@@ -61,7 +62,28 @@ func (w *Worker) newFetcher(topic string, partition int, offset int64) (*fetcher
 // throughput: with 8 partitions, 1 MiB measured 1.08-1.09x the pass-through
 // pipe at 163 MiB peak RSS, 512 KiB 0.95x at 109 MiB, 8 MiB 1.17x at 492 MiB
 // (docs/benchmarks.md, "Read path").
-const fetchMaxBytes = 1 << 20
+//
+// fetchBudget bounds the sum over the partitions a worker owns, so that
+// the memory held for fetches does not grow with their number: beyond 16
+// partitions each fetch gets its share, down to fetchMinBytes (which
+// still holds hundreds of typical records).
+const (
+	fetchMaxBytes = 1 << 20
+	fetchBudget   = 16 << 20
+	fetchMinBytes = 128 << 10
+)
+
+// fetchBytes is the fetch size of each of n assigned partitions.
+func fetchBytes(n int) int {
+	return min(fetchMaxBytes, max(fetchMinBytes, fetchBudget/max(n, 1)))
+}
+
+// assignedCount is the number of input partitions the worker owns.
+func (w *Worker) assignedCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.status.Assigned)
+}
 
 // fetchRetryBackoff bounds the wait between failed fetches; failures are
 // retried until this long has passed without a successful fetch, then the
@@ -78,6 +100,7 @@ const (
 func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
 	b := newBackoff(100*time.Millisecond, fetchRetryBackoff)
 	var failingSince time.Time
+	leaderMoved := false // logged for the current run of failures
 	for ctx.Err() == nil {
 		from := f.Offset()
 		c, err := f.Fetch(ctx)
@@ -98,13 +121,23 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				}
 				return
 			}
-			pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+			if leaders.Stale(err) && pp.w.leaders != nil {
+				// kafka-go's Transport would keep sending to the old
+				// leader until its next periodic refresh (0-6 s).
+				if !leaderMoved {
+					leaderMoved = true
+					pp.log.Info("fetch refused: the partition's leader moved; metadata refreshed, fetching again", "err", err)
+				}
+				_ = pp.w.leaders.Refresh(ctx)
+			} else {
+				pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+			}
 			if !b.wait(ctx, 0) {
 				return
 			}
 			continue
 		}
-		failingSince = time.Time{}
+		failingSince, leaderMoved = time.Time{}, false
 		b.reset()
 		if c.Next == from && len(c.Records) == 0 {
 			// Nothing new: only the offsets are news (an open transaction

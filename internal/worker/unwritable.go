@@ -15,8 +15,8 @@ import (
 // Unwritable records: records that the topic they are meant for cannot
 // take, whatever the number of attempts. Two ways to find them:
 //
-//   - before writing: a record whose size (writerSize, on the record as
-//     built) is over its topic's bound (limits.go) is record_too_large;
+//   - before writing: a record whose size (recordSize: a batch of it alone,
+//     as built) is over its topic's bound (limits.go) is record_too_large;
 //   - from the broker: a produce request refused for what it holds
 //     (refusalReason) fails every record of its batch. The partition
 //     remembers the batch's input offsets (isolate) and, after the usual
@@ -52,17 +52,13 @@ var UnwritableReasons = []string{ReasonRecordTooLarge, ReasonInvalidRecord, Reas
 // bloomgate-error with the reason that record is a dead letter.
 const (
 	HeaderRefTopic  = "bloomgate-ref-topic"  // the input topic (src partition and offset name the record)
-	HeaderRefSize   = "bloomgate-ref-size"   // the size of the record that did not fit, as kafka-go counts it
+	HeaderRefSize   = "bloomgate-ref-size"   // the size of the record that did not fit: of a batch holding it alone
 	HeaderRefReason = "bloomgate-ref-reason" // why the dead-letter topic did not take the whole record
 )
 
 // refusalReason maps a write error to the reason the broker (or kafka-go)
 // refused the record for what it is, or "" for any other failure.
 func refusalReason(err error) string {
-	var mtl kafka.MessageTooLargeError
-	if errors.As(err, &mtl) {
-		return ReasonRecordTooLarge
-	}
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
 		return ""
@@ -107,7 +103,7 @@ func (pp *partitionProc) isolateOffset(off int64) {
 // its size.
 func (pp *partitionProc) build(topic string, m *kafka.Message, reason string) int64 {
 	pp.rb.add(topic, m, reason)
-	return writerSize(&pp.rb.msgs[len(pp.rb.msgs)-1])
+	return recordSize(&pp.rb.msgs[len(pp.rb.msgs)-1])
 }
 
 // pop removes the record added last.
@@ -145,8 +141,8 @@ func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *k
 }
 
 // planLast records how the record added last is written.
-func (pp *partitionProc) planLast(m *kafka.Message, reason string, size int64) {
-	alone := size > pp.w.limits.writerBytes || pp.isolate.has(m.Offset)
+func (pp *partitionProc) planLast(m *kafka.Message, reason string, _ int64) {
+	alone := pp.isolate.has(m.Offset)
 	pp.plan = append(pp.plan, planned{in: m, reason: reason, alone: alone})
 }
 
@@ -248,7 +244,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 	}
 	rb.add(topic, src, header)
 	rec := &rb.msgs[len(rb.msgs)-1]
-	size, bound = writerSize(rec), w.limits.bound(topic)
+	size, bound = recordSize(rec), w.limits.bound(topic)
 	if size > bound {
 		rb.pop()
 		return false, ReasonRecordTooLarge, nil, size, bound, nil
@@ -257,7 +253,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		pp.planLast(m, header, size)
 		return true, "", nil, size, bound, nil
 	}
-	if werr := w.writeAlone(ctx, rec); werr != nil {
+	if werr := w.writeAlone(ctx, pp.p, rec); werr != nil {
 		if why := refusalReason(werr); why != "" {
 			return false, why, werr, size, bound, nil
 		}
@@ -492,45 +488,17 @@ type Unwritable struct {
 	Offset    int64     `json:"offset"`
 	Topic     string    `json:"topic"`  // the topic that does not take it
 	Reason    string    `json:"reason"` // record_too_large, invalid_record, …
-	Size      int64     `json:"size"`   // as written (kafka-go's size of the built record)
+	Size      int64     `json:"size"`   // of a batch holding the built record alone
 	Since     time.Time `json:"since"`
 	NextRetry time.Time `json:"next_retry"`
 }
 
-// writeAlone writes m by itself, in one produce request of its own, as the
-// shared Writer would (acks=all, one attempt, no compression), to the
-// partition the Writer's balancer would choose, and records its
-// acknowledged offset. It is not cancelled by a revoke; WriteTimeout
-// bounds it.
-func (w *Worker) writeAlone(ctx context.Context, m *kafka.Message) error {
-	n := w.partitions[m.Topic]
-	parts := make([]int, n)
-	for i := range parts {
-		parts[i] = i
-	}
-	part := (&balancer{mode: w.cfg.Partitioning}).Balance(*m, parts...)
+// writeAlone writes m, built by input partition p, by itself, in one
+// produce request of its own, to the partition a batch would take it to,
+// and records its acknowledged offset. It is not cancelled by a revoke;
+// WriteTimeout bounds it.
+func (w *Worker) writeAlone(ctx context.Context, p int, m *kafka.Message) error {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.WriteTimeout)
 	defer cancel()
-	res, err := w.client.Produce(wctx, &kafka.ProduceRequest{
-		Topic: m.Topic, Partition: part, RequiredAcks: kafka.RequireAll,
-		Records: kafka.NewRecordReader(kafka.Record{Time: m.Time, Key: kafka.NewBytes(m.Key), Value: kafka.NewBytes(m.Value), Headers: m.Headers}),
-	})
-	if err == nil {
-		err = res.Error
-	}
-	if err != nil {
-		return fmt.Errorf("writing one record to %s/%d: %w", m.Topic, part, err)
-	}
-	w.out.ackedAt(m.Topic, part, res.BaseOffset+1)
-	return nil
-}
-
-// ackedAt records an acknowledged position written outside the Writer.
-func (o *output) ackedAt(topic string, partition int, next int64) {
-	tp := topicPartition{topic, partition}
-	o.mu.Lock()
-	if next > o.acked[tp] {
-		o.acked[tp] = next
-	}
-	o.mu.Unlock()
+	return w.out.writeOne(wctx, p, m)
 }

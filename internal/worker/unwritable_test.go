@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -511,8 +512,8 @@ func TestPoisonSmallOutputLimit(t *testing.T) {
 	if f := rw.metricSum(t, "bloomgate_output_write_failures_total"); f != 0 {
 		t.Errorf("%v write failures, want 0: batches are bounded by the topic's limit", f)
 	}
-	if w := rw.w.limits.writerBytes; w != 4096-batchMargin {
-		t.Errorf("writer bound %d, want %d", w, 4096-batchMargin)
+	if b := rw.w.limits.bound(tOut); b != 4096 {
+		t.Errorf("batch bound %d, want 4096", b)
 	}
 	rw.conservation(t)
 }
@@ -632,7 +633,7 @@ func hasNullKey(raw []byte) bool {
 		if r.Key == nil {
 			return true
 		}
-		rs = rs[varintLen(int64(r.Length))+int(r.Length):]
+		rs = rs[len(binary.AppendVarint(nil, int64(r.Length)))+int(r.Length):]
 	}
 	return false
 }

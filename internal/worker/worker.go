@@ -15,6 +15,8 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/group"
+	"github.com/bloomgate/bloomgate/internal/leaders"
+	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
 // Deps are the collaborators of a Worker.
@@ -48,6 +50,7 @@ type Worker struct {
 	// Set once Run has looked at the topics.
 	params     FilterParams
 	partitions map[string]int // partition count per topic
+	leaders    *leaders.Refresher
 	out        *output
 	client     *kafka.Client
 	limits     *outputLimits
@@ -181,10 +184,18 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.limits = w.startLimits(ctx)
-	w.out = newOutput(w.cfg)
-	w.out.w.BatchBytes = w.limits.writerBytes
-	w.out.w.ErrorLogger = kafka.LoggerFunc(func(msg string, a ...any) { w.log.Debug("kafka writer: " + fmt.Sprintf(msg, a...)) })
-	defer w.out.w.Close()
+	w.leaders = leaders.New(w.cfg.Transport, w.cfg.Brokers)
+	prod, err := producer.New(producer.Config{Transport: w.cfg.Transport, Brokers: w.cfg.Brokers, Leaders: w.leaders,
+		Timeout: w.cfg.WriteTimeout, OnRetry: w.writeRetried})
+	if err != nil {
+		return err
+	}
+	w.out = newOutput(w.cfg, prod, w.partitions, w.limits.bound)
+	for _, t := range w.writtenTopics() {
+		for _, r := range writeRetryReasons {
+			w.m.writeRetries.WithLabelValues(t, r)
+		}
+	}
 	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
 		w.m.partition(w.cfg.Input, p) // series start at 0
 	}
