@@ -60,13 +60,16 @@ type PreflightLimit struct {
 	// says why).
 	MaxMessageBytes int64
 	Err             error
-	// Bound is the largest record (as kafka-go sizes it) the worker
-	// writes to the topic; a larger one is unwritable.
+	// Bound is the largest batch (framing included, as the broker sizes
+	// it) the worker writes to the topic; a record whose batch alone is
+	// larger is unwritable.
 	Bound int64
-	// Fits: the topic takes every record the input takes (its
+	// Fits: the topic takes every batch the input takes (its
 	// max.message.bytes is at least the input's, and --max-batch-bytes
 	// does not lower the bound below it), or, with the input's limit
-	// unknown, batches of --max-batch-bytes.
+	// unknown, batches of --max-batch-bytes. The headers the worker adds
+	// (a few hundred bytes) are not counted: a record within them of the
+	// input's limit can still be unwritable, and is placed by Policy.
 	Fits bool
 	// Policy is what happens to an unwritable record (OnUnwritable); for
 	// the dead-letter topic a reference record takes its place.
@@ -186,9 +189,9 @@ func (w *Worker) preflightLimits(ctx context.Context, r *Preflight, found map[st
 		pl := PreflightLimit{Setting: "--" + kindFlag(k), Topic: t, MaxMessageBytes: got[t], Err: errs[t], Bound: l.bound(t), Policy: w.cfg.OnUnwritable}
 		switch {
 		case pl.MaxMessageBytes == 0:
-			pl.Fits = pl.Bound >= r.Input-batchMargin
+			pl.Fits = pl.Bound >= r.Input
 		case r.Input > 0:
-			pl.Fits = pl.MaxMessageBytes >= r.Input && pl.Bound >= r.Input-batchMargin
+			pl.Fits = pl.MaxMessageBytes >= r.Input && pl.Bound >= r.Input
 		default:
 			pl.Fits = pl.MaxMessageBytes >= w.cfg.MaxBatchBytes
 		}
