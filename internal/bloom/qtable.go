@@ -273,21 +273,30 @@ func (t *qtable) run(x uint64) (start, end uint64, found bool) {
 //
 // D(j), the runs of quotients ≤ j not ended before j, is off(c) + the
 // occupied quotients of block c up to j − the runends of block c before
-// j; j is empty exactly when D(j) = 0. D only drops right after a runend,
-// so the candidates are p and the positions after runends; a block whose
-// offset exceeds its runends keeps D > 0 throughout and is skipped whole.
+// j; j is empty exactly when D(j) = 0. D only drops right after a runend:
+// after the k-th runend of the block, at r, D(r+1) = g(k) = off(c) +
+// occupied up to r+1 − k. Since g drops by at most 1 from one runend to
+// the next, after g(k) > 0 the next zero is g(k) runends on at the
+// earliest: a few selects per block.
 func (t *qtable) firstEmpty(p uint64) uint64 {
 	c, i := p>>6, p&63
 	occ, re, o := t.occ(c), t.runends(c), t.off(c)
-	if o+uint64(bits.OnesCount64(occ&(2<<i-1)))-uint64(bits.OnesCount64(re&(1<<i-1))) == 0 {
+	if o+uint64(bits.OnesCount64(occ&(2<<i-1))) == uint64(bits.OnesCount64(re&(1<<i-1))) {
 		return p
 	}
+	k := uint64(bits.OnesCount64(re&(1<<i-1))) + 1 // first runend at or after i
 	for {
-		for cand := re &^ (1<<i - 1) & (1<<(qSlots-1) - 1); cand != 0; cand &= cand - 1 {
-			r := uint64(bits.TrailingZeros64(cand)) // r+1 is in the block
-			if o+uint64(bits.OnesCount64(occ&(4<<r-1))) == uint64(bits.OnesCount64(re&(2<<r-1))) {
+		n := uint64(bits.OnesCount64(re))
+		for k <= n {
+			r := uint64(select64(re, uint(k-1)))
+			if r == qSlots-1 {
+				break // r+1 is the next block's first slot
+			}
+			g := o + uint64(bits.OnesCount64(occ&(4<<r-1))) - k
+			if g == 0 {
 				return c<<6 | (r + 1)
 			}
+			k += g
 		}
 		if c++; c >= t.pblocks {
 			return t.limit()
@@ -296,10 +305,7 @@ func (t *qtable) firstEmpty(p uint64) uint64 {
 		if o+occ&1 == 0 {
 			return c << 6
 		}
-		i = 0
-		if o > uint64(bits.OnesCount64(re)) {
-			re = 0 // D > 0 all through the block
-		}
+		k = 1
 	}
 }
 
@@ -416,75 +422,96 @@ func (t *qtable) insert(x, v uint64) bool {
 
 // shiftRight moves the entries and runend bits of positions [p, e) one
 // position on, to [next(p), e]; position p keeps its old content (the
-// caller overwrites it).
+// caller overwrites it). The entries of consecutive blocks of a page are
+// contiguous bits, so they move as one range per page.
 func (t *qtable) shiftRight(p, e uint64) {
 	if e == p {
 		return
 	}
+	t.shiftRunends(p, e)
 	s := uint64(t.s)
+	for hi := e; ; {
+		pg, hbit := t.entAt(hi)
+		pi, _ := bits.Mul64(hi>>6, t.bppM)
+		first := pi * t.bpp // first block of the page
+		if first <= p>>6 {
+			_, lo := t.entAt(p)
+			shiftBitsUp(pg[:], lo, hbit+s, s)
+			return
+		}
+		shiftBitsUp(pg[:], 0, hbit+s, s)
+		// The page's first entry takes the last one of the page before.
+		prev := (first-1)<<6 | (qSlots - 1)
+		putBits(pg[:], 0, s, t.get(prev))
+		hi = prev
+	}
+}
+
+// shiftRunends moves the runend bits of positions [p, e) to [next(p), e].
+func (t *qtable) shiftRunends(p, e uint64) {
 	for c := e >> 6; ; c-- {
-		lo := max(p, c<<6) & 63
-		hi := uint64(qSlots - 1)
-		if e>>6 == c {
+		lo, hi := uint64(0), uint64(qSlots-1)
+		if c == p>>6 {
+			lo = p & 63
+		}
+		if c == e>>6 {
 			hi = e & 63
 		}
-		// Within the block: slots [lo, hi) move to [lo+1, hi].
+		mp := t.metaAt(c)
+		w := c&(1<<qMetaShift-1)*2 + 1
 		if hi > lo {
-			pg, bit := t.entAt(c << 6)
-			shiftBitsUp(pg[:], bit+lo*s, bit+(hi+1)*s, s)
-			m := (uint64(1)<<hi - 1) &^ (uint64(1)<<(lo+1) - 1) // bits lo+1 … hi−1
-			m |= 1 << hi
-			mp := t.metaAt(c)
-			w := c&(1<<qMetaShift-1)*2 + 1
+			m := (uint64(2)<<hi - 1) &^ (uint64(2)<<lo - 1) // bits lo+1 … hi
 			re := mp[w]
 			mp[w] = re&^m | (re<<1)&m
 		}
-		if c<<6 <= p {
+		if c == p>>6 {
 			return
 		}
-		// Slot 0 of this block takes the last slot of the previous one.
-		prev := (c-1)<<6 | (qSlots - 1)
-		t.set(c<<6, t.get(prev))
-		t.setRunend(c<<6, t.runendAt(prev))
+		// Bit 0 takes the last bit of the block before.
+		mp[w] = mp[w]&^1 | t.runends(c-1)>>(qSlots-1)&1
 	}
 }
 
 // shiftBitsUp moves the bits [lo, hi−by) of the bit array ws to
-// [lo+by, hi); bits [lo, lo+by) and those outside [lo, hi) are unchanged.
+// [lo+by, hi) (0 < by < 64); bits [lo, lo+by) and those outside [lo, hi)
+// are unchanged.
 func shiftBitsUp(ws []uint64, lo, hi, by uint64) {
 	dlo := lo + by // destination range [dlo, hi)
 	if dlo >= hi {
 		return
 	}
-	for k := (hi - 1) >> 6; ; k-- {
-		kb := k * 64
-		m := ^uint64(0)
-		if hi-kb < 64 {
-			m = 1<<(hi-kb) - 1
-		}
-		if dlo > kb {
-			m &^= 1<<(dlo-kb) - 1
-		}
+	kl, kh := dlo>>6, (hi-1)>>6
+	topMask := ^uint64(0) >> (63 - (hi-1)&63) // bits of word kh below hi
+	lowMask := ^uint64(0) << (dlo & 63)      // bits of word kl from dlo
+	shifted := func(k uint64) uint64 {
 		v := ws[k] << by
 		if k > 0 {
 			v |= ws[k-1] >> (64 - by)
 		}
-		ws[k] = ws[k]&^m | v&m
-		if kb <= dlo {
-			return
-		}
+		return v
 	}
+	if kl == kh {
+		m := topMask & lowMask
+		ws[kh] = ws[kh]&^m | shifted(kh)&m
+		return
+	}
+	ws[kh] = ws[kh]&^topMask | shifted(kh)&topMask
+	w := ws[kl : kh+1]
+	for k := len(w) - 2; k > 0; k-- {
+		w[k] = w[k]<<by | w[k-1]>>(64-by)
+	}
+	ws[kl] = ws[kl]&^lowMask | shifted(kl)&lowMask
 }
 
-// retain keeps the entries v with keep(v) and removes the others, in one
+// drop removes the entries whose tag is in tags (bit t: tag t), in one
 // streaming pass over the blocks. Runs lie in quotient order, so the
 // entry at a position belongs to the oldest occupied quotient seen so far
 // whose run has not ended (a queue). Entries only move towards their home
 // slots: the pass rewrites the table in place behind its read position,
 // each block read whole before anything is written to it. Metadata is
 // rebuilt.
-func (t *qtable) retain(keep func(v uint64) bool) {
-	if t.entries == 0 {
+func (t *qtable) drop(tags uint64) {
+	if t.entries == 0 || tags == 0 {
 		return
 	}
 	if t.cow {
@@ -500,10 +527,13 @@ func (t *qtable) retain(keep func(v uint64) bool) {
 		kept     uint64
 		s        = uint64(t.s)
 		mask     = t.mask()
+		tm       = uint64(1)<<t.a - 1
 		zeroMeta = ^uint64(qSlotMask)
 	)
 	for b := range t.pblocks {
-		occ, re := t.occ(b), t.runends(b)
+		mp := t.metaAt(b)
+		mw := b & (1<<qMetaShift - 1) * 2
+		occ, re := mp[mw]&qSlotMask, mp[mw+1]&qSlotMask
 		if occ == 0 && head == len(queue) {
 			continue // no run reaches into the block: it is empty
 		}
@@ -512,8 +542,6 @@ func (t *qtable) retain(keep func(v uint64) bool) {
 		pg, bit := t.entAt(b << 6)
 		unpack(pg[:], bit, s, mask, vals[:])
 		clearBits(pg[:], bit, bit+qSlots*s)
-		mp := t.metaAt(b)
-		mw := b & (1<<qMetaShift - 1) * 2
 		mp[mw] &= zeroMeta
 		mp[mw+1] &= zeroMeta
 		for i := uint64(0); i < qSlots; i++ {
@@ -528,11 +556,15 @@ func (t *qtable) retain(keep func(v uint64) bool) {
 			if occ>>i&1 != 0 {
 				queue = append(queue, b<<6|i)
 			}
-			if v := vals[i]; keep(v) {
-				if !out {
+			if v := vals[i]; tags>>(v&tm)&1 == 0 {
+				switch {
+				case !out && queue[head] <= w && kept > 0:
+					cur.advance(t) // right after the last run written
+					out = true
+				case !out:
 					cur.seek(t, max(queue[head], w))
 					out = true
-				} else {
+				default:
 					cur.advance(t)
 				}
 				cur.or(v, s)

@@ -86,6 +86,8 @@ func TestQtableModel(t *testing.T) {
 		{"clustered", 16, 7, 3, 900, 300},
 		{"wide entries", 8, 50, 4, 400, 512},
 		{"tail", 8, 5, 1, 500, 512},
+		// 173 blocks of 54-bit entries per page: clusters cross pages.
+		{"pages", 400, 50, 4, 21500, 22400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, uint64(tc.n)))
@@ -108,9 +110,12 @@ func TestQtableModel(t *testing.T) {
 					continue
 				}
 				m.insert(x, v)
-				if i%7 == 0 || i == tc.n-1 {
+				if every := max(7, tc.n/10); i%every == 0 || i == tc.n-1 {
 					checkAgainst(t, q, m)
 				}
+			}
+			if q.entries < uint64(tc.n)*8/10 {
+				t.Fatalf("only %d of %d entries taken", q.entries, tc.n)
 			}
 		})
 	}
@@ -138,9 +143,9 @@ func TestQtableCanonical(t *testing.T) {
 	}
 }
 
-// TestQtableRetain removes entries by a predicate and checks the result
+// TestQtableDrop removes entries by a predicate and checks the result
 // against a table built from the survivors alone: same pages.
-func TestQtableRetain(t *testing.T) {
+func TestQtableDrop(t *testing.T) {
 	for _, seed := range []uint64{1, 2, 3, 4} {
 		rng := rand.New(rand.NewPCG(seed, 9))
 		q := newQtable(10, 6, 3)
@@ -153,7 +158,7 @@ func TestQtableRetain(t *testing.T) {
 		}
 		drop := rng.Uint64N(8)
 		keep := func(v uint64) bool { return v&7 != drop && v&7 != (drop+3)&7 }
-		q.retain(keep)
+		q.drop(1<<drop | 1<<((drop+3)&7))
 		want := newQtable(10, 6, 3)
 		kept := qmodel{}
 		for x, vs := range m {
@@ -229,7 +234,7 @@ func TestQtableSnapshotCOW(t *testing.T) {
 	for range 5000 {
 		q.insert(pos(rng.Uint64N(q.slots())), rng.Uint64N(1<<10))
 	}
-	q.retain(func(v uint64) bool { return v&7 != 3 })
+	q.drop(1 << 3)
 	if got := pagesOf(&qtable{meta: v.meta, ents: v.ents}); !slices.Equal(got, want) {
 		t.Fatal("snapshot pages changed")
 	}
