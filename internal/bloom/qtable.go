@@ -482,7 +482,7 @@ func shiftBitsUp(ws []uint64, lo, hi, by uint64) {
 	}
 	kl, kh := dlo>>6, (hi-1)>>6
 	topMask := ^uint64(0) >> (63 - (hi-1)&63) // bits of word kh below hi
-	lowMask := ^uint64(0) << (dlo & 63)      // bits of word kl from dlo
+	lowMask := ^uint64(0) << (dlo & 63)       // bits of word kl from dlo
 	shifted := func(k uint64) uint64 {
 		v := ws[k] << by
 		if k > 0 {
