@@ -791,8 +791,9 @@ var selectInByte = func() (t [256][8]uint8) {
 // puts it and sorted without repeats, empty slots zero (padding included),
 // the offsets and the entry count as recomputed. Every operation relies on
 // these (a decoded table is verified before use), so that no input can
-// make one read past the table. Cost: one pass over the slots.
-func (t *qtable) verify() error {
+// make one read past the table. Cost: one pass over the slots. counts, if
+// not nil, receives the number of entries per tag.
+func (t *qtable) verify(counts []uint64) error {
 	var occs, res uint64
 	for c := range t.pblocks {
 		o, r := t.occ(c), t.runends(c)
@@ -841,6 +842,9 @@ func (t *qtable) verify() error {
 				v := int64(t.get(i))
 				if v <= prev {
 					return fmt.Errorf("run of quotient %d: slot %d out of order", posIndex(x), posIndex(i))
+				}
+				if counts != nil {
+					counts[v&(1<<t.a-1)]++
 				}
 				prev = v
 				entries++

@@ -41,7 +41,7 @@ func pagesOf(q *qtable) [][pageWords]uint64 {
 // checkAgainst compares every run of t with the model.
 func checkAgainst(t *testing.T, q *qtable, m qmodel) {
 	t.Helper()
-	if err := q.verify(); err != nil {
+	if err := q.verify(nil); err != nil {
 		t.Fatalf("verify: %v", err)
 	}
 	if q.entries != m.count() {
@@ -239,7 +239,7 @@ func TestQtableSnapshotCOW(t *testing.T) {
 		t.Fatal("snapshot pages changed")
 	}
 	v.release()
-	if err := q.verify(); err != nil {
+	if err := q.verify(nil); err != nil {
 		t.Fatal(err)
 	}
 }
