@@ -391,7 +391,9 @@ type TableLog struct {
 }
 
 // Size is the encoded size in bytes.
-func (l *TableLog) Size() int64 { return tableLogHeaderSize + tableLogEntrySize*int64(len(l.Added)) + 4 }
+func (l *TableLog) Size() int64 {
+	return tableLogHeaderSize + tableLogEntrySize*int64(len(l.Added)) + 4
+}
 
 // WriteTo encodes the segment in table log format v1.
 func (l *TableLog) WriteTo(w io.Writer) (int64, error) {
