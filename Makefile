@@ -21,6 +21,8 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeGeneration \
 	./internal/bloom:FuzzDecodeLazyGeneration \
 	./internal/bloom:FuzzDecodeLog \
+	./internal/bloom:FuzzDecodeTable \
+	./internal/bloom:FuzzDecodeTableLog \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
 	./internal/keys:FuzzExtract \

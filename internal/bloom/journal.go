@@ -71,6 +71,13 @@ func (j *journalOf[E]) reset() {
 	j.base, j.start = j.end, j.end
 }
 
+// restart gives up the entries and every position before now: no log can
+// continue a state marked before it (the table's identity changed).
+func (j *journalOf[E]) restart() {
+	j.end++
+	j.reset()
+}
+
 // trim drops the entries a commit covered.
 func (j *journalOf[E]) trim() {
 	m := j.mark.Load()

@@ -443,7 +443,7 @@ func (s *FingerprintShard) rotate(idx uint64) {
 			tb.newest = idx
 			// A new range: the next checkpoint stores the table whole.
 			if tb.j != nil {
-				tb.j.reset()
+				tb.j.restart()
 			}
 		}
 	}
