@@ -40,6 +40,8 @@ type Generation struct {
 	// Capacity and FPR are the generation's own plan (GenerationRef).
 	Capacity uint64
 	FPR      float64
+	// Ages is a table's age histogram (GenerationRef.Ages).
+	Ages []uint64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored, and for an
 	// unsealed one whose Log it stores instead.
@@ -297,6 +299,8 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
 			ref.ExactGen = g.ExactGen
 			ref.KeysFrom = kf
+			// A sealed table keeps its bytes while its generations leave.
+			ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
@@ -526,7 +530,7 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
 	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
-	ref.Capacity, ref.FPR = g.Capacity, g.FPR
+	ref.Capacity, ref.FPR, ref.Ages = g.Capacity, g.FPR, g.Ages
 	if g.Log.Entries == 0 {
 		return ref, 0, true, nil
 	}
@@ -598,7 +602,7 @@ func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq ui
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
 		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
-		Capacity: g.Capacity, FPR: g.FPR,
+		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages,
 		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
 		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
 	}, nil
