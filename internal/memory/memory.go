@@ -246,7 +246,7 @@ type filter struct {
 	s       *bloom.Shard            // the ring; nil for the fingerprint kind
 	fp      *bloom.FingerprintShard // the fingerprint kind; nil for the ring
 	seed    bloom.Seed              // the memory's hash seed, checkpointed with it
-	inserts uint64     // TestAndAdd calls, to tell whether the filter changed
+	inserts uint64                  // TestAndAdd calls, to tell whether the filter changed
 
 	maxJump  time.Duration
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
@@ -675,14 +675,14 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		OutputOffsets: cp.OutputOffsets,
 		Filter: checkpoint.FilterParams{Kind: manifestKind(b.s.Kind), Window: cp.Params.Window, Generations: cp.Params.Generations,
 			Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
-		Key:           b.s.keyRecord(),
-		HashSeed:      sn.from.seed.String(),
-		Isolation:     string(b.s.Isolation),
-		Generations:   gens,
-		Owner:         cp.Owner,
-		EventTime:     sn.frontier,
-		Seed:          seedTo(cp.Seed),
-		Exact:         ex,
+		Key:         b.s.keyRecord(),
+		HashSeed:    sn.from.seed.String(),
+		Isolation:   string(b.s.Isolation),
+		Generations: gens,
+		Owner:       cp.Owner,
+		EventTime:   sn.frontier,
+		Seed:        seedTo(cp.Seed),
+		Exact:       ex,
 
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,
