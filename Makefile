@@ -23,6 +23,7 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeLog \
 	./internal/bloom:FuzzDecodeTable \
 	./internal/bloom:FuzzDecodeTableLog \
+	./internal/bloom:FuzzTableLayout \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
 	./internal/keys:FuzzExtract \

@@ -786,6 +786,42 @@ var selectInByte = func() (t [256][8]uint8) {
 	return t
 }()
 
+// checkLayout checks what every operation relies on to stay inside the
+// table, in O(blocks + runends): occupieds only for home slots, each
+// block's offset as recomputed, as many runends as occupied quotients,
+// and no run ending before its quotient (at each runend, the runends so
+// far do not outnumber the occupied quotients up to it). A decoded table
+// passes it before use, so that no input can make an operation read past
+// the table; the CRCs of the format catch accidental corruption, which
+// verify would also see.
+func (t *qtable) checkLayout() error {
+	var occs, res uint64
+	for c := range t.pblocks {
+		o, r := t.occ(c), t.runends(c)
+		if c >= t.nblocks && o != 0 {
+			return fmt.Errorf("spill block %d has occupied quotients", c)
+		}
+		if t.off(c) != occs-res {
+			return fmt.Errorf("block %d: offset %d, recomputed %d", c, t.off(c), occs-res)
+		}
+		for m := r; m != 0; m &= m - 1 {
+			i := uint64(bits.TrailingZeros64(m))
+			if res+uint64(bits.OnesCount64(r&(2<<i-1))) > occs+uint64(bits.OnesCount64(o&(2<<i-1))) {
+				return fmt.Errorf("block %d: a run ends at slot %d before its quotient", c, i)
+			}
+		}
+		occs += uint64(bits.OnesCount64(o))
+		res += uint64(bits.OnesCount64(r))
+	}
+	if occs != res {
+		return fmt.Errorf("%d occupied quotients, %d runends", occs, res)
+	}
+	if t.entries > t.pblocks*qSlots {
+		return fmt.Errorf("%d entries in %d slots", t.entries, t.pblocks*qSlots)
+	}
+	return nil
+}
+
 // verify checks the table's structure: occupieds only for home slots, as
 // many runends as occupied quotients, every run found where the layout
 // puts it and sorted without repeats, empty slots zero (padding included),

@@ -243,3 +243,46 @@ func TestQtableSnapshotCOW(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// FuzzTableLayout: metadata of a table rewritten at will (offsets made
+// consistent, so that checkLayout's other checks decide) is either refused
+// by checkLayout or safe: every lookup, insert and drop stays inside the
+// table. The format's CRCs keep such data from a decoder; this is what
+// stands behind them.
+func FuzzTableLayout(f *testing.F) {
+	f.Add([]byte{0x01, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01, 0x00})
+	f.Add([]byte{0xff, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0xff})
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		q := newQtable(4, 5, 3)
+		rng := rand.New(rand.NewPCG(1, 1))
+		for range 150 {
+			q.insert(pos(rng.Uint64N(q.slots())), rng.Uint64N(1<<8))
+		}
+		// Each 9 bytes: a metadata word index and 8 bytes XORed into it
+		// (the offset bits are recomputed below).
+		for len(data) >= 9 {
+			w := uint64(data[0]) % (q.pblocks * 2)
+			var x uint64
+			for i := range 8 {
+				x |= uint64(data[1+i]) << (8 * i)
+			}
+			q.meta[0][w] ^= x & qSlotMask
+			data = data[9:]
+		}
+		q.rebuildOffsets()
+		if q.checkLayout() != nil {
+			return
+		}
+		for i := range q.slots() {
+			q.tags(pos(i), 3)
+		}
+		for range 50 {
+			q.insert(pos(rng.Uint64N(q.slots())), rng.Uint64N(1<<8))
+		}
+		q.drop(1 << 2)
+		if err := q.checkLayout(); err != nil {
+			t.Fatalf("a table that passed checkLayout fails it after operations: %v", err)
+		}
+	})
+}

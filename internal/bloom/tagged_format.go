@@ -185,8 +185,8 @@ func (pc *pageChunks) write(p []uint64) error {
 // DecodeTable reads one table in table format v1. It checks the declared
 // size (whole pages) against maxBytes (≤ 0: MaxFilterBytes; ErrTooLarge)
 // before allocating, reads the chunks straight into the pages, then
-// verifies the table's structure and its counts per tag, so that every
-// operation on it stays inside it. Format problems are *FormatError
+// checks the table's layout (qtable.checkLayout), so that every operation
+// on it stays inside it. Format problems are *FormatError
 // wrapping ErrCorrupt, ErrUnsupportedVersion or ErrTooLarge; a non-nil
 // error means a nil Table.
 func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
@@ -350,14 +350,8 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
 	}
 	q.entries = m.entries
-	counts := make([]uint64, len(m.counts))
-	if err := q.verify(counts); err != nil {
+	if err := q.checkLayout(); err != nil {
 		return nil, d.fail("table", err.Error(), ErrCorrupt)
-	}
-	for t := range counts {
-		if counts[t] != m.counts[t] {
-			return nil, d.fail("table", fmt.Sprintf("%d entries with tag %d, header says %d", counts[t], t, m.counts[t]), ErrCorrupt)
-		}
 	}
 	tb := &Table{q: q, serial: m.serial, first: m.first, newest: m.newest, span: m.span, gens: m.gens,
 		size: m.size, closed: m.closed, counts: m.counts, adds: m.adds}
