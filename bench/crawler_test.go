@@ -248,7 +248,6 @@ func runCrawlerPartition(b *testing.B, ringCfg, fpCfg bloom.Config, segment uint
 	}
 }
 
-
 func encodedSize(b *testing.B, g *bloom.GenerationSnapshot) int64 {
 	n, err := g.WriteTo(io.Discard)
 	if err != nil {
