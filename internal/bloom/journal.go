@@ -45,6 +45,24 @@ const journalChunkLen = 4096
 type JournalMark struct {
 	Pos   uint64
 	Token string
+	// Chain is the number of log segments of the stored chain (tables).
+	Chain int
+	// From, FromToken and FromChain name a merge point (tables): a stored
+	// state of the chain — the table stored whole, or a segment that
+	// replaced the segments before it — after which a log since From may
+	// replace the chain's later segments. The journal keeps the entries
+	// since From. FromToken "": none.
+	From      uint64
+	FromToken string
+	FromChain int
+}
+
+// keep is the first position a mark needs kept.
+func (m *JournalMark) keep() uint64 {
+	if m.FromToken != "" {
+		return min(m.Pos, m.From)
+	}
+	return m.Pos
 }
 
 // add appends h. Over the limit it first drops what a commit covered, and
@@ -81,17 +99,20 @@ func (j *journalOf[E]) restart() {
 // trim drops the entries a commit covered.
 func (j *journalOf[E]) trim() {
 	m := j.mark.Load()
-	switch {
-	case m == nil || m.Pos <= j.start:
-	case m.Pos >= j.end:
+	if m == nil {
+		return
+	}
+	switch keep := m.keep(); {
+	case keep <= j.start:
+	case keep >= j.end:
 		j.reset()
 	default:
-		k := (m.Pos - j.base) / journalChunkLen
+		k := (keep - j.base) / journalChunkLen
 		// A new array of pointers: a snapshot may hold the old one, and
 		// the dropped chunks are freed once no snapshot does.
 		j.chunks = append([]*[journalChunkLen]E(nil), j.chunks[k:]...)
 		j.base += k * journalChunkLen
-		j.start = m.Pos
+		j.start = keep
 	}
 }
 

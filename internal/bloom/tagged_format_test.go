@@ -160,10 +160,10 @@ func TestTableLogReplay(t *testing.T) {
 	if _, err := ts.WriteTo(&base); err != nil {
 		t.Fatal(err)
 	}
-	ts.Mark("base")
+	ts.MarkMerged("base", 0)
 	sn.Release()
 	var segs [][]byte
-	for range 3 {
+	for i := range 3 {
 		add(2000)
 		sn := s.Snapshot()
 		ts := sn.Tables[len(sn.Tables)-1]
@@ -181,7 +181,7 @@ func TestTableLogReplay(t *testing.T) {
 			t.Fatalf("log: %d bytes (size %d), %v", n, l.Size(), err)
 		}
 		segs = append(segs, b.Bytes())
-		ts.Mark("seg")
+		ts.Mark("seg", i+1)
 		sn.Release()
 	}
 	want := encodeTables(t, s)

@@ -240,11 +240,12 @@ func RestoreFingerprintShard(cfg Config, tables []*Table) (*FingerprintShard, er
 }
 
 // SetJournalMark records that the table's current state is stored under
-// token (after a restore: the chain the table was read from). No-op
+// token, at the end of a chain of chain log segments (after a restore: the
+// chain the table was read from); that state is a merge point. No-op
 // without a journal. Only the owning goroutine may call it.
-func (tb *Table) SetJournalMark(token string) {
+func (tb *Table) SetJournalMark(token string, chain int) {
 	if tb.j != nil {
-		tb.j.mark.Store(&JournalMark{Pos: tb.j.end, Token: token})
+		tb.j.mark.Store(&JournalMark{Pos: tb.j.end, Token: token, Chain: chain, From: tb.j.end, FromToken: token, FromChain: chain})
 	}
 }
 
@@ -295,11 +296,27 @@ func (ts *TableSnapshot) LogSince(pos uint64) (*TableLog, bool) {
 		Added: v.entries(pos)}, true
 }
 
-// Mark records that the snapshot's state is stored under token: the
-// journal may drop the entries up to the snapshot. Call it only once that
-// state is durable. Safe from any goroutine.
-func (ts *TableSnapshot) Mark(token string) {
-	if ts.journal.j != nil {
-		ts.journal.j.mark.Store(&JournalMark{Pos: ts.journal.end, Token: token})
+// Mark records that the snapshot's state is stored under token at the end
+// of a chain of chain segments, continuing the chain (the merge point
+// stays): the journal may drop the entries before the merge point. Call
+// it only once that state is durable. Safe from any goroutine.
+func (ts *TableSnapshot) Mark(token string, chain int) {
+	if j := ts.journal.j; j != nil {
+		m := JournalMark{Pos: ts.journal.end, Token: token, Chain: chain}
+		if p := j.mark.Load(); p != nil && p.FromChain <= chain {
+			m.From, m.FromToken, m.FromChain = p.From, p.FromToken, p.FromChain
+		}
+		j.mark.Store(&m)
+	}
+}
+
+// MarkMerged records that the snapshot's state is stored under token at
+// the end of a chain of chain segments and is a merge point: the table
+// stored whole (chain 0), or a segment that replaced the segments after
+// the previous merge point.
+func (ts *TableSnapshot) MarkMerged(token string, chain int) {
+	if j := ts.journal.j; j != nil {
+		e := ts.journal.end
+		j.mark.Store(&JournalMark{Pos: e, Token: token, Chain: chain, From: e, FromToken: token, FromChain: chain})
 	}
 }

@@ -55,9 +55,12 @@ type Generation struct {
 // GenerationLog is a log segment of one generation: what it added since
 // the stored state named After.
 type GenerationLog struct {
-	// After is the tail (GenerationRef.Tail) of the stored chain the
-	// segment continues. Commit uses the segment only if the handle's
-	// last manifest holds that chain for the generation.
+	// After names the stored state the segment continues: the tail
+	// (GenerationRef.Tail) of the generation's chain in the handle's last
+	// manifest, or an earlier object of that chain (its base or a
+	// segment), in which case the segment replaces the segments that
+	// followed it (a merge: what they added is in it). Commit uses the
+	// segment only if the last manifest's chain holds After.
 	After   string
 	Entries int64
 	// Source streams the segment; it must write the same bytes each time
@@ -304,7 +307,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
-		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && g.Log.After == prev.Tail() {
+		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && prev.chainHolds(g.Log.After) {
 			ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
 			if err != nil {
 				return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
@@ -522,18 +525,42 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 	return ex, uploaded, nil
 }
 
+// chainHolds reports whether key names g's object or one of its segments.
+func (g GenerationRef) chainHolds(key string) bool {
+	_, ok := g.chainCut(key)
+	return ok
+}
+
+// chainCut is the number of g's segments up to the object named key (0:
+// its base).
+func (g GenerationRef) chainCut(key string) (int, bool) {
+	if key == g.Key {
+		return 0, true
+	}
+	for i, l := range g.Log {
+		if l.Key == key {
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
 // commitLog continues prev, the generation's chain in the last manifest,
-// with g.Log: nothing to upload if the log is empty, else one segment
-// under logs/<sha256>, if the chain then stays within MaxLogShare of its
-// base, MaxLogEntries and MaxLogSegments. ok is false when it would not (the generation is
-// then stored whole); n is the bytes uploaded.
+// with g.Log after the object it names (the segments after that object
+// are dropped from the chain: the log holds what they added): nothing to
+// upload if the log is empty, else one segment under logs/<sha256>, if
+// the chain then stays within MaxLogShare of its base, MaxLogEntries and
+// MaxLogSegments. ok is false when it would not (the generation is then
+// stored whole); n is the bytes uploaded.
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
 	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
 	ref.Capacity, ref.FPR, ref.Ages = g.Capacity, g.FPR, g.Ages
 	if g.Log.Entries == 0 {
-		return ref, 0, true, nil
+		return ref, 0, true, nil // the chain as it is holds the state
 	}
+	cut, _ := prev.chainCut(g.Log.After)
+	prev.Log = prev.Log[:cut:cut]
 	sha := sha256.New()
 	size, err := g.Log.Source.WriteTo(sha)
 	if err != nil {

@@ -107,15 +107,27 @@ func snapshotGenerations(sn *bloom.Snapshot) []*bloom.GenerationSnapshot {
 	return sn.Generations
 }
 
+// mergeEvery is how many log segments a table's chain takes after its
+// last merge point before the next log replaces them (what they added and
+// what is new, in one segment). Each entry is then uploaded about twice,
+// and a chain holds its base, one segment per mergeEvery checkpoints and
+// at most mergeEvery more: it reaches MaxLogShare of the base (a whole
+// upload) long before checkpoint.MaxLogSegments, so that the table, three
+// times the ring's live generation, is uploaded whole as rarely as the
+// share allows (docs/checkpoints.md, "Log segments").
+const mergeEvery = 16
+
 // tablesOf is what a commit stores of a fingerprint snapshot: one
 // generation entry per table, identified by its serial and the range of
 // generations it holds (which moves on at every generation change of the
 // table taking inserts: it is then stored whole), with its age histogram;
 // the table taking inserts with the log of what it added since its stored
-// state, when its journal has it.
-func tablesOf(sn *bloom.FingerprintSnapshot) []checkpoint.Generation {
-	gens := make([]checkpoint.Generation, 0, len(sn.Tables))
-	for _, t := range sn.Tables {
+// state, when its journal has it, or since its last merge point every
+// mergeEvery segments. merged[i] is set for the latter.
+func tablesOf(sn *bloom.FingerprintSnapshot) (gens []checkpoint.Generation, merged []bool) {
+	gens = make([]checkpoint.Generation, 0, len(sn.Tables))
+	merged = make([]bool, len(sn.Tables))
+	for i, t := range sn.Tables {
 		st := t.Stats
 		cg := checkpoint.Generation{
 			ID: t.Serial, Sealed: t.Sealed, Start: st.Start, End: st.End,
@@ -123,13 +135,42 @@ func tablesOf(sn *bloom.FingerprintSnapshot) []checkpoint.Generation {
 			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, Source: t,
 		}
 		if mark, ok := t.JournalMark(); ok && !t.Sealed {
-			if l, ok := t.LogSince(mark.Pos); ok {
+			if mark.FromToken != "" && mark.Chain-mark.FromChain >= mergeEvery {
+				if l, ok := t.LogSince(mark.From); ok {
+					cg.Log = &checkpoint.GenerationLog{After: mark.FromToken, Entries: int64(len(l.Added)), Source: l}
+					merged[i] = true
+				}
+			}
+			if l, ok := t.LogSince(mark.Pos); ok && cg.Log == nil {
 				cg.Log = &checkpoint.GenerationLog{After: mark.Token, Entries: int64(len(l.Added)), Source: l}
 			}
 		}
 		gens = append(gens, cg)
 	}
-	return gens
+	return gens, merged
+}
+
+// markTables records what the manifest m stores of each table of sn: the
+// journal of the table taking inserts may drop what it need not keep, and
+// its next log continues the stored chain (a whole upload, or a merged
+// segment, is a merge point).
+func markTables(sn *bloom.FingerprintSnapshot, merged []bool, m *checkpoint.Manifest) {
+	for i, t := range sn.Tables {
+		ref := m.Generations[i]
+		n := len(ref.Log)
+		from := -1
+		if mark, ok := t.JournalMark(); ok && mark.FromToken != "" {
+			from = mark.FromChain
+		}
+		switch {
+		case n == 0:
+			t.MarkMerged(ref.Key, 0)
+		case merged[i] && n == from+1:
+			t.MarkMerged(ref.Tail(), n)
+		default:
+			t.Mark(ref.Tail(), n)
+		}
+	}
 }
 
 // loadTables restores the fingerprint shard of the manifest being loaded:
@@ -158,7 +199,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 	// The open table's next log continues the chain it was read from.
 	fp.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
 	for i, tb := range tables {
-		tb.SetJournalMark(m.Generations[i].Tail())
+		tb.SetJournalMark(m.Generations[i].Tail(), len(m.Generations[i].Log))
 	}
 	return fp, nil
 }

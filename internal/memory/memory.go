@@ -649,8 +649,9 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		}
 	}
 	var gens []checkpoint.Generation
+	var merged []bool
 	if sn.fsn != nil {
-		gens = tablesOf(sn.fsn)
+		gens, merged = tablesOf(sn.fsn)
 	}
 	for _, g := range snapshotGenerations(sn.sn) {
 		cg := checkpoint.Generation{
@@ -703,9 +704,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		g.Mark(m.Generations[i].Tail())
 	}
 	if sn.fsn != nil {
-		for i, t := range sn.fsn.Tables {
-			t.Mark(m.Generations[i].Tail())
-		}
+		markTables(sn.fsn, merged, m)
 	}
 	b.s.mu.Lock()
 	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
