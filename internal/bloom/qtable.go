@@ -335,10 +335,16 @@ func (t *qtable) tagsIn(start, end, rem uint64) (tags uint64) {
 // already present is left as it is (reported true). It returns false and
 // changes nothing if the table cannot take it.
 func (t *qtable) insert(x, v uint64) bool {
+	start, end, found := t.run(x)
+	return t.insertRun(x, v, start, end, found)
+}
+
+// insertRun is insert with the run of x already located (run's results).
+func (t *qtable) insertRun(x, v, start, end uint64, found bool) bool {
 	b := x >> 6
 	occ := t.occ(b)
 	var p, runEnd uint64
-	newRun, appendEnd := occ>>(x&63)&1 == 0, false
+	newRun, appendEnd := !found, false
 	if newRun {
 		// After the run of the largest occupied quotient below x, if that
 		// reaches x.
@@ -349,7 +355,6 @@ func (t *qtable) insert(x, v uint64) bool {
 			}
 		}
 	} else {
-		start, end, _ := t.run(x)
 		p = start
 		for {
 			c := t.get(p)

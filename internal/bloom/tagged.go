@@ -306,6 +306,9 @@ func (s *FingerprintShard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
 }
 
 func (s *FingerprintShard) testAndAdd(h Hash) (seen bool) {
+	if len(s.tables) == 1 && len(s.legacy) == 0 && !s.tables[0].closed {
+		return s.testAndAddOne(s.tables[0], h)
+	}
 	here := false // an entry of the newest generation exists
 	for i := len(s.tables) - 1; i >= 0; i-- {
 		tb := s.tables[i]
@@ -331,6 +334,40 @@ func (s *FingerprintShard) testAndAdd(h Hash) (seen bool) {
 	return seen
 }
 
+// testAndAddOne is testAndAdd for a shard of one open table (the usual
+// case: no overflow, no legacy table): the run of h is located once for
+// the lookup and the insert.
+func (s *FingerprintShard) testAndAddOne(tb *Table, h Hash) bool {
+	x, rem := tb.key(h)
+	start, end, found := tb.q.run(x)
+	var m uint64
+	if found {
+		m = tb.q.tagsIn(start, end, rem) & tb.live
+	}
+	tag := tb.tag(s.t)
+	if m>>tag&1 != 0 {
+		return true
+	}
+	if !tb.q.insertRun(x, rem<<tb.q.a|tag, start, end, found) {
+		s.add(h) // the table cannot take it: add opens the next one
+		return m != 0
+	}
+	s.added(tb, x, rem, tag)
+	return m != 0
+}
+
+// added records an entry just inserted into the open table tb.
+func (s *FingerprintShard) added(tb *Table, x, rem, tag uint64) {
+	tb.counts[tag]++
+	tb.adds++
+	if tb.j != nil {
+		tb.j.add(posIndex(x)<<tb.q.s | rem<<tb.q.a | tag)
+	}
+	if tb.q.entries >= tb.size.capacity {
+		s.overflow()
+	}
+}
+
 // add inserts h with the newest generation's tag into the open table,
 // opening the next level's table when it is full.
 func (s *FingerprintShard) add(h Hash) {
@@ -347,14 +384,7 @@ func (s *FingerprintShard) add(h Hash) {
 		x, rem = tb.key(h)
 		tb.q.insert(x, rem<<tb.q.a|tag) // an empty table takes it
 	}
-	tb.counts[tag]++
-	tb.adds++
-	if tb.j != nil {
-		tb.j.add(posIndex(x)<<tb.q.s | rem<<tb.q.a | tag)
-	}
-	if tb.q.entries >= tb.size.capacity {
-		s.overflow()
-	}
+	s.added(tb, x, rem, tag)
 }
 
 // overflow closes the open table and opens one of the next free level,
