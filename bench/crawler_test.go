@@ -492,7 +492,9 @@ func runCrawlerUploads(b *testing.B, kind string, rate float64, window time.Dura
 	}
 	runtime.GC()
 	rs := time.Now()
-	r, err := memory.New(cs, "g").Partition("urls", 0).Restore(ctx, params)
+	fresh := memory.New(cs, "g")
+	fresh.Kind = kind
+	r, err := fresh.Partition("urls", 0).Restore(ctx, params)
 	if err != nil {
 		b.Fatal(err)
 	}
