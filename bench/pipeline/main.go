@@ -24,10 +24,14 @@
 // shows RssAnon and RssFile at the end (the exact store's mapped files
 // count as RssFile) and the exact directory's size.
 //
+// With -compare fingerprint they are `bloomgate run` with the ring filter
+// (the default) and `bloomgate run --filter fingerprint --generations 8`.
+//
 // Usage (from the bench directory):
 //
 //	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:1ms,2000:5ms
 //	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:5ms -compare exact -reps 3 -run concurrent
+//	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:5ms -compare fingerprint -reps 3
 package main
 
 import (
@@ -67,7 +71,7 @@ func main() {
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
-	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the pass-through pipe against bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
+	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the pass-through pipe against bloomgate), exact (bloomgate filter only against bloomgate --exact) or fingerprint (the ring filter against --filter fingerprint)")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
 	flag.StringVar(&p.input, "input", "", "pipe: input topic")
@@ -104,7 +108,7 @@ type benchConfig struct {
 	extraArgs  string
 	perf       string // directory for perf profiles of the bloomgate passes
 	mode       string // sequential or concurrent
-	compare    string // pipe or exact
+	compare    string // pipe, exact or fingerprint
 }
 
 // systems are the two processes compared per setting: the baseline first.
@@ -114,8 +118,10 @@ func (c benchConfig) systems() ([2]string, error) {
 		return [2]string{"pipe", "bloomgate"}, nil
 	case "exact":
 		return [2]string{"bloomgate", "exact"}, nil
+	case "fingerprint":
+		return [2]string{"bloomgate", "fingerprint"}, nil
 	}
-	return [2]string{}, fmt.Errorf("-compare %q: pipe or exact", c.compare)
+	return [2]string{}, fmt.Errorf("-compare %q: pipe, exact or fingerprint", c.compare)
 }
 
 type setting struct {
@@ -255,6 +261,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 					if system == "exact" {
 						j.exactDir = filepath.Join(tmp, "exact-"+strconv.Itoa(pass))
 						j.args = append(j.args, "--exact", "--exact-dir", j.exactDir)
+					}
+					if system == "fingerprint" {
+						j.args = append(j.args, "--filter", "fingerprint", "--generations", "8")
 					}
 					if slices.Contains(j.args, "--repartition") {
 						// The dedup stage reads <group>-repartition, which
