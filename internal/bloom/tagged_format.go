@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -504,7 +505,11 @@ func (tb *Table) ApplyLog(l *TableLog) error {
 	}
 	s := tb.q.s
 	tag := tb.tag(tb.newest)
-	for _, e := range l.Added {
+	// The table is canonical: the entries may go in in any order, and in
+	// the order of their home slots each insert finds its block in cache.
+	added := slices.Clone(l.Added)
+	slices.Sort(added)
+	for _, e := range added {
 		idx, v := e>>s, e&(1<<s-1)
 		if idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
 			return fail(fmt.Sprintf("entry %#x: home slot %d of %d, or not of generation %d", e, idx, tb.q.slots(), tb.newest))
