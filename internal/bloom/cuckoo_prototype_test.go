@@ -6,6 +6,11 @@ import (
 	"sync/atomic"
 )
 
+// This file is the prototype the fingerprint kind was measured against
+// (BenchmarkTableKinds; docs/filter.md, "How the table was chosen"): it
+// lives in a test file so that the measurement can be repeated, and is
+// not part of the filter.
+//
 // A ctable is a cuckoo filter (Fan et al. 2014) of entries e = fp<<a | tag:
 // an f-bit fingerprint (never 0: 0 marks an empty slot) and an a-bit tag.
 // A key has two buckets of four slots, i1 from its hash and
