@@ -119,26 +119,6 @@ func (t *ctable) at(i uint64) (*[pageWords]uint64, uint64) {
 	return t.pages[pi], (i - pi*t.bpp) * t.bbits
 }
 
-// getBits reads n (< 64) bits at bit offset bit of ws.
-func getBits(ws []uint64, bit, n uint64) uint64 {
-	k, o := bit>>6, bit&63
-	v := ws[k] >> o
-	if o+n > 64 {
-		v |= ws[k+1] << (64 - o)
-	}
-	return v & (1<<n - 1)
-}
-
-// putBits writes the n (< 64) low bits of v at bit offset bit of ws.
-func putBits(ws []uint64, bit, n, v uint64) {
-	k, o := bit>>6, bit&63
-	m := uint64(1)<<n - 1
-	ws[k] = ws[k]&^(m<<o) | v<<o
-	if o+n > 64 {
-		ws[k+1] = ws[k+1]&^(m>>(64-o)) | v>>(64-o)
-	}
-}
-
 // bucket decodes bucket i into its four entries, ascending.
 func (t *ctable) bucket(i uint64) (e [cSlots]uint64) {
 	pg, bit := t.at(i)
