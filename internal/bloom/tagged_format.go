@@ -490,25 +490,41 @@ func DecodeTableLog(r io.Reader, maxEntries int) (*TableLog, error) {
 // that the table then holds exactly as many entries as the segment
 // records. An error wraps ErrCorrupt; tb is then unusable. Only the owning
 // goroutine may call it.
-func (tb *Table) ApplyLog(l *TableLog) error {
+func (tb *Table) ApplyLog(l *TableLog) error { return tb.ApplyLogs([]*TableLog{l}) }
+
+// ApplyLogs replays a chain's segments, in chain order, onto tb: their
+// counters are checked one after the other, then all their entries go in
+// at once, in the order of their home slots (the table is canonical, so
+// the order changes nothing but the memory accesses: a chain of 900 k
+// entries replays in a pass instead of 900 k cache misses), and the table
+// must hold the last segment's entry count.
+func (tb *Table) ApplyLogs(ls []*TableLog) error {
 	fail := func(detail string) error {
 		return fmt.Errorf("replaying log onto table %d: %s: %w", tb.serial, detail, ErrCorrupt)
 	}
-	switch {
-	case l.Serial != tb.serial || l.First != tb.first || l.Newest != tb.newest:
-		return fail(fmt.Sprintf("segment of table %d, generations %d … %d", l.Serial, l.First, l.Newest))
-	case tb.closed:
+	if tb.closed && len(ls) > 0 {
 		return fail("the table is closed")
-	case l.Adds < tb.adds || l.Entries < tb.q.entries || l.Adds-tb.adds > uint64(len(l.Added)) ||
-		l.Entries-tb.q.entries != l.Adds-tb.adds:
-		return fail(fmt.Sprintf("counters %d/%d after %d entries, table at %d/%d", l.Entries, l.Adds, len(l.Added), tb.q.entries, tb.adds))
 	}
+	entries, adds, n := tb.q.entries, tb.adds, 0
+	for i, l := range ls {
+		switch {
+		case l.Serial != tb.serial || l.First != tb.first || l.Newest != tb.newest:
+			return fail(fmt.Sprintf("segment %d of table %d, generations %d … %d", i+1, l.Serial, l.First, l.Newest))
+		case l.Adds < adds || l.Entries < entries || l.Adds-adds > uint64(len(l.Added)) || l.Entries-entries != l.Adds-adds:
+			return fail(fmt.Sprintf("segment %d: counters %d/%d after %d entries, table at %d/%d", i+1, l.Entries, l.Adds, len(l.Added), entries, adds))
+		}
+		entries, adds, n = l.Entries, l.Adds, n+len(l.Added)
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	added := make([]uint64, 0, n)
+	for _, l := range ls {
+		added = append(added, l.Added...)
+	}
+	slices.Sort(added)
 	s := tb.q.s
 	tag := tb.tag(tb.newest)
-	// The table is canonical: the entries may go in in any order, and in
-	// the order of their home slots each insert finds its block in cache.
-	added := slices.Clone(l.Added)
-	slices.Sort(added)
 	for _, e := range added {
 		idx, v := e>>s, e&(1<<s-1)
 		if idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
@@ -520,9 +536,9 @@ func (tb *Table) ApplyLog(l *TableLog) error {
 		}
 		tb.counts[tag] += tb.q.entries - before
 	}
-	if tb.q.entries != l.Entries {
-		return fail(fmt.Sprintf("%d entries after the segment, it says %d", tb.q.entries, l.Entries))
+	if tb.q.entries != entries {
+		return fail(fmt.Sprintf("%d entries after the segments, the last says %d", tb.q.entries, entries))
 	}
-	tb.adds = l.Adds
+	tb.adds = adds
 	return nil
 }

@@ -205,6 +205,34 @@ func TestTableLogReplay(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
 		t.Fatal("base + segments differ from the table")
 	}
+	// All segments at once (as a restore replays a chain): the same.
+	all, err := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ls []*TableLog
+	for _, seg := range segs {
+		l, err := DecodeTableLog(bytes.NewReader(seg), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+	}
+	if err := all.ApplyLogs(ls); err != nil {
+		t.Fatal(err)
+	}
+	got.Reset()
+	if _, err := all.WriteTo(&got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
+		t.Fatal("base + all segments at once differ from the table")
+	}
+	// Segments out of chain order are refused.
+	again, _ := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	if err := again.ApplyLogs([]*TableLog{ls[1], ls[0]}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("segments out of order: %v", err)
+	}
 	// A segment replayed onto the wrong state is refused.
 	l, _ := DecodeTableLog(bytes.NewReader(segs[0]), 1<<20)
 	l.Entries++

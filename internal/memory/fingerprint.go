@@ -205,7 +205,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 }
 
 // loadTable decodes the table object of ref and replays its log segments
-// in order. A segment that is missing, corrupt or does not fit the base is
+// (all at once, Table.ApplyLogs). A segment that is missing, corrupt or does not fit the base is
 // a corrupt checkpoint: Restore tries the previous manifest.
 func (b *handle) loadTable(ctx context.Context, ref checkpoint.GenerationRef,
 	open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error),
@@ -218,6 +218,7 @@ func (b *handle) loadTable(ctx context.Context, ref checkpoint.GenerationRef,
 	if err := verified(rc.Close(), err); err != nil {
 		return nil, fmt.Errorf("table %d: %w", ref.ID, err)
 	}
+	segs := make([]*bloom.TableLog, 0, len(ref.Log))
 	for i, lr := range ref.Log {
 		rc, err := open(ctx, lr.Ref())
 		if err != nil {
@@ -227,9 +228,10 @@ func (b *handle) loadTable(ctx context.Context, ref checkpoint.GenerationRef,
 		if err := verified(rc.Close(), err); err != nil {
 			return nil, fmt.Errorf("log segment %d of table %d: %w", i+1, ref.ID, err)
 		}
-		if err := tb.ApplyLog(seg); err != nil {
-			return nil, fmt.Errorf("log segment %d (%s): %w", i+1, lr.Key, err)
-		}
+		segs = append(segs, seg)
+	}
+	if err := tb.ApplyLogs(segs); err != nil {
+		return nil, fmt.Errorf("log of table %d (%d segments): %w", ref.ID, len(segs), err)
 	}
 	return tb, nil
 }
