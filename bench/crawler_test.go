@@ -480,7 +480,11 @@ func runCrawlerUploads(b *testing.B, kind string, rate float64, window time.Dura
 		gs, _, _ := newest()
 		live := gs[len(gs)-1]
 		seg := int64(perInterval*uint64(entrySize) + 100)
-		if len(live.Log) > 0 && (float64(live.LogBytes()+seg) > checkpoint.MaxLogShare*float64(live.Bytes) || len(live.Log) == checkpoint.MaxLogSegments) {
+		share := checkpoint.MaxLogShare
+		if kind == memory.KindFingerprint {
+			share = checkpoint.TableLogShare
+		}
+		if len(live.Log) > 0 && (float64(live.LogBytes()+seg) > share*float64(live.Bytes) || len(live.Log) == checkpoint.MaxLogSegments) {
 			b.ReportMetric(float64(len(live.Log)), "chain-segments")
 			b.ReportMetric(float64(live.LogEntries()), "chain-entries")
 			b.ReportMetric(float64(live.LogBytes())/(1<<20), "MiB-chain")

@@ -829,7 +829,9 @@ func (t *qtable) checkLayout() error {
 		if t.off(c) != occs-res {
 			return fmt.Errorf("block %d: offset %d, recomputed %d", c, t.off(c), occs-res)
 		}
-		for m := r; m != 0; m &= m - 1 {
+		// Runs pending at the block's start cover as many runends: only
+		// past them can one end too early.
+		for m := r; occs-res < uint64(bits.OnesCount64(r)) && m != 0; m &= m - 1 {
 			i := uint64(bits.TrailingZeros64(m))
 			if res+uint64(bits.OnesCount64(r&(2<<i-1))) > occs+uint64(bits.OnesCount64(o&(2<<i-1))) {
 				return fmt.Errorf("block %d: a run ends at slot %d before its quotient", c, i)

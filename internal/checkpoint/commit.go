@@ -42,6 +42,9 @@ type Generation struct {
 	FPR      float64
 	// Ages is a table's age histogram (GenerationRef.Ages).
 	Ages []uint64
+	// LogShare, when set, replaces MaxLogShare for this generation's
+	// chain (a fingerprint table's: TableLogShare).
+	LogShare float64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored, and for an
 	// unsealed one whose Log it stores instead.
@@ -91,7 +94,15 @@ type GenerationLog struct {
 // every 256 minutes and the manifests' growth then cost about the same per
 // day, near the least total (docs/benchmarks.md, "Uploads per day").
 const (
-	MaxLogShare    = 0.25
+	MaxLogShare = 0.25
+	// TableLogShare is the share for the tables of the fingerprint
+	// filter: a table holds the whole window (about three times the
+	// ring's live generation), so at the ring's share a restore at the
+	// chain's limit would replay three times the entries; at an eighth it
+	// replays as many as the ring's while the table is still uploaded
+	// whole less often than the ring's live generation
+	// (docs/benchmarks.md, "Crawler scale").
+	TableLogShare  = 0.125
 	MaxLogEntries  = 10_000_000
 	MaxLogSegments = 256
 )
@@ -566,7 +577,11 @@ func (p *Partition) commitLog(ctx context.Context, g Generation, prev Generation
 	if err != nil {
 		return GenerationRef{}, 0, false, fmt.Errorf("digesting log segment: %w", err)
 	}
-	if float64(prev.LogBytes()+size) > MaxLogShare*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
+	share := MaxLogShare
+	if g.LogShare > 0 {
+		share = g.LogShare
+	}
+	if float64(prev.LogBytes()+size) > share*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
 		len(prev.Log) >= MaxLogSegments {
 		return GenerationRef{}, 0, false, nil
 	}

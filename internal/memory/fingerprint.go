@@ -111,7 +111,7 @@ func snapshotGenerations(sn *bloom.Snapshot) []*bloom.GenerationSnapshot {
 // last merge point before the next log replaces them (what they added and
 // what is new, in one segment). Each entry is then uploaded about twice,
 // and a chain holds its base, one segment per mergeEvery checkpoints and
-// at most mergeEvery more: it reaches MaxLogShare of the base (a whole
+// at most mergeEvery more: it reaches TableLogShare of the base (a whole
 // upload) long before checkpoint.MaxLogSegments, so that the table, three
 // times the ring's live generation, is uploaded whole as rarely as the
 // share allows (docs/checkpoints.md, "Log segments").
@@ -132,7 +132,7 @@ func tablesOf(sn *bloom.FingerprintSnapshot) (gens []checkpoint.Generation, merg
 		cg := checkpoint.Generation{
 			ID: t.Serial, Sealed: t.Sealed, Start: st.Start, End: st.End,
 			Inserts: st.Adds, EstKeys: st.Live, Fill: st.Load, EstFPR: st.EstFPR, Stacks: st.Level,
-			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, Source: t,
+			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: checkpoint.TableLogShare, Source: t,
 		}
 		if mark, ok := t.JournalMark(); ok && !t.Sealed {
 			if mark.FromToken != "" && mark.Chain-mark.FromChain >= mergeEvery {
@@ -197,7 +197,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 		return nil, err
 	}
 	// The open table's next log continues the chain it was read from.
-	fp.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
+	fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
 	for i, tb := range tables {
 		tb.SetJournalMark(m.Generations[i].Tail(), len(m.Generations[i].Log))
 	}

@@ -285,7 +285,7 @@ func TestFingerprintLogMerges(t *testing.T) {
 	// A dense base (segments are measured against its stored size), then
 	// 99 segments.
 	commitRange(f, h, 0, 100_000, 100_000)
-	commitRange(f, h, 100_000, 119_800, 200)
+	commitRange(f, h, 100_000, 104_950, 50)
 	if merges < 5 || longest > 1+99/mergeEvery+mergeEvery {
 		t.Fatalf("%d merges, longest chain %d segments", merges, longest)
 	}
@@ -300,7 +300,7 @@ func TestFingerprintLogMerges(t *testing.T) {
 	if err := h2.Claim(ctx, "t2"); err != nil {
 		t.Fatal(err)
 	}
-	commitRange(r.Filter, h2, 119_800, 139_800, 200)
+	commitRange(r.Filter, h2, 104_950, 109_900, 50)
 	want = encodeTables(t, r.Filter)
 	r3, err := fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
 	if err != nil {

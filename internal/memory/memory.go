@@ -198,7 +198,7 @@ func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
-		fp.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
+		fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
 		f.fp = fp
 	} else {
 		sh, err := bloom.NewShard(bloomConfig(p))
