@@ -343,3 +343,65 @@ func FuzzDecodeTableLog(f *testing.F) {
 		}
 	})
 }
+
+// TestTableSnapshotConcurrentEncode: snapshots encoded on another
+// goroutine while the owner keeps inserting, changes generation (a drop
+// rewrites the table) and overflows (run with -race) encode exactly the
+// state at snapshot time.
+func TestTableSnapshotConcurrentEncode(t *testing.T) {
+	s, err := NewFingerprintShard(Config{Window: 3 * time.Hour, Generations: 4, Capacity: 20_000, FPR: 0.01})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.EnableJournal(0.25, 10_000_000)
+	type job struct {
+		sn   *FingerprintSnapshot
+		want [][]byte
+	}
+	jobs := make(chan job, 4)
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for j := range jobs {
+			for i, ts := range j.sn.Tables {
+				var b bytes.Buffer
+				if _, err := ts.WriteTo(&b); err != nil {
+					errs <- err
+					return
+				}
+				if m, ok := ts.JournalMark(); ok {
+					ts.LogSince(m.Pos)
+				}
+				if !bytes.Equal(b.Bytes(), j.want[i]) {
+					errs <- errors.New("a snapshot encoded concurrently differs from the state at snapshot time")
+					return
+				}
+				ts.Mark("t", 0)
+			}
+			j.sn.Release()
+		}
+	}()
+	at := time.Unix(0, 0).Add(700_000 * s.Span())
+	for i := range uint64(60_000) {
+		s.TestAndAdd(keyHash(i), at.Add(time.Duration(i)*500*time.Millisecond))
+		if i%3000 == 0 {
+			sn := s.Snapshot()
+			var want [][]byte
+			for _, tb := range s.Tables() {
+				var b bytes.Buffer
+				if _, err := tb.WriteTo(&b); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, b.Bytes())
+			}
+			jobs <- job{sn, want}
+		}
+	}
+	close(jobs)
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Overflow == 0 {
+		t.Fatal("no overflow table: the test should overflow")
+	}
+}
