@@ -542,12 +542,19 @@ func (t *qtable) drop(tags uint64) {
 	if t.cow {
 		t.writable(0, t.pblocks-1)
 	}
+	// The queue holds at most the runs pending at a block's start (an
+	// offset, < 2^16) and the block's own: it never grows, and a push is
+	// a store and an add.
+	if cap(t.buf) < qMaxOffset+qSlots+1 {
+		t.buf = make([]uint64, qMaxOffset+qSlots+1)
+	}
 	var (
 		vals     [qSlots]uint64
-		queue    = t.buf[:0] // quotients whose runs are being read
-		head     int
-		w        uint64 // first position the next output run may take
-		out      bool   // an output run of queue[head] is open
+		queue    = t.buf[:cap(t.buf)] // quotients whose runs are being read
+		head, qn uint64
+		np       uint64 // the next output position: right after the last entry written
+		last     uint64 // the last position written
+		out      uint64 // 1: an entry of the run being read was written
 		cur      entCursor
 		kept     uint64
 		s        = uint64(t.s)
@@ -559,7 +566,7 @@ func (t *qtable) drop(tags uint64) {
 		mp := t.metaAt(b)
 		mw := b & (1<<qMetaShift - 1) * 2
 		occ, re := mp[mw]&qSlotMask, mp[mw+1]&qSlotMask
-		if occ == 0 && head == len(queue) {
+		if occ == 0 && head == qn {
 			continue // no run reaches into the block: it is empty
 		}
 		// Read the block whole, then clear it: the output written to it
@@ -570,44 +577,45 @@ func (t *qtable) drop(tags uint64) {
 		mp[mw] &= zeroMeta
 		mp[mw+1] &= zeroMeta
 		for i := uint64(0); i < qSlots; i++ {
-			if head == len(queue) {
+			if head == qn {
 				// Between clusters: go to the next home slot in use.
+				head, qn = 0, 0
 				rest := occ >> i
 				if rest == 0 {
 					break
 				}
 				i += uint64(bits.TrailingZeros64(rest))
 			}
-			if occ>>i&1 != 0 {
-				queue = append(queue, b<<6|i)
-			}
+			// Without branches on the bits: which slots are home slots
+			// and which end runs is as good as random.
+			queue[qn] = b<<6 | i
+			qn += occ >> i & 1
+			x := queue[head]
 			if v := vals[i]; tags>>(v&tm)&1 == 0 {
-				switch {
-				case !out && queue[head] <= w && kept > 0:
-					cur.advance(t) // right after the last run written
-					out = true
-				case !out:
-					cur.seek(t, max(queue[head], w))
-					out = true
-				default:
+				// A run starts at its home slot or right after the run
+				// before; an entry of the same run follows the last.
+				p := max(x, np)
+				if kept > 0 && p == np {
 					cur.advance(t)
+				} else {
+					cur.seek(t, p)
 				}
 				cur.or(v, s)
+				last, np, out = p, next(p), 1
 				kept++
 			}
-			if re>>i&1 != 0 {
-				if out {
-					t.setRunend(cur.pos, true)
-					t.setOcc(queue[head], true)
-					w, out = next(cur.pos), false
-				}
-				if head++; head == len(queue) {
-					queue, head = queue[:0], 0
-				}
-			}
+			// At a runend, the run written (if any) ends at last, and its
+			// quotient is occupied.
+			end := re >> i & 1
+			closes := end & out
+			lb := last >> 6
+			t.meta[lb>>qMetaShift][lb&(1<<qMetaShift-1)*2+1] |= closes << (last & 63)
+			xb := x >> 6
+			t.meta[xb>>qMetaShift][xb&(1<<qMetaShift-1)*2] |= closes << (x & 63)
+			out &^= end
+			head += end
 		}
 	}
-	t.buf = queue[:0]
 	t.entries = kept
 	t.rebuildOffsets()
 }
