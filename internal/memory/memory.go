@@ -1,6 +1,7 @@
 // Package memory is the production worker.StateStore: the dedup memory of
-// each input partition is a rotating bloom.Shard, checkpointed as generation
-// objects plus manifests in a checkpoint.Store. It is the one place that
+// each input partition is a rotating bloom.Shard (or, with Store.Kind
+// fingerprint, a bloom.FingerprintShard: fingerprint.go), checkpointed as
+// generation (table) objects plus manifests in a checkpoint.Store. It is the one place that
 // knows both the filter and the store; the worker knows neither (it sees
 // worker.Filter and worker.PartitionStore), the filter never knows Kafka, and
 // the store never decodes a filter.
