@@ -830,19 +830,28 @@ var selectInByte = func() (t [256][8]uint8) {
 func (t *qtable) checkLayout() error {
 	var occs, res uint64
 	for c := range t.pblocks {
-		o, r := t.occ(c), t.runends(c)
+		mp := t.meta[c>>qMetaShift]
+		w := c & (1<<qMetaShift - 1) * 2
+		o, r := mp[w]&qSlotMask, mp[w+1]&qSlotMask
 		if c >= t.nblocks && o != 0 {
 			return fmt.Errorf("spill block %d has occupied quotients", c)
 		}
-		if t.off(c) != occs-res {
-			return fmt.Errorf("block %d: offset %d, recomputed %d", c, t.off(c), occs-res)
+		d := occs - res // runs pending at the block's start
+		if mp[w]>>56|mp[w+1]>>56<<8 != d {
+			return fmt.Errorf("block %d: offset %d, recomputed %d", c, t.off(c), d)
 		}
-		// Runs pending at the block's start cover as many runends: only
-		// past them can one end too early.
-		for m := r; occs-res < uint64(bits.OnesCount64(r)) && m != 0; m &= m - 1 {
-			i := uint64(bits.TrailingZeros64(m))
-			if res+uint64(bits.OnesCount64(r&(2<<i-1))) > occs+uint64(bits.OnesCount64(o&(2<<i-1))) {
-				return fmt.Errorf("block %d: a run ends at slot %d before its quotient", c, i)
+		// At no slot may the block's runends so far outnumber its occupied
+		// quotients so far by more than the pending runs (a run would end
+		// before its quotient): the largest prefix of runends − occupied,
+		// four slots at a time.
+		if d < uint64(bits.OnesCount64(r)) {
+			var run int64
+			for k := uint64(0); k < qSlots; k += 4 {
+				e := layoutNibbles[r>>k&15|(o>>k&15)<<4]
+				if run+int64(e[0]) > int64(d) {
+					return fmt.Errorf("block %d: a run ends before its quotient", c)
+				}
+				run += int64(e[1])
 			}
 		}
 		occs += uint64(bits.OnesCount64(o))
@@ -856,6 +865,22 @@ func (t *qtable) checkLayout() error {
 	}
 	return nil
 }
+
+// layoutNibbles[r | o<<4] is, for four slots with runend bits r and
+// occupied bits o, the largest prefix of runends − occupied quotients
+// (each slot's both counted) and the whole sum.
+var layoutNibbles = func() (t [256][2]int8) {
+	for i := range 256 {
+		r, o := i&15, i>>4
+		cum, top := 0, -4
+		for k := range 4 {
+			cum += r>>k&1 - o>>k&1
+			top = max(top, cum)
+		}
+		t[i] = [2]int8{int8(top), int8(cum)}
+	}
+	return t
+}()
 
 // verify checks the table's structure: occupieds only for home slots, as
 // many runends as occupied quotients, every run found where the layout

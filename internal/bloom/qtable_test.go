@@ -286,3 +286,38 @@ func FuzzTableLayout(f *testing.F) {
 		}
 	})
 }
+
+// TestQtableCheckLayoutRejects: layouts an operation could leave the
+// table through are refused; a sound one passes.
+func TestQtableCheckLayoutRejects(t *testing.T) {
+	sound := newQtable(4, 5, 3)
+	for i := range uint64(100) {
+		sound.insert(pos(i*2), i)
+	}
+	if err := sound.checkLayout(); err != nil {
+		t.Fatalf("sound table refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(q *qtable)
+	}{
+		{"run ends before its quotient", func(q *qtable) { q.setOcc(pos(10), true); q.setRunend(pos(5), true) }},
+		{"more runends than quotients", func(q *qtable) { q.setRunend(pos(7), true) }},
+		{"occupied spill block", func(q *qtable) { q.setOcc(q.nblocks<<6, true); q.setRunend(q.nblocks<<6, true) }},
+		{"offset off by one", func(q *qtable) {
+			q.setOcc(pos(55), true)
+			q.setRunend(pos(56), true)
+			q.rebuildOffsets()
+			q.setOff(1, q.off(1)+1)
+		}},
+	} {
+		q := newQtable(4, 5, 3)
+		tc.edit(q)
+		if tc.name != "offset off by one" {
+			q.rebuildOffsets()
+		}
+		if err := q.checkLayout(); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}
