@@ -33,7 +33,6 @@
 //     checkpoint can then store a log segment (log.go) instead of the
 //     whole generation, and replaying it gives the same bits.
 //
-//
 // The fingerprint kind (FingerprintShard, tagged.go) holds the same
 // window in one quotient table of age-tagged fingerprints (qtable.go):
 // a key's remainder and the generation it was added in modulo 2^⌈log2 G⌉,
