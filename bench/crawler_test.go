@@ -506,18 +506,23 @@ func runCrawlerUploads(b *testing.B, kind string, rate float64, window time.Dura
 		feed(perInterval, interval)
 		commit()
 	}
-	runtime.GC()
-	rs := time.Now()
-	fresh := memory.New(cs, "g")
-	fresh.Kind = kind
-	r, err := fresh.Partition("urls", 0).Restore(ctx, params)
-	if err != nil {
-		b.Fatal(err)
+	// Restores by new processes' stores: the median of 5.
+	var restores []float64
+	for range 5 {
+		runtime.GC()
+		rs := time.Now()
+		fresh := memory.New(cs, "g")
+		fresh.Kind = kind
+		r, err := fresh.Partition("urls", 0).Restore(ctx, params)
+		if err != nil {
+			b.Fatal(err)
+		}
+		restores = append(restores, time.Since(rs).Seconds())
+		if r.InputOffset != offset {
+			b.Fatalf("restored offset %d, want %d", r.InputOffset, offset)
+		}
 	}
-	b.ReportMetric(time.Since(rs).Seconds(), "s-restore-at-threshold")
-	if r.InputOffset != offset {
-		b.Fatalf("restored offset %d, want %d", r.InputOffset, offset)
-	}
+	b.ReportMetric(median(restores), "s-restore-at-threshold")
 }
 
 func counterValue(b *testing.B, reg *prometheus.Registry, name string) float64 {
