@@ -26,6 +26,9 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeGeneration \
 	./internal/bloom:FuzzDecodeLazyGeneration \
 	./internal/bloom:FuzzDecodeLog \
+	./internal/bloom:FuzzDecodeTable \
+	./internal/bloom:FuzzDecodeTableLog \
+	./internal/bloom:FuzzTableLayout \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
 	./internal/config:FuzzParseUnits \

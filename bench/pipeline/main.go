@@ -29,10 +29,14 @@
 // shows RssAnon and RssFile at the end (the exact store's mapped files
 // count as RssFile) and the exact directory's size.
 //
+// With -compare fingerprint they are `bloomgate run` with the ring filter
+// (the default) and `bloomgate run --filter fingerprint --generations 8`.
+//
 // Usage (from the bench directory):
 //
 //	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:1ms,2000:5ms
 //	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:5ms -compare exact -reps 3 -run concurrent
+//	go run ./pipeline -events 1000000 -partitions 8 -settings 2000:5ms -compare fingerprint -reps 3
 package main
 
 import (
@@ -73,7 +77,7 @@ func main() {
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
-	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the kafka-go pipe against bloomgate), kgo (the franz-go pipe against bloomgate), pipes (both pipes and bloomgate) or exact (bloomgate filter only against bloomgate --exact)")
+	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the kafka-go pipe against bloomgate), kgo (the franz-go pipe against bloomgate), pipes (both pipes and bloomgate), exact (bloomgate filter only against bloomgate --exact) or fingerprint (the ring filter against --filter fingerprint)")
 	flag.StringVar(&b.before, "before", "", "bench: also run this bloomgate binary (an earlier build) as system \"before\", with the same flags as bloomgate")
 	flag.IntVar(&b.capacity, "capacity", 0, "bench: bloomgate --capacity (default: -events)")
 	flag.StringVar(&b.pprof, "pprof", "", "bench: build bloomgate with -tags pprof and save a CPU profile of the steady state and a heap profile at the end of every bloomgate pass into this directory")
@@ -117,7 +121,7 @@ type benchConfig struct {
 	extraArgs  string
 	perf       string // directory for perf profiles of the bloomgate passes
 	mode       string // sequential or concurrent
-	compare    string // pipe, kgo, pipes or exact
+	compare    string // pipe, kgo, pipes, exact or fingerprint
 	capacity   int
 	pprof      string // directory for pprof profiles of the bloomgate passes
 	before     string // an earlier bloomgate binary, run as system "before"
@@ -150,8 +154,10 @@ func (c benchConfig) compared() ([]string, error) {
 		return []string{"kgo", "pipe", "bloomgate"}, nil
 	case "exact":
 		return []string{"bloomgate", "exact"}, nil
+	case "fingerprint":
+		return []string{"bloomgate", "fingerprint"}, nil
 	}
-	return nil, fmt.Errorf("-compare %q: pipe, kgo, pipes or exact", c.compare)
+	return nil, fmt.Errorf("-compare %q: pipe, kgo, pipes, exact or fingerprint", c.compare)
 }
 
 type setting struct {
@@ -312,6 +318,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 					if system == "exact" {
 						j.exactDir = filepath.Join(tmp, "exact-"+strconv.Itoa(pass))
 						j.args = append(j.args, "--exact", "--exact-dir", j.exactDir)
+					}
+					if system == "fingerprint" {
+						j.args = append(j.args, "--filter", "fingerprint", "--generations", "8")
 					}
 					if slices.Contains(j.args, "--repartition") {
 						// The dedup stage reads <group>-repartition, which

@@ -127,7 +127,11 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 			}
 			kv("output offsets", "%s %s", topic, b.String())
 		}
-		kv("filter", "window %s, %d generations, capacity %s, fpr %s", quantity.Duration(p.Filter.Window), p.Filter.Generations,
+		kind, unit := "", "gen"
+		if p.Filter.Kind == checkpoint.FilterFingerprint {
+			kind, unit = "fingerprint, ", "table"
+		}
+		kv("filter", "%swindow %s, %d generations, capacity %s, fpr %s", kind, quantity.Duration(p.Filter.Window), p.Filter.Generations,
 			quantity.Count(p.Filter.Capacity), quantity.Rate(p.Filter.FPR))
 		if p.Key != nil {
 			kv("key", "%s", p.Key)
@@ -143,7 +147,13 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 		if p.Exact != nil {
 			exactCol = "\texact"
 		}
-		fmt.Fprintf(tw, "  gen\tstate\tevent time\testimated keys\tfill\test. fpr\tstacks\tbytes%s\n", exactCol)
+		// A table of the fingerprint filter: its level instead of stacks,
+		// its load as fill, and its entries per generation (oldest first).
+		stacks, ages := "stacks", ""
+		if unit == "table" {
+			stacks, ages = "level", "\tentries per generation"
+		}
+		fmt.Fprintf(tw, "  %s\tstate\tevent time\testimated keys\tfill\test. fpr\t%s\tbytes%s%s\n", unit, stacks, exactCol, ages)
 		for _, g := range p.Generations {
 			state := "live"
 			if g.Sealed {
@@ -169,8 +179,12 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 				// A chain: the base object and the log segments replayed onto it.
 				size = fmt.Sprintf("%s + %d log segments (%s, %d keys)", size, len(g.Log), byteSize(g.LogBytes()), g.LogEntries())
 			}
-			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s%s\n", g.ID, state,
-				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, size, exactGen)
+			hist := ""
+			if unit == "table" {
+				hist = "\t" + strings.Trim(fmt.Sprint(g.Ages), "[]")
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s .. %s\t%d\t%.3f\t%.3g\t%d\t%s%s%s\n", g.ID, state,
+				g.Start.Format(time.RFC3339), g.End.Format(time.RFC3339), g.EstKeys, g.Fill, g.EstFPR, g.Stacks, size, exactGen, hist)
 		}
 		tw.Flush()
 		if e := p.Exact; e != nil {

@@ -235,3 +235,41 @@ func TestInspectHelp(t *testing.T) {
 		t.Fatalf("exit %d, %q", code, stdout)
 	}
 }
+
+// TestInspectFingerprint: a memory of the fingerprint filter shows its kind
+// and, per table, its level, load and age histogram.
+func TestInspectFingerprint(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	part := store.Partition("g", "urls", 0)
+	if err := part.Claim(ctx, "test/1"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	if _, err := part.Commit(ctx, checkpoint.Checkpoint{
+		InputOffset: 5000,
+		Filter:      checkpoint.FilterParams{Kind: checkpoint.FilterFingerprint, Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: 0.01},
+		Owner:       "test/1",
+		Generations: []checkpoint.Generation{{
+			ID: 1, Start: start, End: start.Add(3 * time.Hour), Inserts: 30_000, EstKeys: 29_000,
+			Fill: 0.34, EstFPR: 0.0027, Ages: []uint64{9_000, 10_000, 10_000},
+			Source: bytesSource(bytes.Repeat([]byte{1}, 4096)),
+		}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runInProcess("inspect", "file://"+dir)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	for _, want := range []string{"fingerprint, window 7h0m0s, 8 generations", "table  state", "level", "entries per generation", "9000 10000 10000"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+}

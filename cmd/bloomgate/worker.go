@@ -183,6 +183,7 @@ func newWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger, reg pr
 	}()
 	state := memory.New(store, cfg.Group)
 	state.MaxTimeJump = cfg.MaxTimeJump
+	state.Kind = cfg.Filter
 	state.Key = keyID
 	state.Isolation = worker.IsolationLevel(cfg.IsolationLevel)
 	if cfg.Exact {

@@ -33,8 +33,19 @@
 //     checkpoint can then store a log segment (log.go) instead of the
 //     whole generation, and replaying it gives the same bits.
 //
-// A Filter, Generation and Shard belong to one goroutine. Only a Snapshot
-// may be read from another goroutine while the owner keeps inserting.
+// The fingerprint kind (FingerprintShard, tagged.go) holds the same
+// window in one quotient table of age-tagged fingerprints (qtable.go):
+// a key's remainder and the generation it was added in modulo 2^⌈log2 G⌉,
+// (r + a + 2.3)/α bits per entry (14.8 bits per window key at 1 % with
+// G = 8, against the ring's 17.9), one metadata and one entry cache line
+// per lookup, the leaving generation dropped in one pass over the table at
+// each generation change, overflow into tables of the next level, tables
+// stored in their own format (tagged_format.go). Slower per key than the
+// ring (cluster shifts near its peak load, the drops).
+//
+// A Filter, Generation, Shard, Table and FingerprintShard belong to one
+// goroutine. Only a Snapshot or FingerprintSnapshot may be read from
+// another goroutine while the owner keeps inserting.
 //
 // See docs/filter.md for the math, the format and the measurements.
 package bloom

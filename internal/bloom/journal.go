@@ -16,12 +16,15 @@ import "sync/atomic"
 // limit, or when the generation's structure changes: a new sub-filter, or
 // saturation) leave a gap: a log that needs them cannot be written, and the
 // next checkpoint stores the generation whole.
-type journal struct {
+//
+// The entries are the hashes of a generation (journal) or a tagged table's
+// packed entries (tableJournal).
+type journalOf[E any] struct {
 	// Entries live in fixed chunks, so that appending never copies and a
 	// snapshot shares them: the owner only writes past the end a snapshot
 	// saw, and drops whole chunks. chunks[0][0] is position base; the
 	// entries held are [start, end).
-	chunks     []*journalChunk
+	chunks     []*[journalChunkLen]E
 	base       uint64
 	start, end uint64
 	limit      uint64 // entries held at most
@@ -29,21 +32,42 @@ type journal struct {
 	mark atomic.Pointer[JournalMark] // set by the committer
 }
 
-// journalChunkLen entries (64 KiB) per chunk.
-const journalChunkLen = 4096
+type (
+	journal      = journalOf[Hash]
+	tableJournal = journalOf[uint64]
+)
 
-type journalChunk [journalChunkLen]Hash
+// journalChunkLen entries (64 KiB of hashes) per chunk.
+const journalChunkLen = 4096
 
 // JournalMark is the journal position a stored checkpoint covers, and an
 // opaque token naming that stored state (the checkpoint layer's chain tail).
 type JournalMark struct {
 	Pos   uint64
 	Token string
+	// Chain is the number of log segments of the stored chain (tables).
+	Chain int
+	// From, FromToken and FromChain name a merge point (tables): a stored
+	// state of the chain — the table stored whole, or a segment that
+	// replaced the segments before it — after which a log since From may
+	// replace the chain's later segments. The journal keeps the entries
+	// since From. FromToken "": none.
+	From      uint64
+	FromToken string
+	FromChain int
+}
+
+// keep is the first position a mark needs kept.
+func (m *JournalMark) keep() uint64 {
+	if m.FromToken != "" {
+		return min(m.Pos, m.From)
+	}
+	return m.Pos
 }
 
 // add appends h. Over the limit it first drops what a commit covered, and
 // if that is not enough gives up every entry.
-func (j *journal) add(h Hash) {
+func (j *journalOf[E]) add(h E) {
 	if j.end-j.start >= j.limit {
 		j.trim()
 		if j.end-j.start >= j.limit {
@@ -52,7 +76,7 @@ func (j *journal) add(h Hash) {
 	}
 	i := j.end - j.base
 	if i/journalChunkLen == uint64(len(j.chunks)) {
-		j.chunks = append(j.chunks, new(journalChunk))
+		j.chunks = append(j.chunks, new([journalChunkLen]E))
 	}
 	j.chunks[i/journalChunkLen][i%journalChunkLen] = h
 	j.end++
@@ -60,33 +84,43 @@ func (j *journal) add(h Hash) {
 
 // reset gives up the entries held: a log reaching back before end cannot
 // be written.
-func (j *journal) reset() {
+func (j *journalOf[E]) reset() {
 	j.chunks = nil
 	j.base, j.start = j.end, j.end
 }
 
+// restart gives up the entries and every position before now: no log can
+// continue a state marked before it (the table's identity changed).
+func (j *journalOf[E]) restart() {
+	j.end++
+	j.reset()
+}
+
 // trim drops the entries a commit covered.
-func (j *journal) trim() {
+func (j *journalOf[E]) trim() {
 	m := j.mark.Load()
-	switch {
-	case m == nil || m.Pos <= j.start:
-	case m.Pos >= j.end:
+	if m == nil {
+		return
+	}
+	switch keep := m.keep(); {
+	case keep <= j.start:
+	case keep >= j.end:
 		j.reset()
 	default:
-		k := (m.Pos - j.base) / journalChunkLen
+		k := (keep - j.base) / journalChunkLen
 		// A new array of pointers: a snapshot may hold the old one, and
 		// the dropped chunks are freed once no snapshot does.
-		j.chunks = append([]*journalChunk(nil), j.chunks[k:]...)
+		j.chunks = append([]*[journalChunkLen]E(nil), j.chunks[k:]...)
 		j.base += k * journalChunkLen
-		j.start = m.Pos
+		j.start = keep
 	}
 }
 
 // journalLimit is the number of entries a journal of a generation of
-// genBytes holds: share of its size at 16 bytes per entry, at most
+// genBytes holds: share of its size at entrySize bytes per entry, at most
 // maxEntries, at least 1024.
-func journalLimit(genBytes uint64, share float64, maxEntries int) uint64 {
-	n := int(float64(genBytes) * share / logEntrySize)
+func journalLimit(genBytes uint64, share float64, maxEntries int, entrySize int) uint64 {
+	n := int(float64(genBytes) * share / float64(entrySize))
 	return uint64(max(min(n, maxEntries), 1024))
 }
 
@@ -112,7 +146,7 @@ type journalPlan struct {
 
 func (g *Generation) startJournal(p *journalPlan) {
 	g.jplan = p
-	g.j = &journal{limit: journalLimit(g.bytes(), p.share, p.maxEntries)}
+	g.j = &journal{limit: journalLimit(g.bytes(), p.share, p.maxEntries, logEntrySize)}
 }
 
 // invalidateJournal gives up the journal after a structure change (a new
@@ -123,7 +157,7 @@ func (g *Generation) invalidateJournal() {
 		return
 	}
 	g.j.reset()
-	g.j.limit = journalLimit(g.bytes(), g.jplan.share, g.jplan.maxEntries)
+	g.j.limit = journalLimit(g.bytes(), g.jplan.share, g.jplan.maxEntries, logEntrySize)
 }
 
 func (g *Generation) bytes() uint64 {
@@ -143,21 +177,23 @@ func (g *Generation) SetJournalMark(token string) {
 	}
 }
 
-// journalView is what a snapshot keeps of a journal: O(chunks) pointers.
-type journalView struct {
-	j                *journal
-	chunks           []*journalChunk
+// journalViewOf is what a snapshot keeps of a journal: O(chunks) pointers.
+type journalViewOf[E any] struct {
+	j                *journalOf[E]
+	chunks           []*[journalChunkLen]E
 	base, start, end uint64
 }
 
-func (j *journal) view() journalView {
+type journalView = journalViewOf[Hash]
+
+func (j *journalOf[E]) view() journalViewOf[E] {
 	j.trim()
-	return journalView{j: j, chunks: append([]*journalChunk(nil), j.chunks...), base: j.base, start: j.start, end: j.end}
+	return journalViewOf[E]{j: j, chunks: append([]*[journalChunkLen]E(nil), j.chunks...), base: j.base, start: j.start, end: j.end}
 }
 
 // entries copies the entries [from, v.end).
-func (v *journalView) entries(from uint64) []Hash {
-	out := make([]Hash, 0, v.end-from)
+func (v *journalViewOf[E]) entries(from uint64) []E {
+	out := make([]E, 0, v.end-from)
 	for p := from; p < v.end; {
 		i := p - v.base
 		c := v.chunks[i/journalChunkLen][i%journalChunkLen:]

@@ -40,6 +40,11 @@ type Generation struct {
 	// Capacity and FPR are the generation's own plan (GenerationRef).
 	Capacity uint64
 	FPR      float64
+	// Ages is a table's age histogram (GenerationRef.Ages).
+	Ages []uint64
+	// LogShare, when set, replaces MaxLogShare for this generation's
+	// chain (a fingerprint table's: TableLogShare).
+	LogShare float64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored, and for an
 	// unsealed one whose Log it stores instead.
@@ -53,9 +58,12 @@ type Generation struct {
 // GenerationLog is a log segment of one generation: what it added since
 // the stored state named After.
 type GenerationLog struct {
-	// After is the tail (GenerationRef.Tail) of the stored chain the
-	// segment continues. Commit uses the segment only if the handle's
-	// last manifest holds that chain for the generation.
+	// After names the stored state the segment continues: the tail
+	// (GenerationRef.Tail) of the generation's chain in the handle's last
+	// manifest, or an earlier object of that chain (its base or a
+	// segment), in which case the segment replaces the segments that
+	// followed it (a merge: what they added is in it). Commit uses the
+	// segment only if the last manifest's chain holds After.
 	After   string
 	Entries int64
 	// Source streams the segment; it must write the same bytes each time
@@ -86,7 +94,15 @@ type GenerationLog struct {
 // every 256 minutes and the manifests' growth then cost about the same per
 // day, near the least total (docs/benchmarks.md, "Uploads per day").
 const (
-	MaxLogShare    = 0.25
+	MaxLogShare = 0.25
+	// TableLogShare is the share for the tables of the fingerprint
+	// filter: a table holds the whole window (about three times the
+	// ring's live generation), so at the ring's share a restore at the
+	// chain's limit would replay three times the entries; at an eighth it
+	// replays as many as the ring's while the table is still uploaded
+	// whole less often than the ring's live generation
+	// (docs/benchmarks.md, "Crawler scale").
+	TableLogShare  = 0.125
 	MaxLogEntries  = 10_000_000
 	MaxLogSegments = 256
 )
@@ -297,10 +313,12 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
 			ref.ExactGen = g.ExactGen
 			ref.KeysFrom = kf
+			// A sealed table keeps its bytes while its generations leave.
+			ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
 			m.Generations = append(m.Generations, ref)
 			continue
 		}
-		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && g.Log.After == prev.Tail() {
+		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && prev.chainHolds(g.Log.After) {
 			ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
 			if err != nil {
 				return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
@@ -518,24 +536,52 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 	return ex, uploaded, nil
 }
 
+// chainHolds reports whether key names g's object or one of its segments.
+func (g GenerationRef) chainHolds(key string) bool {
+	_, ok := g.chainCut(key)
+	return ok
+}
+
+// chainCut is the number of g's segments up to the object named key (0:
+// its base).
+func (g GenerationRef) chainCut(key string) (int, bool) {
+	if key == g.Key {
+		return 0, true
+	}
+	for i, l := range g.Log {
+		if l.Key == key {
+			return i + 1, true
+		}
+	}
+	return 0, false
+}
+
 // commitLog continues prev, the generation's chain in the last manifest,
-// with g.Log: nothing to upload if the log is empty, else one segment
-// under logs/<sha256>, if the chain then stays within MaxLogShare of its
-// base, MaxLogEntries and MaxLogSegments. ok is false when it would not (the generation is
-// then stored whole); n is the bytes uploaded.
+// with g.Log after the object it names (the segments after that object
+// are dropped from the chain: the log holds what they added): nothing to
+// upload if the log is empty, else one segment under logs/<sha256>, if
+// the chain then stays within MaxLogShare of its base, MaxLogEntries and
+// MaxLogSegments. ok is false when it would not (the generation is then
+// stored whole); n is the bytes uploaded.
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
 	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
-	ref.Capacity, ref.FPR = g.Capacity, g.FPR
+	ref.Capacity, ref.FPR, ref.Ages = g.Capacity, g.FPR, g.Ages
 	if g.Log.Entries == 0 {
-		return ref, 0, true, nil
+		return ref, 0, true, nil // the chain as it is holds the state
 	}
+	cut, _ := prev.chainCut(g.Log.After)
+	prev.Log = prev.Log[:cut:cut]
 	sha := sha256.New()
 	size, err := g.Log.Source.WriteTo(sha)
 	if err != nil {
 		return GenerationRef{}, 0, false, fmt.Errorf("digesting log segment: %w", err)
 	}
-	if float64(prev.LogBytes()+size) > MaxLogShare*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
+	share := MaxLogShare
+	if g.LogShare > 0 {
+		share = g.LogShare
+	}
+	if float64(prev.LogBytes()+size) > share*float64(prev.Bytes) || prev.LogEntries()+g.Log.Entries > MaxLogEntries ||
 		len(prev.Log) >= MaxLogSegments {
 		return GenerationRef{}, 0, false, nil
 	}
@@ -598,7 +644,7 @@ func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq ui
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
 		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
-		Capacity: g.Capacity, FPR: g.FPR,
+		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages,
 		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
 		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
 	}, nil

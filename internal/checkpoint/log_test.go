@@ -132,11 +132,20 @@ func TestCommitLogChain(t *testing.T) {
 	if !reflect.DeepEqual(m3.Generations[1].Log, g.Log) {
 		t.Fatalf("empty log changed the chain: %+v", m3.Generations[1])
 	}
-	// A log after another tail than the manifest's: whole upload.
+	// A log after an earlier object of the chain (here its base) holds
+	// what the later segments added: it replaces them (a merge).
 	s2.After = base.Key
 	m4 := commit(s2)
+	if g := m4.Generations[1]; len(g.Log) != 1 || g.Key != base.Key || g.Log[0].Seq != m4.Seq {
+		t.Fatalf("log after the base did not replace the chain: %+v", g)
+	}
+	restoreWant(chainDigest(live.Source, s2))
+	// A log after an object the chain does not hold: whole upload.
+	s3 := segment(3, 4000)
+	s3.After = "logs/" + strings.Repeat("0", 64)
+	m4 = commit(s3)
 	if g := m4.Generations[1]; len(g.Log) != 0 || g.Key == base.Key {
-		t.Fatalf("log after a stale tail was used: %+v", g)
+		t.Fatalf("log after an unknown object was used: %+v", g)
 	}
 	// Chains grow up to MaxLogShare of the base's stored size.
 	tail := m4.Generations[1].Tail()

@@ -15,27 +15,37 @@ import (
 // reads. Readers accept exactly the versions they know; anything else is
 // reported as ErrCorrupt (and Restore falls back to an older manifest).
 // Optional fields added since version 1 (key, hash_seed, event_time_ns,
-// isolation, exact, and per generation capacity, fpr, keys_from and lost)
-// keep the version: a reader without them ignores them, and a reader with
-// them treats their absence as "not recorded". (A lost generation names no
-// object; a reader without lost refuses that as corrupt and falls back,
-// which is what it must do: it cannot rebuild the generation.) A log
-// chain (GenerationRef.Log) is the exception: a reader that ignored it
+// isolation, exact, and per generation capacity, fpr, keys_from, lost and
+// ages) keep the version: a reader without them ignores them, and a reader
+// with them treats their absence as "not recorded". (A lost generation
+// names no object; a reader without lost refuses that as corrupt and falls
+// back, which is what it must do: it cannot rebuild the generation.) A log
+// chain (GenerationRef.Log) is an exception: a reader that ignored it
 // would load a live generation without the keys of its segments. So a
 // manifest naming a log is written as version 2 (builds that read only
-// version 1 refuse it and fall back instead of forgetting keys), and every
-// other manifest as version 1 (readable by those builds as before).
-const ManifestVersion = 2
+// version 1 refuse it and fall back instead of forgetting keys). The
+// fingerprint filter (FilterParams.Kind) is the other: its objects are
+// tables, which a reader that knows only generations would take for
+// corrupt generations and try to rebuild; such a manifest is version 3.
+// Every other manifest is written as version 1 (readable by every build).
+const ManifestVersion = 3
 
-// manifestVersionNoLog is the version of a manifest without log chains.
-const manifestVersionNoLog = 1
+// manifestVersionNoLog and manifestVersionLog are the versions of ring
+// manifests without and with log chains.
+const (
+	manifestVersionNoLog = 1
+	manifestVersionLog   = 2
+)
 
-// formatVersion is the version m is written as: 2 if a generation names
-// log segments, else 1.
+// formatVersion is the version m is written as: 3 for the fingerprint
+// filter, else 2 if a generation names log segments, else 1.
 func (m *Manifest) formatVersion() int {
+	if m.Filter.Kind == FilterFingerprint {
+		return ManifestVersion
+	}
 	for _, g := range m.Generations {
 		if len(g.Log) > 0 {
-			return ManifestVersion
+			return manifestVersionLog
 		}
 	}
 	return manifestVersionNoLog
@@ -46,13 +56,24 @@ const manifestFormat = "bloomgate-checkpoint-manifest"
 
 // FilterParams are the filter settings a checkpoint was taken with.
 type FilterParams struct {
+	// Kind is the filter (FilterRing, written as "" so that ring
+	// manifests stay readable by builds from before kinds, or
+	// FilterFingerprint); it says what the generation objects are.
+	Kind        string        `json:"-"`
 	Window      time.Duration `json:"-"`
 	Generations int           `json:"generations"`
 	Capacity    uint64        `json:"capacity"`
 	FPR         float64       `json:"fpr"`
 }
 
+// Filter kinds (FilterParams.Kind).
+const (
+	FilterRing        = ""            // a ring of Bloom generations: objects are generations
+	FilterFingerprint = "fingerprint" // one table of tagged fingerprints: objects are tables
+)
+
 type filterParamsJSON struct {
+	Kind        string  `json:"kind,omitempty"`
 	Window      string  `json:"window"`
 	Generations int     `json:"generations"`
 	Capacity    uint64  `json:"capacity"`
@@ -61,7 +82,7 @@ type filterParamsJSON struct {
 
 // MarshalJSON writes Window as a Go duration string ("24h0m0s").
 func (f FilterParams) MarshalJSON() ([]byte, error) {
-	return json.Marshal(filterParamsJSON{Window: f.Window.String(), Generations: f.Generations, Capacity: f.Capacity, FPR: f.FPR})
+	return json.Marshal(filterParamsJSON{Kind: f.Kind, Window: f.Window.String(), Generations: f.Generations, Capacity: f.Capacity, FPR: f.FPR})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -74,7 +95,10 @@ func (f *FilterParams) UnmarshalJSON(b []byte) error {
 	if err != nil {
 		return fmt.Errorf("filter window: %w", err)
 	}
-	*f = FilterParams{Window: w, Generations: j.Generations, Capacity: j.Capacity, FPR: j.FPR}
+	if j.Kind != FilterRing && j.Kind != FilterFingerprint {
+		return fmt.Errorf("filter kind %q", j.Kind)
+	}
+	*f = FilterParams{Kind: j.Kind, Window: w, Generations: j.Generations, Capacity: j.Capacity, FPR: j.FPR}
 	return nil
 }
 
@@ -141,6 +165,10 @@ type GenerationRef struct {
 	// before it was recorded, or after keys of another topic were read).
 	// A generation that cannot be loaded is rebuilt from there.
 	KeysFrom *KeysFrom `json:"keys_from,omitempty"`
+	// Ages, for a table of the fingerprint filter, is its age histogram:
+	// entries per generation still in the window, oldest first (the last
+	// is the generation of End). Absent for ring generations.
+	Ages []uint64 `json:"ages,omitempty"`
 	// Lost, when set, says why the generation's stored state could not be
 	// loaded (the object and the check that failed). A lost generation
 	// names no object: it is restored empty, with its ID and range, and
@@ -178,7 +206,7 @@ func (g GenerationRef) asLost(reason string) GenerationRef {
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start, End: g.End, Inserts: g.Inserts, EstKeys: g.EstKeys,
 		Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
-		Capacity: g.Capacity, FPR: g.FPR, KeysFrom: g.KeysFrom, Lost: reason,
+		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages, KeysFrom: g.KeysFrom, Lost: reason,
 	}
 }
 

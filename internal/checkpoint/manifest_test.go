@@ -324,8 +324,55 @@ func logManifest() *Manifest {
 		{Key: "logs/" + strings.Repeat("2e", 32), Bytes: 480, SHA256: strings.Repeat("2e", 32), Entries: 25, Seq: 44},
 	}
 	m.Seq = 44
-	m.Version = ManifestVersion // a log: version 2
+	m.Version = manifestVersionLog
 	return m
+}
+
+func fingerprintManifest() *Manifest {
+	m := logManifest()
+	m.Filter.Kind = FilterFingerprint
+	m.Filter.Generations = 8
+	for i := range m.Generations {
+		m.Generations[i].Ages = []uint64{310_000, 320_400, 298_100}
+	}
+	m.Version = ManifestVersion
+	return m
+}
+
+// TestManifestFingerprintGolden pins a manifest of the fingerprint filter:
+// its kind and the tables' age histograms are recorded, and it is written
+// as version 3 so that a build that knows only generations refuses it
+// instead of decoding tables as generations. One claiming version 2, or
+// naming an unknown kind, is refused here.
+func TestManifestFingerprintGolden(t *testing.T) {
+	m, want := checkManifestGolden(t, "manifest-v3-fingerprint.json", fingerprintManifest)
+	if m.Filter.Kind != FilterFingerprint || len(m.Generations[0].Ages) != 3 {
+		t.Errorf("kind %q, ages %v", m.Filter.Kind, m.Generations[0].Ages)
+	}
+	if !bytes.Contains(want, []byte(`"version": 3`)) || !bytes.Contains(want, []byte(`"kind": "fingerprint"`)) {
+		t.Errorf("a fingerprint manifest is not written as version 3 with its kind")
+	}
+	for _, tc := range []struct {
+		name    string
+		version int
+		kind    string
+	}{{"version 2", manifestVersionLog, FilterFingerprint}, {"unknown kind", ManifestVersion, "cuckoo"}} {
+		v := fingerprintManifest()
+		v.Version = tc.version
+		v.Filter.Kind = tc.kind
+		body, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		forged, err := json.Marshal(envelope{Format: manifestFormat, Version: tc.version, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: decoded: %v", tc.name, err)
+		}
+	}
 }
 
 // TestManifestLogGolden pins the log of a live generation; manifests

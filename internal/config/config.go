@@ -26,6 +26,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -58,6 +59,9 @@ const (
 
 	JSONValidationStrict = "strict"
 	JSONValidationLazy   = "lazy"
+
+	FilterRing        = memory.KindRing
+	FilterFingerprint = memory.KindFingerprint
 
 	SASLPlain       = "plain"
 	SASLScramSHA256 = "scram-sha-256"
@@ -141,6 +145,10 @@ type Run struct {
 	OnMissingKey string
 
 	// Filter.
+	// Filter is the kind: ring (G blocked Bloom generations) or
+	// fingerprint (one table of age-tagged fingerprints per partition;
+	// less memory, no exact mode yet). docs/filter.md, "Choosing the kind".
+	Filter      string
 	Window      time.Duration
 	Generations int
 	Capacity    uint64 // expected distinct keys per window, whole input topic
@@ -204,6 +212,7 @@ func Default() Run {
 		Normalize:              "none",
 		MaxKeyBytes:            4096,
 		JSONValidation:         JSONValidationStrict,
+		Filter:                 FilterRing,
 		Window:                 24 * time.Hour,
 		Generations:            4,
 		Capacity:               10_000_000,

@@ -156,6 +156,14 @@ func (c *Run) Validate() error {
 	}
 
 	// Filter.
+	fingerprint := c.Filter == FilterFingerprint
+	oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
+	if fingerprint && c.Generations > bloom.FingerprintMaxGenerations {
+		bad("generations", "%d: the fingerprint filter takes 2 to %d (e.g. 8)", c.Generations, bloom.FingerprintMaxGenerations)
+	}
+	if fingerprint && c.Exact {
+		bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
+	}
 	if c.Window <= 0 {
 		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
 	}
@@ -250,7 +258,14 @@ const MaxPlannedFilterBytes = 1 << 40
 // reach. The per-partition limit needs the partition count and is checked
 // by the worker at start.
 func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
-	bits, err := bloom.BitsPerKey(c.FPR, c.Generations)
+	bitsPerKey := bloom.BitsPerKey
+	if c.Filter == FilterFingerprint {
+		if c.Generations > bloom.FingerprintMaxGenerations {
+			return // reported above
+		}
+		bitsPerKey = bloom.FingerprintBitsPerKey
+	}
+	bits, err := bitsPerKey(c.FPR, c.Generations)
 	if err != nil {
 		bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
 		return

@@ -96,6 +96,9 @@ type restoredLoss struct {
 // returned it) that the shard holds empty or without their exact store,
 // and keeps the empty ones on f for the rebuild.
 func (f *filter) lostFrom(m *checkpoint.Manifest, loss restoredLoss) []worker.LostGeneration {
+	if f.s == nil {
+		return nil // the fingerprint kind restores whole or not at all
+	}
 	held := map[bloom.Span]bool{}
 	for _, sp := range f.s.Spans(nil) {
 		held[sp] = true
@@ -197,7 +200,7 @@ func (f *filter) FinishRebuild() uint64 {
 // keys of input records from offset on, unless foreign keys come first.
 func (f *filter) ReadingFrom(offset int64, foreign bool) {
 	f.committed.Store(nil)
-	if foreign || offset < 0 {
+	if foreign || offset < 0 || f.s == nil {
 		f.from = nil
 		return
 	}

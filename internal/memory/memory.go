@@ -1,6 +1,7 @@
 // Package memory is the production worker.StateStore: the dedup memory of
-// each input partition is a rotating bloom.Shard, checkpointed as generation
-// objects plus manifests in a checkpoint.Store. It is the one place that
+// each input partition is a rotating bloom.Shard (or, with Store.Kind
+// fingerprint, a bloom.FingerprintShard: fingerprint.go), checkpointed as
+// generation (table) objects plus manifests in a checkpoint.Store. It is the one place that
 // knows both the filter and the store; the worker knows neither (it sees
 // worker.Filter and worker.PartitionStore), the filter never knows Kafka, and
 // the store never decodes a filter.
@@ -92,6 +93,9 @@ type Store struct {
 	// store per partition behind the filter. Close the Store after the
 	// worker stopped.
 	Exact ExactOptions
+	// Kind is the filter new memories get and checkpoints must have been
+	// written with: KindRing ("" too) or KindFingerprint (fingerprint.go).
+	Kind string
 
 	mu     sync.Mutex
 	kept   map[topicPartition]keptFilter
@@ -186,18 +190,32 @@ func (s *Store) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 }
 
 func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
-	sh, err := bloom.NewShard(bloomConfig(p))
-	if err != nil {
-		return nil, fmt.Errorf("creating filter: %w", err)
+	f := &filter{maxJump: s.MaxTimeJump}
+	if s.fingerprint() {
+		if s.exactOn() {
+			return nil, errExactFingerprint
+		}
+		fp, err := bloom.NewFingerprintShard(bloomConfig(p))
+		if err != nil {
+			return nil, fmt.Errorf("creating filter: %w", err)
+		}
+		fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
+		f.fp = fp
+	} else {
+		sh, err := bloom.NewShard(bloomConfig(p))
+		if err != nil {
+			return nil, fmt.Errorf("creating filter: %w", err)
+		}
+		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
+		f.s = sh
 	}
-	sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
-	var seed bloom.Seed
 	if !s.UnkeyedHash {
-		if seed, err = bloom.NewSeed(); err != nil {
+		var err error
+		if f.seed, err = bloom.NewSeed(); err != nil {
 			return nil, err
 		}
 	}
-	return &filter{s: sh, seed: seed, maxJump: s.MaxTimeJump}, nil
+	return f, nil
 }
 
 // NewFilter returns an empty filter of the partition (a new memory); in
@@ -226,9 +244,10 @@ func (s *Store) Partition(topic string, partition int) worker.PartitionStore {
 }
 
 type filter struct {
-	s       *bloom.Shard
-	seed    bloom.Seed // the memory's hash seed, checkpointed with it
-	inserts uint64     // TestAndAdd calls, to tell whether the filter changed
+	s       *bloom.Shard            // the ring; nil for the fingerprint kind
+	fp      *bloom.FingerprintShard // the fingerprint kind; nil for the ring
+	seed    bloom.Seed              // the memory's hash seed, checkpointed with it
+	inserts uint64                  // TestAndAdd calls, to tell whether the filter changed
 
 	maxJump  time.Duration
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
@@ -253,6 +272,9 @@ func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
 	if f.x != nil {
 		return f.exactTestAndAdd(f.seed.Hash(key), f.file(ts))
 	}
+	if f.fp != nil {
+		return f.fp.TestAndAdd(f.seed.Hash(key), f.file(ts))
+	}
 	return f.s.TestAndAdd(f.seed.Hash(key), f.file(ts))
 }
 
@@ -263,11 +285,14 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 		f.hs = append(f.hs, f.seed.Hash(k))
 		f.ts = append(f.ts, f.file(ts[i]))
 	}
-	if f.x != nil {
+	switch {
+	case f.x != nil:
 		f.exactBatch(f.hs, f.ts, seen)
-		return
+	case f.fp != nil:
+		f.fp.TestAndAddBatch(f.hs, f.ts, seen)
+	default:
+		f.s.TestAndAddBatch(f.hs, f.ts, seen)
 	}
-	f.s.TestAndAddBatch(f.hs, f.ts, seen)
 }
 
 // file returns the event time a record with timestamp ts is filed under:
@@ -282,6 +307,9 @@ func (f *filter) file(ts time.Time) time.Time {
 }
 
 func (f *filter) Stats() worker.FilterStats {
+	if f.fp != nil {
+		return f.fingerprintStats()
+	}
 	st := f.s.Stats()
 	fs := worker.FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
 		Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
@@ -300,7 +328,12 @@ func (f *filter) Snapshot() worker.Snapshot {
 	if kf := f.committed.Swap(nil); kf != nil {
 		f.from = kf
 	}
-	sn := &snapshot{sn: f.s.Snapshot(), from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
+	sn := &snapshot{from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
+	if f.fp != nil {
+		sn.fsn = f.fp.Snapshot()
+		return sn
+	}
+	sn.sn = f.s.Snapshot()
 	if f.x != nil {
 		sn.exact = f.x.snapshot()
 	}
@@ -325,7 +358,8 @@ func (f *filter) ProvenanceKey() []byte {
 }
 
 type snapshot struct {
-	sn       *bloom.Snapshot
+	sn       *bloom.Snapshot            // the ring's
+	fsn      *bloom.FingerprintSnapshot // the fingerprint kind's
 	from     *filter
 	inserts  uint64
 	frontier int64
@@ -334,7 +368,12 @@ type snapshot struct {
 }
 
 func (b *snapshot) Release() {
-	b.sn.Release()
+	if b.sn != nil {
+		b.sn.Release()
+	}
+	if b.fsn != nil {
+		b.fsn.Release()
+	}
 	b.exact.release()
 }
 
@@ -361,6 +400,7 @@ func storeErr(err error) error {
 
 func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
 	var shard *bloom.Shard
+	var fp *bloom.FingerprintShard
 	var seed bloom.Seed
 	var reused *filter
 	var x *exactState // the exact store of the manifest being loaded
@@ -375,7 +415,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error {
 		m := l.Manifest
 		dropX() // an earlier manifest's, that failed verification after loading
-		shard, reused, loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
+		shard, fp, reused, loss = nil, nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
 		if err := b.s.compatible(m); err != nil {
 			return err
 		}
@@ -386,9 +426,13 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
 		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
-			kept.filter.s.Config() == bloomConfig(params) && kept.filter.Err() == nil {
+			kept.filter.config() == bloomConfig(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
+		}
+		if b.s.fingerprint() {
+			fp, err = b.loadTables(ctx, l, params)
+			return err
 		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
 		for i, ref := range m.Generations {
@@ -439,8 +483,8 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		b.s.closeOpen(b.tp, reused)
 		return restoredOf(m, reused), nil
 	}
-	b.notice(m, params, shard)
-	f := &filter{s: shard, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
+	f := &filter{s: shard, fp: fp, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
+	b.notice(m, params, f)
 	if x != nil {
 		b.s.track(b.tp, f)
 	} else if m.Exact != nil && b.s.first(b.tp, "exact-off") {
@@ -536,7 +580,7 @@ func verified(cerr, err error) error {
 // notice logs, once per partition, what the restored checkpoint m does not
 // say or says differently from this worker's settings: a missing key
 // record, another isolation level, another filter plan.
-func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, shard *bloom.Shard) {
+func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, f *filter) {
 	log := b.p.Logger().With("seq", m.Seq)
 	if m.Key == nil && b.s.Key != (checkpoint.KeyIdentity{}) && b.s.first(b.tp, "key") {
 		log.Warn(fmt.Sprintf("checkpoint %d of %s/%d does not record what defines a key (written before key settings were recorded); "+
@@ -576,16 +620,14 @@ func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, shar
 	}
 	msg := fmt.Sprintf("filter settings changed since checkpoint %d (%s): new generations follow the new settings",
 		m.Seq, strings.Join(changes, ", "))
-	st := shard.Stats()
-	var last time.Time
-	for _, g := range st.Generations {
-		if g.Legacy && g.End.After(last) {
-			last = g.End
+	legacy, last, what := f.legacy()
+	if legacy > 0 {
+		newOnes := "new ones"
+		if what != "generations" {
+			newOnes = "new generations"
 		}
-	}
-	if st.Legacy > 0 {
-		msg += fmt.Sprintf("; the checkpoint's %d generations of another time span (new ones span %s) keep answering lookups until event time passes their end + %s (the last one leaves at %s)",
-			st.Legacy, humanDuration(span(params.Window, params.Generations)), humanDuration(params.Window),
+		msg += fmt.Sprintf("; the checkpoint's %d %s of another time span (%s span %s) keep answering lookups until event time passes their end + %s (the last one leaves at %s)",
+			legacy, what, newOnes, humanDuration(span(params.Window, params.Generations)), humanDuration(params.Window),
 			last.Add(params.Window).UTC().Format(time.RFC3339))
 	}
 	log.Info(msg)
@@ -607,8 +649,12 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 			return err
 		}
 	}
-	gens := make([]checkpoint.Generation, 0, len(sn.sn.Generations))
-	for _, g := range sn.sn.Generations {
+	var gens []checkpoint.Generation
+	var merged []bool
+	if sn.fsn != nil {
+		gens, merged = tablesOf(sn.fsn)
+	}
+	for _, g := range snapshotGenerations(sn.sn) {
 		cg := checkpoint.Generation{
 			ID: g.ID, Sealed: g.Sealed, Start: g.Stats.Start, End: g.Stats.End,
 			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
@@ -629,15 +675,16 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	m, err := b.p.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
-		Filter:        checkpoint.FilterParams{Window: cp.Params.Window, Generations: cp.Params.Generations, Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
-		Key:           b.s.keyRecord(),
-		HashSeed:      sn.from.seed.String(),
-		Isolation:     string(b.s.Isolation),
-		Generations:   gens,
-		Owner:         cp.Owner,
-		EventTime:     sn.frontier,
-		Seed:          seedTo(cp.Seed),
-		Exact:         ex,
+		Filter: checkpoint.FilterParams{Kind: manifestKind(b.s.Kind), Window: cp.Params.Window, Generations: cp.Params.Generations,
+			Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
+		Key:         b.s.keyRecord(),
+		HashSeed:    sn.from.seed.String(),
+		Isolation:   string(b.s.Isolation),
+		Generations: gens,
+		Owner:       cp.Owner,
+		EventTime:   sn.frontier,
+		Seed:        seedTo(cp.Seed),
+		Exact:       ex,
 
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,
@@ -647,15 +694,18 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	if err != nil {
 		return storeErr(err)
 	}
-	if cp.Seed == nil {
+	if cp.Seed == nil && sn.sn != nil {
 		// Generations opened from here on get this point; while a seed
 		// topic is read, keys of another topic keep coming.
 		sn.from.committed.Store(position(cp.InputOffset, sn.frontier, snapshotNewest{sn.sn}))
 	}
 	// The journals may drop what this manifest stores; the next log of
-	// each generation continues its chain here.
-	for i, g := range sn.sn.Generations {
+	// each generation (table) continues its chain here.
+	for i, g := range snapshotGenerations(sn.sn) {
 		g.Mark(m.Generations[i].Tail())
+	}
+	if sn.fsn != nil {
+		markTables(sn.fsn, merged, m)
 	}
 	b.s.mu.Lock()
 	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
@@ -677,6 +727,13 @@ func (s *Store) keyRecord() *checkpoint.KeyIdentity {
 // changes (window, generations, capacity, rate) are carried over: see
 // bloom.RestoreShard.
 func (s *Store) compatible(m *checkpoint.Manifest) error {
+	if m.Filter.Kind != manifestKind(s.Kind) {
+		return fmt.Errorf("%w: checkpoint %d of %s/%d holds a %s filter; this worker uses --filter %s: "+
+			"the stored %s cannot be read as the other kind, and a new filter would forget the window's keys. "+
+			"Keep --filter %s, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new filter) or a new group",
+			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, kindName(m.Filter.Kind), kindName(manifestKind(s.Kind)),
+			objectsName(m.Filter.Kind), kindName(m.Filter.Kind))
+	}
 	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
 		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
 			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
@@ -725,18 +782,25 @@ func seedTo(s *worker.SeedProgress) *checkpoint.SeedProgress {
 // PlannedBytes is the memory of one partition's filter with every
 // generation open at its planned size (overflow stacks not included).
 func (s *Store) PlannedBytes(p worker.FilterParams) uint64 {
+	if s.fingerprint() {
+		return bloomConfig(p).FingerprintPlannedBytes()
+	}
 	return bloomConfig(p).PlannedBytes()
 }
 
 // CheckParams refuses a plan the filter cannot build, saying what it would
 // need against the limit of one partition's filter.
 func (s *Store) CheckParams(p worker.FilterParams) error {
-	err := bloomConfig(p).Validate()
+	validate, bitsPerKey := bloomConfig(p).Validate, bloom.BitsPerKey
+	if s.fingerprint() {
+		validate, bitsPerKey = bloomConfig(p).ValidateFingerprint, bloom.FingerprintBitsPerKey
+	}
+	err := validate()
 	if err == nil {
 		return nil
 	}
 	need := ""
-	if bits, berr := bloom.BitsPerKey(p.FPR, p.Generations); berr == nil {
+	if bits, berr := bitsPerKey(p.FPR, p.Generations); berr == nil {
 		need = fmt.Sprintf(" of %.1f GiB", float64(p.Capacity)*bits/8/(1<<30))
 	}
 	return fmt.Errorf("a filter%s; one partition's filter is limited to %d GiB (%w)", need, bloom.MaxFilterBytes>>30, err)

@@ -1,0 +1,544 @@
+package bloom
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"math/bits"
+	"slices"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// Table format v1, little-endian, streamed:
+//
+//	header   magic "\x89BGTAB\r\n", version u16 = 1, flags u16 (bit 0:
+//	         closed), length u32 of the fields up to the header CRC,
+//	         serial u64, first u64, newest u64 (generations), span i64
+//	         (ns), generations u32, level u32, remainder bits u32, tag bits
+//	         u32, blocks u64, capacity u64, fpr f64, entries u64, adds u64,
+//	         page bytes u32 (65536), metadata pages u32, entry pages u32,
+//	         reserved u32 (0), then 2^tag bits counts u64 (entries per
+//	         tag); CRC-32C u32 of all the header bytes before it.
+//	chunks   one per page, metadata pages first, each page's used words
+//	         only: kind u8 (0 raw, 1 zstd, 2 all zero), payload length u32,
+//	         CRC-32C u32 of kind, length and payload, payload. zstd is tried
+//	         on pages with ≤ 20 % of their bits set (a young table) and kept
+//	         if it saves ≥ 1/16.
+//	trailer  magic "BGTABEND", chunks u64, bytes before the trailer u64,
+//	         CRC-32C u32 of the trailer bytes before it.
+//
+// The pages are the table itself (qtable.go), canonical: the same entries
+// give the same bytes whatever the order they were added in.
+const (
+	tableVersion    = 1
+	tableFlagClosed = 1 << 0
+	tableHdrFixed   = 8*3 + 8 + 4*4 + 8*5 + 4*4
+)
+
+var (
+	tableMagic        = [8]byte{0x89, 'B', 'G', 'T', 'A', 'B', '\r', '\n'}
+	tableTrailerMagic = [8]byte{'B', 'G', 'T', 'A', 'B', 'E', 'N', 'D'}
+)
+
+// WriteTo encodes the table in table format v1. Only the owning goroutine
+// may call it; use FingerprintShard.Snapshot to encode concurrently.
+func (tb *Table) WriteTo(w io.Writer) (int64, error) {
+	v := qtableView{meta: tb.q.meta, ents: tb.q.ents, entries: tb.q.entries}
+	m := tb.meta()
+	return encodeTable(w, &m, &v)
+}
+
+// WriteTo encodes the table as it was at snapshot time (table format v1).
+func (ts *TableSnapshot) WriteTo(w io.Writer) (int64, error) {
+	return encodeTable(w, &ts.meta, &ts.view)
+}
+
+// tableUsed is the number of words of each page a table uses.
+func tableUsed(pblocks, bpp uint64, s uint, meta bool, pi uint64) uint64 {
+	if meta {
+		return min(1<<qMetaShift, pblocks-pi<<qMetaShift) * 2
+	}
+	return (min(bpp, pblocks-pi*bpp)*qSlots*uint64(s) + 63) / 64
+}
+
+func encodeTable(w io.Writer, m *tableMeta, v *qtableView) (int64, error) {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw}
+	ntags := 1 << m.a
+	hdr := make([]byte, 0, 16+tableHdrFixed+8*ntags+4)
+	hdr = append(hdr, tableMagic[:]...)
+	hdr = binary.LittleEndian.AppendUint16(hdr, tableVersion)
+	var flags uint16
+	if m.closed {
+		flags |= tableFlagClosed
+	}
+	hdr = binary.LittleEndian.AppendUint16(hdr, flags)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(tableHdrFixed+8*ntags))
+	for _, x := range []uint64{m.serial, m.first, m.newest, uint64(m.span)} {
+		hdr = binary.LittleEndian.AppendUint64(hdr, x)
+	}
+	for _, x := range []uint32{uint32(m.gens), uint32(m.size.level), uint32(m.size.r), uint32(m.a)} {
+		hdr = binary.LittleEndian.AppendUint32(hdr, x)
+	}
+	for _, x := range []uint64{m.size.nblocks, m.size.capacity, math.Float64bits(m.size.fpr), m.entries, m.adds} {
+		hdr = binary.LittleEndian.AppendUint64(hdr, x)
+	}
+	for _, x := range []uint32{pageBytes, uint32(len(v.meta)), uint32(len(v.ents)), 0} {
+		hdr = binary.LittleEndian.AppendUint32(hdr, x)
+	}
+	for _, c := range m.counts {
+		hdr = binary.LittleEndian.AppendUint64(hdr, c)
+	}
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
+	if err := cw.write(hdr); err != nil {
+		return cw.n, fmt.Errorf("writing table header: %w", err)
+	}
+	pblocks, bpp, _, _ := qGeometry(m.size.nblocks, m.size.r+m.a)
+	pc := pageChunks{cw: cw}
+	defer pc.close()
+	for i, p := range v.meta {
+		if err := pc.write(p[:tableUsed(pblocks, bpp, m.size.r+m.a, true, uint64(i))]); err != nil {
+			return cw.n, fmt.Errorf("writing table chunk: %w", err)
+		}
+	}
+	for i, p := range v.ents {
+		if err := pc.write(p[:tableUsed(pblocks, bpp, m.size.r+m.a, false, uint64(i))]); err != nil {
+			return cw.n, fmt.Errorf("writing table chunk: %w", err)
+		}
+	}
+	tr := make([]byte, 0, trailerSz)
+	tr = append(tr, tableTrailerMagic[:]...)
+	tr = binary.LittleEndian.AppendUint64(tr, pc.chunks)
+	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n))
+	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
+	if err := cw.write(tr); err != nil {
+		return cw.n, fmt.Errorf("writing table trailer: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing table: %w", err)
+	}
+	return cw.n, nil
+}
+
+// pageChunks writes pages as the chunks of the generation and table
+// formats.
+type pageChunks struct {
+	cw      *countingWriter
+	enc     *zstd.Encoder
+	zbuf    []byte
+	swapped []uint64
+	chunks  uint64
+}
+
+func (pc *pageChunks) close() {
+	if pc.enc != nil {
+		pc.enc.Close()
+	}
+}
+
+func (pc *pageChunks) write(p []uint64) error {
+	if !littleEndian {
+		pc.swapped = append(pc.swapped[:0], p...)
+		for i := range pc.swapped {
+			pc.swapped[i] = bits.ReverseBytes64(pc.swapped[i])
+		}
+		p = pc.swapped
+	}
+	raw := pageAsBytes(p)
+	kind, payload := byte(kindRaw), raw
+	ones := popcountWords(p)
+	switch {
+	case ones == 0:
+		kind, payload = kindZero, nil
+	case ones*5 <= uint64(len(p))*64:
+		if pc.enc == nil {
+			var err error
+			pc.enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
+				zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
+			if err != nil {
+				return fmt.Errorf("creating zstd encoder: %w", err)
+			}
+		}
+		pc.zbuf = pc.enc.EncodeAll(raw, pc.zbuf[:0])
+		if len(pc.zbuf) <= len(raw)-len(raw)/16 {
+			kind, payload = kindZstd, pc.zbuf
+		}
+	}
+	var ch [chunkHdr]byte
+	ch[0] = kind
+	binary.LittleEndian.PutUint32(ch[1:5], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(ch[5:9], crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload))
+	if err := pc.cw.write(ch[:]); err != nil {
+		return err
+	}
+	if err := pc.cw.write(payload); err != nil {
+		return err
+	}
+	pc.chunks++
+	return nil
+}
+
+// DecodeTable reads one table in table format v1. It checks the declared
+// size (whole pages) against maxBytes (≤ 0: MaxFilterBytes; ErrTooLarge)
+// before allocating, reads the chunks straight into the pages, then
+// checks the table's layout (qtable.checkLayout), so that every operation
+// on it stays inside it. Format problems are *FormatError
+// wrapping ErrCorrupt, ErrUnsupportedVersion or ErrTooLarge; a non-nil
+// error means a nil Table.
+func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
+	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
+		maxBytes = MaxFilterBytes
+	}
+	d := &decoder{r: r}
+	var pre [16]byte
+	if err := d.read("header", pre[:]); err != nil {
+		return nil, err
+	}
+	if [8]byte(pre[:8]) != tableMagic {
+		return nil, d.fail("header", "bad magic: not a bloomgate table", ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(pre[8:]); v != tableVersion {
+		return nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, tableVersion), ErrUnsupportedVersion)
+	}
+	flags := binary.LittleEndian.Uint16(pre[10:])
+	hlen := binary.LittleEndian.Uint32(pre[12:])
+	if hlen < tableHdrFixed+8*2 || hlen > tableHdrFixed+8*FingerprintMaxGenerations || (hlen-tableHdrFixed)%8 != 0 {
+		return nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
+	}
+	hdr := make([]byte, 16+hlen+4)
+	copy(hdr, pre[:])
+	if err := d.read("header", hdr[16:]); err != nil {
+		return nil, err
+	}
+	if crc32.Checksum(hdr[:16+hlen], castagnoli) != binary.LittleEndian.Uint32(hdr[16+hlen:]) {
+		return nil, d.fail("header", "checksum mismatch", ErrCorrupt)
+	}
+	if flags&^tableFlagClosed != 0 {
+		return nil, d.fail("header", fmt.Sprintf("unknown flags %#x", flags), ErrUnsupportedVersion)
+	}
+	b := hdr[16 : 16+hlen]
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
+	m := tableMeta{serial: u64(), first: u64(), newest: u64(), span: int64(u64()), closed: flags&tableFlagClosed != 0}
+	m.gens, m.size.level, m.size.r, m.a = int(u32()), int(u32()), uint(u32()), uint(u32())
+	m.size.nblocks, m.size.capacity, m.size.fpr = u64(), u64(), math.Float64frombits(u64())
+	m.entries, m.adds = u64(), u64()
+	pb, mpages, epages, res := u32(), u32(), u32(), u32()
+	switch {
+	case pb != pageBytes:
+		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
+	case res != 0:
+		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
+	case m.gens < 2 || m.gens > FingerprintMaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
+		return nil, d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
+	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
+		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):
+		return nil, d.fail("header", fmt.Sprintf("remainder %d bits, %d blocks, level %d, fpr %v", m.size.r, m.size.nblocks, m.size.level, m.size.fpr), ErrCorrupt)
+	case m.serial == 0 || m.span <= 0 || m.first > m.newest || m.newest >= math.MaxInt64/uint64(m.span):
+		return nil, d.fail("header", fmt.Sprintf("table %d: generations %d … %d of %d ns", m.serial, m.first, m.newest, m.span), ErrCorrupt)
+	}
+	pblocks, bpp, mp, ep := qGeometry(m.size.nblocks, m.size.r+m.a)
+	switch {
+	case uint64(mpages) != mp || uint64(epages) != ep:
+		return nil, d.fail("header", fmt.Sprintf("%d+%d pages for %d blocks", mpages, epages, m.size.nblocks), ErrCorrupt)
+	case (mp+ep)*pageBytes > uint64(maxBytes):
+		return nil, d.fail("header", fmt.Sprintf("table of %d bytes, limit %d", (mp+ep)*pageBytes, maxBytes), ErrTooLarge)
+	case m.size.capacity > pblocks*qSlots || m.entries > pblocks*qSlots:
+		return nil, d.fail("header", fmt.Sprintf("capacity %d, %d entries in %d slots", m.size.capacity, m.entries, pblocks*qSlots), ErrCorrupt)
+	}
+	// Entries only of the generations the table can hold.
+	lo := m.first
+	if m.newest+1 > uint64(m.gens) {
+		lo = max(lo, m.newest+1-uint64(m.gens))
+	}
+	m.counts = make([]uint64, 1<<m.a)
+	var sum uint64
+	held := (&Table{q: &qtable{a: m.a}, first: m.first, newest: m.newest}).tagMask(lo, m.newest)
+	for t := range m.counts {
+		m.counts[t] = u64()
+		if m.counts[t] != 0 && held>>t&1 == 0 {
+			return nil, d.fail("header", fmt.Sprintf("entries with tag %d, of no generation the table holds", t), ErrCorrupt)
+		}
+		sum += m.counts[t]
+		if sum < m.counts[t] {
+			return nil, d.fail("header", "tag counts overflow", ErrCorrupt)
+		}
+	}
+	if sum != m.entries {
+		return nil, d.fail("header", fmt.Sprintf("%d entries, tags count %d", m.entries, sum), ErrCorrupt)
+	}
+
+	q := newQtable(m.size.nblocks, m.size.r, m.a)
+	var (
+		dec    *zstd.Decoder
+		zbuf   []byte
+		chunks uint64
+		ch     [chunkHdr]byte
+	)
+	defer func() {
+		if dec != nil {
+			dec.Close()
+		}
+	}()
+	for i, p := range append(append([]*[pageWords]uint64(nil), q.meta...), q.ents...) {
+		isMeta := i < len(q.meta)
+		pi := uint64(i)
+		if !isMeta {
+			pi -= uint64(len(q.meta))
+		}
+		used := p[:tableUsed(pblocks, bpp, q.s, isMeta, pi)]
+		raw := pageAsBytes(used)
+		chunkOff := d.off
+		if err := d.read("chunk", ch[:]); err != nil {
+			return nil, err
+		}
+		kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
+		var payload []byte
+		switch {
+		case kind == kindRaw && int(n) == len(raw):
+			payload = raw
+		case kind == kindZstd && n > 0 && int(n) < len(raw):
+			if cap(zbuf) < int(n) {
+				zbuf = make([]byte, pageBytes)
+			}
+			payload = zbuf[:n]
+		case kind == kindZero && n == 0:
+		default:
+			return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, len(raw)), ErrCorrupt)
+		}
+		if err := d.read("chunk", payload); err != nil {
+			return nil, err
+		}
+		if crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload) != binary.LittleEndian.Uint32(ch[5:9]) {
+			d.off = chunkOff
+			return nil, d.fail("chunk", "checksum mismatch", ErrCorrupt)
+		}
+		if kind == kindZstd {
+			if dec == nil {
+				var err error
+				dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true),
+					zstd.WithDecoderMaxMemory(pageBytes))
+				if err != nil {
+					return nil, fmt.Errorf("creating zstd decoder: %w", err)
+				}
+			}
+			out, err := dec.DecodeAll(payload, raw[:0])
+			if err != nil || len(out) != len(raw) || (len(out) > 0 && &out[0] != &raw[0]) {
+				d.off = chunkOff
+				return nil, d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
+			}
+		}
+		if !littleEndian {
+			for j := range used {
+				used[j] = bits.ReverseBytes64(used[j])
+			}
+		}
+		chunks++
+	}
+	bodyLen := d.off
+	var tr [trailerSz]byte
+	if err := d.read("trailer", tr[:]); err != nil {
+		return nil, err
+	}
+	if [8]byte(tr[:8]) != tableTrailerMagic ||
+		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
+		binary.LittleEndian.Uint64(tr[8:]) != chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
+		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
+	}
+	q.entries = m.entries
+	if err := q.checkLayout(); err != nil {
+		return nil, d.fail("table", err.Error(), ErrCorrupt)
+	}
+	tb := &Table{q: q, serial: m.serial, first: m.first, newest: m.newest, span: m.span, gens: m.gens,
+		size: m.size, closed: m.closed, counts: m.counts, adds: m.adds}
+	tb.setLive(lo)
+	return tb, nil
+}
+
+// Table log format v1, little-endian: the entries one table added between
+// two checkpoints, all of its newest generation, and its counters after
+// them.
+//
+//	header   magic "\x89BGTLG\r\n", version u16 = 1, reserved u16 (0),
+//	         serial u64, first u64, newest u64, entries u64 and adds u64
+//	         (after the segment), count u64
+//	entries  count × u64: the home slot's index << entry bits | the entry
+//	trailer  CRC-32C u32 of every byte before it
+const (
+	tableLogVersion    = 1
+	tableLogHeaderSize = 8 + 2 + 2 + 8*6
+	tableLogEntrySize  = 8
+)
+
+var tableLogMagic = [8]byte{0x89, 'B', 'G', 'T', 'L', 'G', '\r', '\n'}
+
+// TableLog is what one checkpoint adds to a table stored earlier (see
+// Table.ApplyLog).
+type TableLog struct {
+	Serial, First, Newest uint64
+	Entries, Adds         uint64 // the table's counters after the segment
+	Added                 []uint64
+}
+
+// Size is the encoded size in bytes.
+func (l *TableLog) Size() int64 {
+	return tableLogHeaderSize + tableLogEntrySize*int64(len(l.Added)) + 4
+}
+
+// WriteTo encodes the segment in table log format v1.
+func (l *TableLog) WriteTo(w io.Writer) (int64, error) {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := &countingWriter{w: bw}
+	crc := crc32.New(castagnoli)
+	b := make([]byte, 0, tableLogHeaderSize)
+	b = append(b, tableLogMagic[:]...)
+	b = binary.LittleEndian.AppendUint16(b, tableLogVersion)
+	b = binary.LittleEndian.AppendUint16(b, 0)
+	for _, x := range []uint64{l.Serial, l.First, l.Newest, l.Entries, l.Adds, uint64(len(l.Added))} {
+		b = binary.LittleEndian.AppendUint64(b, x)
+	}
+	crc.Write(b)
+	if err := cw.write(b); err != nil {
+		return cw.n, fmt.Errorf("writing table log header: %w", err)
+	}
+	var e [8 * 512]byte
+	for lo := 0; lo < len(l.Added); lo += 512 {
+		chunk := l.Added[lo:min(lo+512, len(l.Added))]
+		for i, x := range chunk {
+			binary.LittleEndian.PutUint64(e[8*i:], x)
+		}
+		p := e[:8*len(chunk)]
+		crc.Write(p)
+		if err := cw.write(p); err != nil {
+			return cw.n, fmt.Errorf("writing table log entries: %w", err)
+		}
+	}
+	if err := cw.write(binary.LittleEndian.AppendUint32(nil, crc.Sum32())); err != nil {
+		return cw.n, fmt.Errorf("writing table log trailer: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing table log: %w", err)
+	}
+	return cw.n, nil
+}
+
+// DecodeTableLog reads one table log segment and checks that the stream
+// ends right after it; more than maxEntries entries are refused
+// (ErrTooLarge) before they are read. Errors are as DecodeLog's; a
+// non-nil error means a nil segment.
+func DecodeTableLog(r io.Reader, maxEntries int) (*TableLog, error) {
+	d := &decoder{r: r}
+	crc := crc32.New(castagnoli)
+	var hdr [tableLogHeaderSize]byte
+	if err := d.read("log header", hdr[:]); err != nil {
+		return nil, err
+	}
+	crc.Write(hdr[:])
+	if [8]byte(hdr[:8]) != tableLogMagic {
+		return nil, d.fail("log header", "bad magic: not a bloomgate table log", ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(hdr[8:]); v != tableLogVersion {
+		return nil, d.fail("log header", fmt.Sprintf("version %d, this build reads %d", v, tableLogVersion), ErrUnsupportedVersion)
+	}
+	if res := binary.LittleEndian.Uint16(hdr[10:]); res != 0 {
+		return nil, d.fail("log header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
+	}
+	b := hdr[12:]
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	l := &TableLog{Serial: u64(), First: u64(), Newest: u64(), Entries: u64(), Adds: u64()}
+	n := u64()
+	if n > uint64(max(maxEntries, 0)) {
+		return nil, d.fail("log header", fmt.Sprintf("%d entries, limit %d", n, maxEntries), ErrTooLarge)
+	}
+	var buf [8 * 1024]byte
+	for left := n; left > 0; {
+		k := min(left, 1024)
+		p := buf[:8*k]
+		if err := d.read("log entries", p); err != nil {
+			return nil, err
+		}
+		crc.Write(p)
+		for i := range k {
+			l.Added = append(l.Added, binary.LittleEndian.Uint64(p[8*i:]))
+		}
+		left -= k
+	}
+	var tr [4]byte
+	if err := d.read("log trailer", tr[:]); err != nil {
+		return nil, err
+	}
+	if crc.Sum32() != binary.LittleEndian.Uint32(tr[:]) {
+		return nil, d.fail("log trailer", "checksum mismatch", ErrCorrupt)
+	}
+	var extra [1]byte
+	if k, err := io.ReadFull(r, extra[:]); k > 0 {
+		return nil, d.fail("log trailer", fmt.Sprintf("bytes after %d entries: the entry count does not match the data", n), ErrCorrupt)
+	} else if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading table log end: %w", err)
+	}
+	return l, nil
+}
+
+// ApplyLog replays l onto tb, the table as stored when the segment's
+// entries started (or later in the same chain: an entry replayed twice
+// changes nothing): it adds the entries, takes the counters, and checks
+// that the table then holds exactly as many entries as the segment
+// records. An error wraps ErrCorrupt; tb is then unusable. Only the owning
+// goroutine may call it.
+func (tb *Table) ApplyLog(l *TableLog) error { return tb.ApplyLogs([]*TableLog{l}) }
+
+// ApplyLogs replays a chain's segments, in chain order, onto tb: their
+// counters are checked one after the other, then all their entries go in
+// at once, in the order of their home slots (the table is canonical, so
+// the order changes nothing but the memory accesses: a chain of 900 k
+// entries replays in a pass instead of 900 k cache misses), and the table
+// must hold the last segment's entry count.
+func (tb *Table) ApplyLogs(ls []*TableLog) error {
+	fail := func(detail string) error {
+		return fmt.Errorf("replaying log onto table %d: %s: %w", tb.serial, detail, ErrCorrupt)
+	}
+	if tb.closed && len(ls) > 0 {
+		return fail("the table is closed")
+	}
+	entries, adds, n := tb.q.entries, tb.adds, 0
+	for i, l := range ls {
+		switch {
+		case l.Serial != tb.serial || l.First != tb.first || l.Newest != tb.newest:
+			return fail(fmt.Sprintf("segment %d of table %d, generations %d … %d", i+1, l.Serial, l.First, l.Newest))
+		case l.Adds < adds || l.Entries < entries || l.Adds-adds > uint64(len(l.Added)) || l.Entries-entries != l.Adds-adds:
+			return fail(fmt.Sprintf("segment %d: counters %d/%d after %d entries, table at %d/%d", i+1, l.Entries, l.Adds, len(l.Added), entries, adds))
+		}
+		entries, adds, n = l.Entries, l.Adds, n+len(l.Added)
+	}
+	if len(ls) == 0 {
+		return nil
+	}
+	added := make([]uint64, 0, n)
+	for _, l := range ls {
+		added = append(added, l.Added...)
+	}
+	slices.Sort(added)
+	s := tb.q.s
+	tag := tb.tag(tb.newest)
+	for _, e := range added {
+		idx, v := e>>s, e&(1<<s-1)
+		if idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
+			return fail(fmt.Sprintf("entry %#x: home slot %d of %d, or not of generation %d", e, idx, tb.q.slots(), tb.newest))
+		}
+		before := tb.q.entries
+		if !tb.q.insert(idx/qSlots<<6|idx%qSlots, v) {
+			return fail("the table cannot take the entries")
+		}
+		tb.counts[tag] += tb.q.entries - before
+	}
+	if tb.q.entries != entries {
+		return fail(fmt.Sprintf("%d entries after the segments, the last says %d", tb.q.entries, entries))
+	}
+	tb.adds = adds
+	return nil
+}
