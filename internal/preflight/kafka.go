@@ -122,7 +122,7 @@ func limitCheck(pf *worker.Preflight, l worker.PreflightLimit) Check {
 		c.Fix = "grant DescribeConfigs on the topic, or keep --max-batch-bytes at most its max.message.bytes less 125 bytes"
 		return c
 	}
-	c.Detail = fmt.Sprintf("%d, --input's %s; records up to %d bytes are written to it", l.MaxMessageBytes, in, l.Bound)
+	c.Detail = fmt.Sprintf("%d, --input's %s; records up to %d bytes (a batch of the record alone, as the broker counts it) are written to it", l.MaxMessageBytes, in, l.Bound)
 	if l.Fits {
 		return c
 	}

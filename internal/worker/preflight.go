@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
+	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
 // Preflight is what the worker's start finds on the Kafka side, read by
@@ -67,9 +68,11 @@ type PreflightLimit struct {
 	// Fits: the topic takes every batch the input takes (its
 	// max.message.bytes is at least the input's, and --max-batch-bytes
 	// does not lower the bound below it), or, with the input's limit
-	// unknown, batches of --max-batch-bytes. The headers the worker adds
-	// (a few hundred bytes) are not counted: a record within them of the
-	// input's limit can still be unwritable, and is placed by Policy.
+	// unknown, batches of --max-batch-bytes. Within fitsMargin: the
+	// defaults (--max-batch-bytes 1 MiB, Kafka's max.message.bytes 1 MiB
+	// + 12 bytes) fit. A record within that margin and the headers the
+	// worker adds of the input's limit can still be unwritable, and is
+	// placed by Policy.
 	Fits bool
 	// Policy is what happens to an unwritable record (OnUnwritable); for
 	// the dead-letter topic a reference record takes its place.
@@ -170,6 +173,11 @@ func (w *Worker) Preflight(ctx context.Context) (*Preflight, error) {
 
 // preflightLimits judges the written topics' max.message.bytes as the
 // worker bounds its batches at start (outputLimits), against the input's.
+// fitsMargin is how far below the input's max.message.bytes a written
+// topic's bound may be and still count as taking what the input takes:
+// a batch's framing and a little slack.
+const fitsMargin = producer.BatchOverhead + 64
+
 func (w *Worker) preflightLimits(ctx context.Context, r *Preflight, found map[string]brokercheck.Topic) {
 	written := w.writtenTopics()
 	got, errs := w.maxMessageBytes(ctx, append([]string{w.cfg.Input}, written...))
@@ -189,9 +197,9 @@ func (w *Worker) preflightLimits(ctx context.Context, r *Preflight, found map[st
 		pl := PreflightLimit{Setting: "--" + kindFlag(k), Topic: t, MaxMessageBytes: got[t], Err: errs[t], Bound: l.bound(t), Policy: w.cfg.OnUnwritable}
 		switch {
 		case pl.MaxMessageBytes == 0:
-			pl.Fits = pl.Bound >= r.Input
+			pl.Fits = pl.Bound >= r.Input-fitsMargin
 		case r.Input > 0:
-			pl.Fits = pl.MaxMessageBytes >= r.Input && pl.Bound >= r.Input
+			pl.Fits = pl.MaxMessageBytes >= r.Input && pl.Bound >= r.Input-fitsMargin
 		default:
 			pl.Fits = pl.MaxMessageBytes >= w.cfg.MaxBatchBytes
 		}
