@@ -85,7 +85,7 @@ func TestRunBadConfig(t *testing.T) {
 	}{
 		{[]string{"run"}, nil, []string{"--brokers", "--input", "--output"}},
 		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "a"}, nil, []string{"--output", "also --input"}},
-		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b"}, []string{"BLOOMGATE_FPR=1.5"}, []string{"--fpr (env BLOOMGATE_FPR)", "between 0 and 1"}},
+		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b"}, []string{"BLOOMGATE_FPR=1.5"}, []string{"BLOOMGATE_FPR (--fpr): 1.5: must be strictly between 0 and 1"}},
 		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "0"}, nil, []string{"--capacity"}},
 		{[]string{"run", "--no-such-setting"}, nil, []string{"no-such-setting"}},
 	}
@@ -126,7 +126,7 @@ func TestBadFlagOneLine(t *testing.T) {
 			`bloomgate run: BLOOMGATE_FPR (--fpr): "one percent" is not a rate: use a fraction or a percentage, e.g. 0.01 or 1%` + "\n" +
 				`Run "bloomgate run --help" for every setting.` + "\n"},
 		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "1e12"}, nil,
-			`bloomgate run: --capacity (env BLOOMGATE_CAPACITY): 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, ` +
+			`bloomgate run: --capacity: 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, ` +
 				`more than the 1 TiB bound on any plan (README, Settings): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr` + "\n" +
 				`Run "bloomgate run --help" for every setting.` + "\n"},
 		{[]string{"dev", "--evnts", "3"}, nil,
@@ -155,16 +155,20 @@ func TestBadFlagOneLine(t *testing.T) {
 }
 
 // TestYAMLProblemsListed: every problem of a config file is listed, one a
-// line, before the hint.
+// line, before the hint: values that do not parse, unknown settings and
+// values that parse but are invalid, each on its line, then the settings
+// missing.
 func TestYAMLProblemsListed(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(file, []byte("brokers: [127.0.0.1:9092]\nwindw: 7d\ncapacity: 10 millions\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("brokers: [127.0.0.1:9092]\nwindw: 7d\ncapacity: 10 millions\nfpr: 2\ninput: orders\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, _, stderr := runInProcess("run", "--config", file)
-	want := "bloomgate run: 2 problems:\n" +
+	want := "bloomgate run: 4 problems:\n" +
 		"  " + file + `:2: unknown setting "windw"; did you mean window?` + "\n" +
 		"  " + file + `:3: capacity: "10 millions": unknown suffix "millions"; use k, m, g or b, t (thousand, million, billion, trillion), e.g. 10000000, 10_000_000, 10M, 2.5k or 1e7` + "\n" +
+		"  " + file + `:4: fpr: 2: must be strictly between 0 and 1, i.e. 0% and 100% (e.g. 0.01 or 1%)` + "\n" +
+		"  --output (not set): no output topic: set --output NAME\n" +
 		`Run "bloomgate run --help" for every setting.` + "\n"
 	if code != exitUsage || stderr != want {
 		t.Fatalf("exit %d, stderr\n%s\nwant\n%s", code, stderr, want)

@@ -87,6 +87,10 @@ type SASL struct {
 // Run is the configuration of `bloomgate run`.
 type Run struct {
 	ConfigFile string // the YAML file the settings were read from, if any
+	// origins says where each setting was set (Parse fills it; nil in a
+	// Run built in code), so that Validate's messages name the flag, the
+	// variable or the line the user wrote.
+	origins map[string]origin
 
 	// Kafka.
 	Brokers      []string
@@ -243,10 +247,17 @@ var ErrHelp = flag.ErrHelp
 // the --config file, validates them and resolves the derived defaults
 // (Resolve). Usage goes to out on --help only.
 // A returned error other than ErrHelp is a usage or config error (exit code
-// 2); each of its lines is one problem (see Parse and Validate).
+// 2); each of its lines is one problem (see Parse and Validate). When the
+// config file has problems, the *FileError lists Validate's problems with
+// them, each where its value was set (a line of the file, a flag, a
+// variable), so that one run shows everything to fix.
 func Load(args []string, out io.Writer) (*Run, error) {
-	cfg, err := Parse(args, out)
-	if err != nil {
+	cfg, err := parse(args, out)
+	var fe *FileError
+	switch {
+	case errors.As(err, &fe) && cfg != nil:
+		return nil, fe.withInvalid(cfg.Validate())
+	case err != nil:
 		return nil, err
 	}
 	if err := cfg.Validate(); err != nil {
@@ -274,6 +285,17 @@ func (c *Run) Resolve() {
 // environment (a *SettingError naming the variable), then the config file,
 // whose problems all come at once in a *FileError.
 func Parse(args []string, out io.Writer) (*Run, error) {
+	cfg, err := parse(args, out)
+	if err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// parse is Parse, but with a *FileError from a config file that parsed as
+// YAML it also returns the settings read (the file's bad values left at
+// their defaults), for Load to validate.
+func parse(args []string, out io.Writer) (*Run, error) {
 	cfg := Default()
 	fs := cfg.FlagSet("run")
 	rec := recordSets(fs)
@@ -295,32 +317,55 @@ func Parse(args []string, out io.Writer) (*Run, error) {
 	}
 	// Flags are parsed: ff reads only the environment and the file, for
 	// the flags not given.
-	rec.source, rec.failed = FromEnv, nil
+	rec.at, rec.failed = origin{source: FromEnv}, nil
 	err := ff.Parse(fs, nil,
 		ff.WithEnvVarPrefix(EnvPrefix),
 		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(yamlParser(fs, &cfg.ConfigFile)),
+		ff.WithConfigFileParser(yamlParser(fs, &cfg.ConfigFile, rec)),
 	)
+	cfg.origins = rec.origins
 	if err != nil {
 		var fe *FileError
 		var pe *iofs.PathError
 		switch {
+		case errors.As(err, &fe) && fe.parsed:
+			cfg.absPaths()
+			return &cfg, fe
 		case errors.As(err, &fe):
 			return nil, fe
 		case rec.failed != nil:
 			return nil, rec.failed
 		case errors.As(err, &pe):
-			return nil, &SettingError{Setting: "config", Problem: fmt.Sprintf("cannot read %q: %v", cfg.ConfigFile, pe.Err)}
+			o := cfg.origin("config")
+			return nil, &SettingError{Setting: "config", Problem: fmt.Sprintf("cannot read %q: %v", cfg.ConfigFile, pe.Err), Source: o.source}
 		}
 		return nil, fmt.Errorf("reading settings: %w", err)
 	}
-	cfg.CheckpointURL = AbsFileURL(cfg.CheckpointURL)
-	if cfg.ExactDir != "" {
-		if abs, err := filepath.Abs(cfg.ExactDir); err == nil {
-			cfg.ExactDir = abs
+	cfg.absPaths()
+	return &cfg, nil
+}
+
+// absPaths makes the checkpoint URL's directory and the exact directory
+// absolute, so that the stores and the logs see where the files go.
+func (c *Run) absPaths() {
+	c.CheckpointURL = AbsFileURL(c.CheckpointURL)
+	if c.ExactDir != "" {
+		if abs, err := filepath.Abs(c.ExactDir); err == nil {
+			c.ExactDir = abs
 		}
 	}
-	return &cfg, nil
+}
+
+// origin says where setting was set: Parse knows; a Run built in code
+// does not (FromAny).
+func (c *Run) origin(setting string) origin {
+	if c.origins == nil {
+		return origin{source: FromAny}
+	}
+	if o, ok := c.origins[setting]; ok {
+		return o
+	}
+	return origin{source: FromDefault}
 }
 
 // AbsFileURL turns file://./rel, file://rel-with-no-host-meaning and file:rel

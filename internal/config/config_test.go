@@ -211,7 +211,7 @@ func TestValidationErrors(t *testing.T) {
 				t.Fatalf("error %v is not a SettingError", err)
 			}
 			msg := err.Error()
-			if !strings.Contains(msg, "--"+tt.setting+" ") || !strings.Contains(msg, tt.hint) {
+			if !namesSetting(msg, tt.setting) || !strings.Contains(msg, tt.hint) {
 				t.Fatalf("error %q does not name --%s with hint %q", msg, tt.setting, tt.hint)
 			}
 		})
@@ -221,7 +221,7 @@ func TestValidationErrors(t *testing.T) {
 func TestAllErrorsReported(t *testing.T) {
 	_, err := Load([]string{"--fpr", "2", "--window", "0s"}, &bytes.Buffer{})
 	for _, s := range []string{"--brokers", "--input", "--output", "--fpr", "--window"} {
-		if err == nil || !strings.Contains(err.Error(), s+" ") {
+		if err == nil || !namesSetting(err.Error(), strings.TrimPrefix(s, "--")) {
 			t.Errorf("error %v does not mention %s", err, s)
 		}
 	}
@@ -349,6 +349,7 @@ func TestExampleFile(t *testing.T) {
 	want.OnUnwritable = OnUnwritableStall
 	want.CheckpointURL = AbsFileURL(want.CheckpointURL)
 	want.ExactDir, _ = filepath.Abs(want.ExactDir)
+	cfg.origins = nil // where each value was set: TestValidationNamesWhereSet
 	if fmt.Sprintf("%+v", *cfg) != fmt.Sprintf("%+v", want) {
 		t.Fatalf("example file:\n got %+v\nwant %+v", *cfg, want)
 	}
@@ -440,7 +441,7 @@ func TestIsolationLevel(t *testing.T) {
 		t.Fatalf("file: %v, %v", cfg, err)
 	}
 	_, err := load(t, "--isolation-level", "serializable")
-	want := `--isolation-level (env BLOOMGATE_ISOLATION_LEVEL): "serializable" is not one of read_committed, read_uncommitted`
+	want := `--isolation-level: "serializable" is not one of read_committed, read_uncommitted`
 	if err == nil || err.Error() != want {
 		t.Fatalf("bad value: %v\nwant %s", err, want)
 	}
@@ -475,10 +476,10 @@ func TestWorkerSettings(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--max-batch-bytes", "100"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 100: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
-		{[]string{"--max-batch-bytes", "2GiB"}, `--max-batch-bytes (env BLOOMGATE_MAX_BATCH_BYTES): 2GiB: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
-		{[]string{"--commit-interval", "0s"}, `--commit-interval (env BLOOMGATE_COMMIT_INTERVAL): 0s: must be positive (e.g. 1s)`},
-		{[]string{"--write-timeout", "-1s"}, `--write-timeout (env BLOOMGATE_WRITE_TIMEOUT): -1s: must be positive (e.g. 10s)`},
+		{[]string{"--max-batch-bytes", "100"}, `--max-batch-bytes: 100: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--max-batch-bytes", "2GiB"}, `--max-batch-bytes: 2GiB: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)`},
+		{[]string{"--commit-interval", "0s"}, `--commit-interval: 0s: must be positive (e.g. 1s)`},
+		{[]string{"--write-timeout", "-1s"}, `--write-timeout: -1s: must be positive (e.g. 10s)`},
 		{[]string{"--max-replay", "-5"}, `--max-replay: "-5" is negative: a count is 0 or more, e.g. 10000000, 10_000_000, 10M, 2.5k or 1e7`},
 	} {
 		_, err := load(t, tc.args...)
@@ -592,4 +593,10 @@ func TestCheckpointURLRedacted(t *testing.T) {
 			t.Errorf("--checkpoint-url %s: error %v", raw, err)
 		}
 	}
+}
+
+// namesSetting: msg names the flag of setting (--name followed by ":" or
+// " ", as a flag's or a variable's message does).
+func namesSetting(msg, setting string) bool {
+	return strings.Contains(msg, "--"+setting+":") || strings.Contains(msg, "--"+setting+" ") || strings.Contains(msg, "--"+setting+")")
 }

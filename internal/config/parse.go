@@ -9,17 +9,27 @@ import (
 	"time"
 )
 
-// Source says where a bad value came from.
+// Source says where a value came from.
 type Source int
 
 const (
-	// FromAny: a flag or its environment variable (a problem Validate
-	// finds in the combined settings).
+	// FromAny: a flag or its environment variable, not known which (a
+	// Run built in code, not by Parse).
 	FromAny Source = iota
 	FromFlag
 	FromEnv
 	FromFile
+	// FromDefault: not set anywhere; the default applies.
+	FromDefault
 )
+
+// origin is where a setting's value came from: a flag, an environment
+// variable, or a line of the config file.
+type origin struct {
+	source Source
+	file   string
+	line   int
+}
 
 // SettingError is one invalid setting. Its message names the setting where
 // the user wrote it, the value, and how to fix it.
@@ -39,6 +49,8 @@ func (e *SettingError) Error() string {
 		return fmt.Sprintf("%s (--%s): %s", envName(e.Setting), e.Setting, e.Problem)
 	case FromFile:
 		return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Setting, e.Problem)
+	case FromDefault:
+		return fmt.Sprintf("--%s (not set): %s", e.Setting, e.Problem)
 	}
 	return fmt.Sprintf("--%s (env %s): %s", e.Setting, envName(e.Setting), e.Problem)
 }
@@ -68,17 +80,20 @@ func ParseFlags(fs *flag.FlagSet, args []string) error {
 // setRecorder wraps every flag.Value of a set to remember the first failed
 // Set with its flag name and value: the flag package folds that into a
 // message of its own, and ff into one that names the environment variable
-// in words.
+// in words. It also remembers where each value that was set came from
+// (at: the source of the Sets being made now), for the messages of
+// Validate.
 type setRecorder struct {
 	fs       *flag.FlagSet
 	orig     map[string]flag.Value
-	source   Source
+	at       origin
+	origins  map[string]origin
 	failed   *SettingError
 	restored bool
 }
 
 func recordSets(fs *flag.FlagSet) *setRecorder {
-	r := &setRecorder{fs: fs, orig: map[string]flag.Value{}}
+	r := &setRecorder{fs: fs, orig: map[string]flag.Value{}, origins: map[string]origin{}}
 	fs.VisitAll(func(f *flag.Flag) {
 		r.orig[f.Name] = f.Value
 		rv := &recordingValue{Value: f.Value, name: f.Name, r: r}
@@ -111,7 +126,7 @@ func (r *setRecorder) parseArgs(args []string) error {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	defer func() { fs.SetOutput(out); fs.Usage = usage }()
-	r.source, r.failed = FromFlag, nil
+	r.at, r.failed = origin{source: FromFlag}, nil
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
@@ -178,8 +193,12 @@ type recordingValue struct {
 
 func (v *recordingValue) Set(s string) error {
 	err := v.Value.Set(s)
-	if err != nil && v.r.failed == nil {
-		v.r.failed = &SettingError{Setting: v.name, Problem: problemOf(v.Value, s, err), Source: v.r.source}
+	switch {
+	case err == nil:
+		v.r.origins[v.name] = v.r.at
+	case v.r.failed == nil:
+		at := v.r.at
+		v.r.failed = &SettingError{Setting: v.name, Problem: problemOf(v.Value, s, err), Source: at.source, File: at.file, Line: at.line}
 	}
 	return err
 }

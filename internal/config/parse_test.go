@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,7 +38,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"--input"}, `--input: needs a value, e.g. --input topic`},
 		{[]string{"---window", "1h"}, `bad flag syntax "---window": write --name value or --name=value`},
 		{[]string{"window", "1h"}, `unexpected argument "window": flags start with --; did you mean --window?`},
-		{[]string{"--config", filepath.Join("testdata", "missing.yaml")}, `--config (env BLOOMGATE_CONFIG): cannot read "testdata/missing.yaml": no such file or directory`},
+		{[]string{"--config", filepath.Join("testdata", "missing.yaml")}, `--config: cannot read "testdata/missing.yaml": no such file or directory`},
 	}
 	for _, tc := range cases {
 		_, err := load(t, tc.args...)
@@ -90,6 +91,72 @@ func TestYAMLErrorsAllAtOnce(t *testing.T) {
 	var unknown *UnknownSettingError
 	if !errors.As(err, &unknown) || unknown.Line != 5 || unknown.Suggestions[0] != "window" {
 		t.Fatalf("first unknown setting: %+v", unknown)
+	}
+}
+
+// TestYAMLInvalidValuesWithParseErrors: a file whose values partly do not
+// parse and partly parse but are invalid gets one report of both, each on
+// its line, with the invalid settings of flags and variables after them
+// under their own names (golden file testdata/invalid.golden).
+func TestYAMLInvalidValuesWithParseErrors(t *testing.T) {
+	t.Setenv("BLOOMGATE_WRITE_TIMEOUT", "0s")
+	file := filepath.Join("testdata", "invalid.yaml")
+	_, err := Load([]string{"--config", file, "--commit-interval", "0s"}, &bytes.Buffer{})
+	var fe *FileError
+	if !errors.As(err, &fe) {
+		t.Fatalf("Load = %v, want a *FileError", err)
+	}
+	golden := filepath.Join("testdata", "invalid.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(err.Error()+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, rerr := os.ReadFile(golden)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if got := err.Error() + "\n"; got != string(want) {
+		t.Fatalf("errors of %s:\n%s\nwant (%s):\n%s", file, got, golden, want)
+	}
+	// The refused capacity is not validated again at its default.
+	if n := strings.Count(err.Error(), "capacity"); n != 1 {
+		t.Errorf("capacity named %d times, want once (its parse error):\n%v", n, err)
+	}
+}
+
+// TestValidationNamesWhereSet: a value Validate refuses is named where the
+// user set it: a flag as --name, a variable with its flag, a line of the
+// file, and a setting left at its default as not set.
+func TestValidationNamesWhereSet(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("input: in\noutput: out\n\nfpr: 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"flag", nil, []string{"--fpr", "2"}, "--fpr: 2: must be strictly between 0 and 1"},
+		{"variable", []string{"BLOOMGATE_FPR", "2"}, nil, "BLOOMGATE_FPR (--fpr): 2: must be strictly between 0 and 1"},
+		{"file", nil, []string{"--config", file}, file + ":4: fpr: 2: must be strictly between 0 and 1"},
+		{"flag over file", nil, []string{"--config", file, "--fpr", "3"}, "--fpr: 3: must be strictly between 0 and 1"},
+		{"default", nil, []string{"--session-timeout", "1s"}, "--heartbeat-interval (not set): 1s: must be positive and below --session-timeout (1s)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != nil {
+				t.Setenv(tc.env[0], tc.env[1])
+			}
+			_, err := load(t, tc.args...)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("got %v\nwant it to begin with %s", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "(env ") {
+				t.Errorf("names a variable that was not set: %v", err)
+			}
+		})
 	}
 }
 

@@ -20,13 +20,15 @@ import (
 
 // Validate checks every setting; it changes nothing (Resolve fills the
 // derived defaults). It reports all problems at once, joined; each is a
-// *SettingError. Its ranges are the worker's (worker.MinGenerations, …), so
+// *SettingError placed where the setting was set (a flag, a variable, a
+// line of the config file; "not set" for a default). Its ranges are the worker's (worker.MinGenerations, …), so
 // a Run it accepts maps to a worker.Config that worker.Config.Validate
 // accepts.
 func (c *Run) Validate() error {
 	var errs []error
 	bad := func(setting, format string, args ...any) {
-		errs = append(errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...)})
+		o := c.origin(setting)
+		errs = append(errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...), Source: o.source, File: o.file, Line: o.line})
 	}
 	oneOf := func(setting, v string, allowed ...string) bool {
 		if !slices.Contains(allowed, v) {

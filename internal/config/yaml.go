@@ -1,10 +1,13 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,10 +15,86 @@ import (
 )
 
 // FileError is every problem found in the config file, each naming its
-// line: a file is fixed in one go, not one rerun per mistake.
+// line: a file is fixed in one go, not one rerun per mistake. Load adds
+// the problems Validate finds in the settings read (withInvalid), each
+// where its value was set.
 type FileError struct {
 	File string
-	Errs []error // *SettingError (FromFile), *UnknownSettingError or a syntax error
+	Errs []error // *SettingError, *UnknownSettingError, *LineError or a syntax error
+	// parsed: the file is a map of settings (no syntax error), so the
+	// settings it set are known.
+	parsed bool
+}
+
+// LineError is a problem of one line of the config file that is not a
+// bad value: a setting given twice, a list for a single value.
+type LineError struct {
+	File    string
+	Line    int
+	Setting string
+	Problem string
+}
+
+func (e *LineError) Error() string { return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Problem) }
+
+// withInvalid adds the problems of invalid (Validate's) to e: those of
+// settings the file set, by line among the file's own problems, then the
+// others (flags, variables, defaults). A setting whose value in the file
+// was refused is left out: Validate saw its default, not the file's value.
+func (e *FileError) withInvalid(invalid error) *FileError {
+	if invalid == nil {
+		return e
+	}
+	refused := map[string]bool{}
+	for _, err := range e.Errs {
+		var se *SettingError
+		var le *LineError
+		switch {
+		case errors.As(err, &se):
+			refused[se.Setting] = true
+		case errors.As(err, &le) && le.Setting != "":
+			refused[le.Setting] = true
+		}
+	}
+	var more []error
+	if j, ok := invalid.(interface{ Unwrap() []error }); ok {
+		more = j.Unwrap()
+	} else {
+		more = []error{invalid}
+	}
+	out := &FileError{File: e.File, Errs: slices.Clone(e.Errs), parsed: e.parsed}
+	for _, err := range more {
+		var se *SettingError
+		if errors.As(err, &se) && refused[se.Setting] {
+			continue
+		}
+		out.Errs = append(out.Errs, err)
+	}
+	// The file's lines first, in order; the rest keeps Validate's order.
+	key := func(err error) int {
+		if l := lineOf(err); l > 0 {
+			return l
+		}
+		return math.MaxInt
+	}
+	slices.SortStableFunc(out.Errs, func(a, b error) int { return cmp.Compare(key(a), key(b)) })
+	return out
+}
+
+// lineOf is the line of the config file a problem is on (0: none).
+func lineOf(err error) int {
+	var se *SettingError
+	var ue *UnknownSettingError
+	var le *LineError
+	switch {
+	case errors.As(err, &se) && se.Source == FromFile:
+		return se.Line
+	case errors.As(err, &ue):
+		return ue.Line
+	case errors.As(err, &le):
+		return le.Line
+	}
+	return 0
 }
 
 func (e *FileError) Error() string {
@@ -49,7 +128,8 @@ func (e *UnknownSettingError) Error() string {
 // Settings already given by a flag or an environment variable are left as
 // they are. Every problem is collected into one *FileError: unknown keys
 // (with the closest setting names), bad values, keys given twice.
-func yamlParser(fs *flag.FlagSet, file *string) func(r io.Reader, set func(name, value string) error) error {
+// Each value set is recorded in rec with its line.
+func yamlParser(fs *flag.FlagSet, file *string, rec *setRecorder) func(r io.Reader, set func(name, value string) error) error {
 	return func(r io.Reader, _ func(name, value string) error) error {
 		var doc yaml.Node
 		if err := yaml.NewDecoder(r).Decode(&doc); err != nil {
@@ -65,12 +145,14 @@ func yamlParser(fs *flag.FlagSet, file *string) func(r io.Reader, set func(name,
 		if root.Kind != yaml.MappingNode {
 			return &FileError{File: *file, Errs: []error{fmt.Errorf("%s:%d: want a map of settings (name: value)", *file, root.Line)}}
 		}
-		w := &yamlWalk{fs: fs, file: *file, seen: map[string]int{}, provided: map[string]bool{}}
+		w := &yamlWalk{fs: fs, file: *file, rec: rec, seen: map[string]int{}, provided: map[string]bool{}}
 		fs.Visit(func(f *flag.Flag) { w.provided[f.Name] = true })
 		fs.VisitAll(func(f *flag.Flag) { w.names = append(w.names, f.Name) })
+		prev := rec.at
 		w.walk("", root)
+		rec.at = prev
 		if len(w.errs) > 0 {
-			return &FileError{File: *file, Errs: w.errs}
+			return &FileError{File: *file, Errs: w.errs, parsed: true}
 		}
 		return nil
 	}
@@ -79,14 +161,15 @@ func yamlParser(fs *flag.FlagSet, file *string) func(r io.Reader, set func(name,
 type yamlWalk struct {
 	fs       *flag.FlagSet
 	file     string
+	rec      *setRecorder
 	names    []string
 	seen     map[string]int // setting → line it was set on
 	provided map[string]bool
 	errs     []error
 }
 
-func (w *yamlWalk) fail(line int, format string, args ...any) {
-	w.errs = append(w.errs, fmt.Errorf("%s:%d: "+format, append([]any{w.file, line}, args...)...))
+func (w *yamlWalk) fail(line int, setting, format string, args ...any) {
+	w.errs = append(w.errs, &LineError{File: w.file, Line: line, Setting: setting, Problem: fmt.Sprintf(format, args...)})
 }
 
 func (w *yamlWalk) walk(prefix string, m *yaml.Node) {
@@ -109,7 +192,7 @@ func (w *yamlWalk) walk(prefix string, m *yaml.Node) {
 			continue
 		}
 		if prev, dup := w.seen[name]; dup {
-			w.fail(k.Line, "%s is already set on line %d", name, prev)
+			w.fail(k.Line, "", "%s is already set on line %d", name, prev)
 			continue
 		}
 		w.seen[name] = k.Line
@@ -122,18 +205,18 @@ func (w *yamlWalk) walk(prefix string, m *yaml.Node) {
 			w.set(f, v.Line, val)
 		case yaml.SequenceNode:
 			if _, ok := underlying(f.Value).(interface{ isList() }); !ok {
-				w.fail(v.Line, "%s takes one value, not a list", name)
+				w.fail(v.Line, name, "%s takes one value, not a list", name)
 				continue
 			}
 			for _, e := range v.Content {
 				if e.Kind != yaml.ScalarNode {
-					w.fail(e.Line, "%s: want a list of plain values", name)
+					w.fail(e.Line, name, "%s: want a list of plain values", name)
 					continue
 				}
 				w.set(f, e.Line, e.Value)
 			}
 		default:
-			w.fail(v.Line, "%s: unsupported value", name)
+			w.fail(v.Line, name, "%s: unsupported value", name)
 		}
 	}
 }
@@ -145,6 +228,7 @@ func (w *yamlWalk) set(f *flag.Flag, line int, val string) {
 	if isBoolValue(f.Value) {
 		val = yamlBool(val)
 	}
+	w.rec.at = origin{source: FromFile, file: w.file, line: line}
 	if err := w.fs.Set(f.Name, val); err != nil {
 		w.errs = append(w.errs, &SettingError{Setting: f.Name, Problem: problemOf(f.Value, val, err), Source: FromFile, File: w.file, Line: line})
 	}
