@@ -267,7 +267,7 @@ func TestInspectFingerprint(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"fingerprint, window 7h0m0s, 8 generations", "table  state", "level", "entries per generation", "9000 10000 10000"} {
+	for _, want := range []string{"fingerprint, window 7h, 8 generations", "table  state", "level", "entries per generation", "9000 10000 10000"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
