@@ -319,12 +319,25 @@ func TestCrashDuringReplay(t *testing.T) {
 	var once sync.Once
 	var batches atomic.Int64
 	first := startWorker(t, cfg, store, func(w *Worker) {
-		w.hooks.AfterWrite = func(int, int64) {
-			if batches.Add(1) == 50 { // 2,500 records written; the last ones not yet committed
-				once.Do(func() { w.hooks.Halted.Store(true); close(crash) })
+		w.hooks.AfterWrite = func(int, int64) { batches.Add(1) }
+	})
+	// Crash after 2,500 records were written (the last ones, within the
+	// commit interval, not yet committed) and once both partitions have a
+	// committed offset, so that both replay: the commits, every 20 ms, may
+	// lag the writes on a fast machine.
+	waitFor(t, 30*time.Second, "50 batches written and an offset committed on both partitions", func() bool {
+		if batches.Load() < 50 {
+			return false
+		}
+		parts := first.w.Status().Partitions
+		for _, ps := range parts {
+			if ps.Committed <= 0 {
+				return false
 			}
 		}
+		return len(parts) == 2
 	})
+	once.Do(func() { first.w.hooks.Halted.Store(true); close(crash) })
 	<-crash
 	first.cancel()
 	<-first.done
