@@ -98,6 +98,9 @@ type Worker struct {
 	member     *group.Member
 	ms         *membership
 	joinErrors joinErrorLog
+	// discards reports partitions started empty by --on-restore-failure
+	// empty (discards.go).
+	discards discardLog
 }
 
 // Hooks let tests stage failures that a process cannot stage from outside
@@ -120,6 +123,13 @@ type Hooks struct {
 
 // errFatal marks errors that end Run.
 var errFatal = errors.New("worker stopped")
+
+// fatalErr marks err as errFatal without adding to its words, for errors
+// that say themselves what stopped the worker and what to do.
+type fatalErr struct{ err error }
+
+func (e fatalErr) Error() string   { return e.err.Error() }
+func (e fatalErr) Unwrap() []error { return []error{errFatal, e.err} }
 
 // New checks cfg and deps; it starts nothing.
 func New(cfg Config, deps Deps) (*Worker, error) {
@@ -203,6 +213,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.m.inputResets.WithLabelValues(w.cfg.Input, r)
 	}
 	w.m.inputLost.WithLabelValues(w.cfg.Input)
+	w.m.restoresDiscarded.WithLabelValues(w.cfg.Input)
+	if err := w.checkMemory(ctx); err != nil {
+		return err
+	}
 	for _, t := range []string{w.cfg.Output, w.cfg.Duplicates, w.cfg.DeadLetter} {
 		if t != "" {
 			for _, r := range ForeignReasons() {
