@@ -95,9 +95,11 @@ type Worker struct {
 	reported sync.Map
 	// member is the worker's membership of the consumer group; ms runs
 	// its partitions (membership.go).
-	member     *group.Member
-	ms         *membership
-	joinErrors joinErrorLog
+	member *group.Member
+	ms     *membership
+	// joinLog thins the lines of joins failing in a row; entering a
+	// generation ends the run (setJoined).
+	joinLog group.RetryLog
 	// discards reports partitions started empty by --on-restore-failure
 	// empty (discards.go).
 	discards discardLog
@@ -225,6 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	w.joinLog = group.RetryLog{Log: w.log, What: "joining the consumer group", Now: w.deps.Now}
 	member, err := w.newMember()
 	if err != nil {
 		return err
