@@ -328,3 +328,23 @@ func TestCheckUnreachableBrokers(t *testing.T) {
 		t.Errorf("statuses %v", status)
 	}
 }
+
+// TestRunKeyChanged: `bloomgate run` with another --key than the
+// checkpoints record stops before joining the group with exit code 2 and
+// one ERROR line for the process, pinned by testdata/run-key-changed.txt:
+// the partitions, both settings as flags and the fix, in the words of
+// check's checkpoints row (TestCheckFails).
+func TestRunKeyChanged(t *testing.T) {
+	addr := checkBroker(t)
+	dir := t.TempDir()
+	writeKeyedCheckpoints(t, dir)
+	stderr, code := runBinary(t, dir, storeErrorEnv(dir), "run", "--brokers", addr, "--group", "g", "--input", "orders", "--output", "orders-unique",
+		"--key", "json:id", "--checkpoint-url", "file://"+dir, "--metrics-addr", "", "--log-level", "warn")
+	if code != exitUsage {
+		t.Errorf("exit %d, want %d:\n%s", code, exitUsage, stderr)
+	}
+	if n := strings.Count(stderr, "level=ERROR"); n != 1 {
+		t.Errorf("%d ERROR lines, want 1:\n%s", n, stderr)
+	}
+	golden(t, "run-key-changed.txt", regexp.MustCompile(`(?m)^time=\S+ `).ReplaceAllString(checkNormalizer(addr, dir)(stderr), ""))
+}

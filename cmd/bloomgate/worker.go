@@ -95,11 +95,12 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	return nil
 }
 
-// workerErr marks configuration errors: the topics, and failures that
-// waiting does not fix (refused logins, missing ACLs, TLS settings).
+// workerErr marks configuration errors: the topics, checkpoints written
+// with another key definition or filter kind, and failures that waiting
+// does not fix (refused logins, missing ACLs, TLS settings).
 func workerErr(err error) error {
 	var refused *brokercheck.Error
-	if errors.Is(err, worker.ErrTopicConfig) || errors.As(err, &refused) {
+	if errors.Is(err, worker.ErrTopicConfig) || errors.Is(err, worker.ErrIncompatible) || errors.As(err, &refused) {
 		return usageError{err}
 	}
 	return err

@@ -32,8 +32,9 @@ import (
 // reason to fall back to older state.
 //
 // A load error wrapping ErrIncompatible (the state was written with
-// settings that cannot be carried over) is returned at once, wrapped in
-// ErrNoUsableCheckpoint, without trying older manifests.
+// settings that cannot be carried over) is returned at once, as the
+// loader worded it and matching ErrNoUsableCheckpoint too, without trying
+// older manifests.
 //
 // Restore never loads part of a manifest (RestoreWith does, for a loader
 // that can).
@@ -167,10 +168,18 @@ func abortRestore(ctx context.Context, seq uint64, err error) error {
 		return fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 	}
 	if errors.Is(err, ErrIncompatible) {
-		return fmt.Errorf("%w: checkpoint %d: %w", ErrNoUsableCheckpoint, seq, err)
+		return noUsable{err}
 	}
 	return nil
 }
+
+// noUsable marks a loader's refusal (ErrIncompatible) as
+// ErrNoUsableCheckpoint without adding to its words: the refusal says
+// what is wrong and what to do, and a prefix would only repeat it.
+type noUsable struct{ err error }
+
+func (e noUsable) Error() string   { return e.err.Error() }
+func (e noUsable) Unwrap() []error { return []error{ErrNoUsableCheckpoint, e.err} }
 
 // dataFailure reports whether err is a fault of the stored data (or of
 // the loader's reading of it), as opposed to the store being unreachable
@@ -208,6 +217,9 @@ func (p *Partition) load(ctx context.Context, m *Manifest, partial bool, load fu
 	}
 	for k, e := range l.fails {
 		r.fail(k, e)
+	}
+	if errors.Is(err, ErrIncompatible) {
+		return nil, err // the loader's refusal is about the settings, not this checkpoint
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading checkpoint %d: %w", m.Seq, err)

@@ -85,7 +85,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
 	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
 	BoundVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
-	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other key settings): fail, or empty (start with an empty filter)")
+	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other --key/--normalize/--filter): fail (stop the worker), or empty (start such a partition with an empty filter, rebuilt from the retained input: for one start, then remove it)")
 	CountVar(fs, &c.MaxReplay, "max-replay", c.MaxReplay, "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten; offsets are never committed beyond the last checkpoint plus this bound (0: replay all that is retained, exact)")
 	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,
 		"start even if the checkpoint store ignores create-only writes (If-None-Match); fencing of a stale partition owner is then OFF: only for a location one worker alone writes")

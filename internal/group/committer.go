@@ -72,6 +72,9 @@ type Committer struct {
 
 	mu        sync.Mutex
 	committed map[int]int64
+	// retries thins the lines of commits failing in a row (brokers
+	// away): the first, summaries, and the recovery.
+	retries RetryLog
 }
 
 type commitReq struct {
@@ -89,6 +92,7 @@ func NewCommitter(gen offsetCommitter, topic string, interval time.Duration, log
 		reqs: make(chan commitReq, 64), forget: make(chan []int, 16), revive: make(chan struct{}, 1),
 		stop: make(chan struct{}), done: make(chan struct{}),
 		pending: map[int]int64{}, committed: map[int]int64{},
+		retries: RetryLog{Log: log, What: "offset commit"},
 	}
 	c.lastRun.Store(time.Now().UnixNano())
 	return c
@@ -163,6 +167,7 @@ func (c *Committer) attempt(offsets map[int]int64) error {
 	switch {
 	case err == nil || errors.Is(err, ErrRebalancing):
 		c.lastOK, c.failingSince = now, time.Time{}
+		c.retries.Succeeded()
 	case c.failingSince.IsZero():
 		c.failingSince = now
 	}
@@ -204,7 +209,7 @@ func (c *Committer) failed(err error) error {
 	}
 	c.countFailure()
 	if c.Denied == nil || !c.Denied(err) {
-		c.log.Warn("offset commit failed; retrying", "err", err)
+		c.retries.Failed(err)
 	}
 	return err
 }

@@ -390,13 +390,22 @@ func storeErr(err error) error {
 		return nil
 	case errors.Is(err, checkpoint.ErrFenced):
 		return fmt.Errorf("%w: %w", worker.ErrFenced, err)
+	case errors.Is(err, worker.ErrNoUsableCheckpoint):
+		return err // an *IncompatibleError: worded for the worker already
 	case errors.Is(err, checkpoint.ErrNoUsableCheckpoint):
-		return fmt.Errorf("%w: %w", worker.ErrNoUsableCheckpoint, err)
+		return marked{err, worker.ErrNoUsableCheckpoint}
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		return fmt.Errorf("%w: %w", worker.ErrNoCheckpoint, err)
 	}
 	return err
 }
+
+// marked makes err match sentinel as well, keeping err's words (which
+// say the same: "no usable checkpoint" is not written twice).
+type marked struct{ err, sentinel error }
+
+func (e marked) Error() string   { return e.err.Error() }
+func (e marked) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
 	var shard *bloom.Shard
@@ -720,27 +729,6 @@ func (s *Store) keyRecord() *checkpoint.KeyIdentity {
 	}
 	k := s.Key
 	return &k
-}
-
-// compatible refuses a checkpoint whose keys this worker cannot carry over,
-// with an error that names both settings and the choices. Filter plan
-// changes (window, generations, capacity, rate) are carried over: see
-// bloom.RestoreShard.
-func (s *Store) compatible(m *checkpoint.Manifest) error {
-	if m.Filter.Kind != manifestKind(s.Kind) {
-		return fmt.Errorf("%w: checkpoint %d of %s/%d holds a %s filter; this worker uses --filter %s: "+
-			"the stored %s cannot be read as the other kind, and a new filter would forget the window's keys. "+
-			"Keep --filter %s, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new filter) or a new group",
-			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, kindName(m.Filter.Kind), kindName(manifestKind(s.Kind)),
-			objectsName(m.Filter.Kind), kindName(m.Filter.Kind))
-	}
-	if m.Key != nil && s.Key != (checkpoint.KeyIdentity{}) && *m.Key != s.Key {
-		return fmt.Errorf("%w: checkpoint %d of %s/%d was written with %s; this worker uses %s: "+
-			"the stored keys would match none of the new ones and duplicates would pass for up to a window. "+
-			"Keep the old key settings, or start a new memory with on-restore-failure=empty (rebuilt from the retained input with the new settings) or a new group",
-			checkpoint.ErrIncompatible, m.Seq, m.Topic, m.Partition, m.Key, s.Key)
-	}
-	return nil
 }
 
 // span is the event time one generation covers, as bloom plans it.

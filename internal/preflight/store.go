@@ -36,8 +36,9 @@ func storeCheck(ctx context.Context, cfg *config.Run, store *checkpoint.Store) (
 }
 
 // checkpoints compares the newest checkpoint of every input partition
-// with the settings: a key defined otherwise is refused by the restore
-// (memory.Store.Compatible), a changed filter plan is carried over.
+// with the settings: a key defined otherwise or another filter kind is
+// refused by the restore (memory.Store.Compatible), a changed filter plan
+// is carried over.
 func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpoint.Store, state *memory.Store, pf *worker.Preflight) {
 	topic := cfg.Input
 	if cfg.Repartition {
@@ -50,13 +51,12 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 		return
 	}
 	var (
-		found, corrupt    int
-		seqs              []string
-		incompatible      []int
-		firstIncompatible *checkpoint.KeyIdentity
-		changes           = map[string][]int{}
-		changeOrder       []string
-		isolation         []int
+		found, corrupt int
+		seqs           []string
+		incompatible   *memory.IncompatibleError
+		changes        = map[string][]int{}
+		changeOrder    []string
+		isolation      []int
 	)
 	for p := range pf.Partitions {
 		m, skipped, err := store.Partition(cfg.Group, topic, p).Newest(ctx)
@@ -71,10 +71,12 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 		}
 		found++
 		seqs = append(seqs, fmt.Sprintf("%d:%d", p, m.Seq))
-		if state.Compatible(m) != nil {
-			incompatible = append(incompatible, p)
-			if firstIncompatible == nil {
-				firstIncompatible = m.Key
+		var ie *memory.IncompatibleError
+		if errors.As(state.Compatible(m), &ie) {
+			if incompatible == nil {
+				incompatible = ie
+			} else {
+				incompatible.Partitions = append(incompatible.Partitions, p)
 			}
 			continue
 		}
@@ -106,28 +108,26 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 		c.Detail += fmt.Sprintf("; %d newer manifests do not verify and are passed over", corrupt)
 		c.Fix = "see bloomgate inspect " + store.URL()
 	}
-	if len(incompatible) > 0 {
+	if incompatible != nil {
+		// The words of run's refusal (memory.IncompatibleError).
 		c.Status = Fail
-		own := cfg.KeyIdentity()
-		c.Detail += fmt.Sprintf("; partitions %s were written with %s, these settings make %s: the stored keys match none of the new ones",
-			partitionList(incompatible), firstIncompatible, &own)
+		c.Detail += "; " + incompatible.Finding()
 		if cfg.OnRestoreFailure == config.OnRestoreEmpty {
 			c.Status = Warn
 			c.Detail += "; --on-restore-failure empty starts them empty, forgetting their window"
 		} else {
 			c.Detail += "; run refuses them (--on-restore-failure fail)"
 		}
-		c.Fix = "keep the key settings the checkpoints were written with (--key, --normalize), or start a new memory: a new --group, " +
-			"or --on-restore-failure empty once (rebuilt from the retained input)"
+		c.Fix = incompatible.Fix()
 	}
 	for _, ch := range changeOrder {
-		c.Detail += fmt.Sprintf("; partitions %s: %s", partitionList(changes[ch]), ch)
+		c.Detail += fmt.Sprintf("; partitions %s: %s", worker.PartitionList(changes[ch]), ch)
 	}
 	if len(isolation) > 0 {
 		if c.Status == OK {
 			c.Status = Warn
 		}
-		c.Detail += fmt.Sprintf("; partitions %s were built at another --isolation-level than %s", partitionList(isolation), cfg.IsolationLevel)
+		c.Detail += fmt.Sprintf("; partitions %s were built at another --isolation-level than %s", worker.PartitionList(isolation), cfg.IsolationLevel)
 	}
 	r.add(c)
 }
@@ -148,25 +148,4 @@ func planChanges(f checkpoint.FilterParams, cfg *config.Run) []string {
 			quantity.Rate(cfg.FPR), quantity.Rate(f.FPR)))
 	}
 	return out
-}
-
-// partitionList writes partition numbers as ranges: 0-3,5.
-func partitionList(ps []int) string {
-	var b strings.Builder
-	for i := 0; i < len(ps); {
-		j := i
-		for j+1 < len(ps) && ps[j+1] == ps[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteString(",")
-		}
-		if j > i {
-			fmt.Fprintf(&b, "%d-%d", ps[i], ps[j])
-		} else {
-			fmt.Fprintf(&b, "%d", ps[i])
-		}
-		i = j + 1
-	}
-	return b.String()
 }

@@ -3,6 +3,8 @@ package worker
 import (
 	"context"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/group"
 )
 
 // Group liveness: how long the worker waits for the coordinator, and what it
@@ -62,19 +64,24 @@ func (w *Worker) setJoined(joined bool) {
 	switch {
 	case joined:
 		w.unjoinedSince = time.Time{}
+		w.joinLog.Succeeded()
 	case w.unjoinedSince.IsZero():
 		w.unjoinedSince = w.deps.Now()
 	}
 }
 
 // watchGroup keeps the group gauges current and, while no generation forms,
-// says so in the log every groupStallAfter and calls rebuild every
-// groupRebuildAfter. It returns when ctx ends.
+// says so in the log after groupStallAfter and then at doubling intervals
+// (up to group.RetrySummaryMax), and calls rebuild every
+// groupRebuildAfter: the first rebuild of a run at WARN, the next ones
+// counted in that line and in bloomgate_group_rebuilds_total. It returns
+// when ctx ends.
 func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	stall, rebuildAfter := w.cfg.groupStallAfter(), w.cfg.groupRebuildAfter()
-	var warned, rebuilt time.Duration
+	var warnAt, rebuilt time.Duration
+	every, rebuilds := stall, 0
 	for {
 		select {
 		case <-ctx.Done():
@@ -87,24 +94,32 @@ func (w *Worker) watchGroup(ctx context.Context, rebuild func()) {
 		if since.IsZero() {
 			w.m.groupJoined.Set(1)
 			w.m.groupUnjoined.Set(0)
-			warned, rebuilt = 0, 0
+			warnAt, rebuilt, every, rebuilds = 0, 0, stall, 0
 			continue
 		}
 		d := w.deps.Now().Sub(since)
 		w.m.groupJoined.Set(0)
 		w.m.groupUnjoined.Set(d.Seconds())
-		if d >= warned+stall {
-			warned = d
+		if d >= rebuilt+rebuildAfter {
+			rebuilt = d
+			rebuilds++
+			if rebuilds == 1 {
+				w.log.Warn("no consumer group generation for too long; leaving the group and joining as a new member", "for", d.Round(time.Second))
+			} else {
+				w.log.Debug("no consumer group generation for too long; leaving the group and joining as a new member again", "for", d.Round(time.Second))
+			}
+			w.m.groupRebuilds.Inc()
+			rebuild()
+		}
+		if d >= warnAt+every {
+			if warnAt > 0 {
+				every = min(2*every, group.RetrySummaryMax)
+			}
+			warnAt = d
 			w.log.Warn("no consumer group generation; waiting for the coordinator to answer JoinGroup/SyncGroup "+
 				"(every member must rejoin within the rebalance timeout, dead members drop out after the session timeout)",
 				"for", d.Round(time.Second), "rebalance_timeout", w.cfg.RebalanceTimeout, "session_timeout", w.cfg.sessionTimeout(),
-				"rebuild_after", rebuildAfter)
-		}
-		if d >= rebuilt+rebuildAfter {
-			rebuilt = d
-			w.log.Warn("no consumer group generation for too long; leaving the group and joining as a new member", "for", d.Round(time.Second))
-			w.m.groupRebuilds.Inc()
-			rebuild()
+				"rebuild_after", rebuildAfter, "rebuilds", rebuilds)
 		}
 	}
 }

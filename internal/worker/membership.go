@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/group"
@@ -93,7 +92,7 @@ func (w *Worker) newMember() (*group.Member, error) {
 				return e
 			}
 			if !w.accessFailed(err) {
-				w.joinErrors.note(w, err)
+				w.joinLog.Failed(err)
 			}
 			return nil
 		},
@@ -102,24 +101,4 @@ func (w *Worker) newMember() (*group.Member, error) {
 		return nil, fmt.Errorf("creating the group member: %w", err)
 	}
 	return m, nil
-}
-
-// joinErrorLog rate-limits the WARN line about failed joins: the same
-// error at most once per failureLogEvery.
-type joinErrorLog struct {
-	mu   sync.Mutex
-	last string
-	at   time.Time
-}
-
-func (l *joinErrorLog) note(w *Worker, err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := w.deps.Now()
-	if err.Error() == l.last && now.Sub(l.at) < failureLogEvery {
-		w.log.Debug("joining the consumer group failed again; retrying", "err", err)
-		return
-	}
-	l.last, l.at = err.Error(), now
-	w.log.Warn("joining the consumer group failed; retrying", "err", err)
 }

@@ -46,6 +46,7 @@ type metrics struct {
 	// settingsConflicts: members of the group whose settings differ.
 	settingsConflicts prometheus.Gauge
 	generationsLost   *prometheus.CounterVec
+	restoresDiscarded *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -122,11 +123,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 				"(read back from the input, nothing forgotten), forgotten (the input no longer holds their keys: repeats are forwarded "+
 				"until they would have left the window), unverified (exact mode: their exact store was lost, the filter's answer stands).",
 			"topic", "reason"),
+		restoresDiscarded: counter("checkpoint_restores_discarded_total",
+			"Partitions started with an empty filter by --on-restore-failure empty because their checkpoints exist but none loads "+
+				"(corrupt, or written with other key or filter settings): their memory is rebuilt from the retained input, and keys "+
+				"older than it are forgotten. Should stay 0 once the rebuild the setting was set for is done.", "topic"),
 	}
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost} {
+		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost, m.restoresDiscarded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

@@ -120,7 +120,8 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 			return
 		}
 		if errors.Is(err, errFatal) {
-			pp.log.Error("partition stopped; stopping the worker", "err", err)
+			// Run returns err, and its caller reports it: once.
+			pp.log.Info("partition stopped; stopping the worker")
 			w.stop(err)
 			return
 		}

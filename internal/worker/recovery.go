@@ -53,9 +53,12 @@ func (w *Worker) bounds(ctx context.Context, topic string, partitions []int) (ma
 
 // restore loads the partition's newest usable checkpoint through h,
 // retrying store failures until ctx ends. None at all is an empty memory;
-// none usable is one too with on-restore-failure=empty, else fatal.
+// none usable is one too with on-restore-failure=empty (counted and
+// reported: discards.go), else fatal.
 func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restored, error) {
 	w := pp.w
+	w.discards.enter()
+	defer w.discards.leave(w)
 	b := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
 		r, err := h.Restore(ctx, w.params)
@@ -68,10 +71,13 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 			return pp.empty(h)
 		case errors.Is(err, ErrNoUsableCheckpoint):
 			if w.cfg.OnRestoreFailure == RestoreEmpty {
-				pp.log.Error("no usable checkpoint; starting from the retained input (on-restore-failure=empty)", "err", err)
+				w.discards.discarded(w, pp.p, err)
 				return pp.empty(h)
 			}
-			return nil, fmt.Errorf("%w: restoring %s/%d: %w (set on-restore-failure=empty to start from the retained input)",
+			if errors.Is(err, ErrIncompatible) {
+				return nil, fatalErr{err} // names the settings and the fix itself
+			}
+			return nil, fmt.Errorf("%w: restoring %s/%d: %w; --on-restore-failure empty starts it empty instead, rebuilt from the retained input",
 				errFatal, w.cfg.Input, pp.p, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()

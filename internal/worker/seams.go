@@ -285,7 +285,21 @@ var (
 	ErrNoCheckpoint       = errors.New("no checkpoint")
 	ErrNoUsableCheckpoint = errors.New("no usable checkpoint")
 	ErrFenced             = errors.New("checkpoint fenced by a newer owner")
+	// ErrIncompatible marks an ErrNoUsableCheckpoint error whose reason
+	// is the settings: the checkpoints were written with another
+	// definition of a key or another filter kind. The store's error says
+	// which and names the fix; the worker reports it as it is.
+	ErrIncompatible = errors.New("checkpoint incompatible with the settings")
 )
+
+// MemoryChecker is optionally implemented by a StateStore that can tell,
+// before any partition is assigned, which partitions of a topic it could
+// not restore under the settings: CheckMemory returns one error wrapping
+// ErrIncompatible that names them all, nil if there are none, and leaves
+// any other failure (a store that does not answer) to the restore.
+type MemoryChecker interface {
+	CheckMemory(ctx context.Context, topic string, partitions int) error
+}
 
 // Extractor derives the dedup key of a record. *keys.Extractor satisfies it.
 type Extractor interface {

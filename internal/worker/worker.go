@@ -95,9 +95,14 @@ type Worker struct {
 	reported sync.Map
 	// member is the worker's membership of the consumer group; ms runs
 	// its partitions (membership.go).
-	member     *group.Member
-	ms         *membership
-	joinErrors joinErrorLog
+	member *group.Member
+	ms     *membership
+	// joinLog thins the lines of joins failing in a row; entering a
+	// generation ends the run (setJoined).
+	joinLog group.RetryLog
+	// discards reports partitions started empty by --on-restore-failure
+	// empty (discards.go).
+	discards discardLog
 }
 
 // Hooks let tests stage failures that a process cannot stage from outside
@@ -120,6 +125,13 @@ type Hooks struct {
 
 // errFatal marks errors that end Run.
 var errFatal = errors.New("worker stopped")
+
+// fatalErr marks err as errFatal without adding to its words, for errors
+// that say themselves what stopped the worker and what to do.
+type fatalErr struct{ err error }
+
+func (e fatalErr) Error() string   { return e.err.Error() }
+func (e fatalErr) Unwrap() []error { return []error{errFatal, e.err} }
 
 // New checks cfg and deps; it starts nothing.
 func New(cfg Config, deps Deps) (*Worker, error) {
@@ -203,6 +215,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.m.inputResets.WithLabelValues(w.cfg.Input, r)
 	}
 	w.m.inputLost.WithLabelValues(w.cfg.Input)
+	w.m.restoresDiscarded.WithLabelValues(w.cfg.Input)
+	if err := w.checkMemory(ctx); err != nil {
+		return err
+	}
 	for _, t := range []string{w.cfg.Output, w.cfg.Duplicates, w.cfg.DeadLetter} {
 		if t != "" {
 			for _, r := range ForeignReasons() {
@@ -211,6 +227,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	w.joinLog = group.RetryLog{Log: w.log, What: "joining the consumer group", Now: w.deps.Now}
 	member, err := w.newMember()
 	if err != nil {
 		return err
