@@ -283,7 +283,7 @@ func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, bo
 				noun = "attempt"
 			}
 			return fmt.Errorf("--checkpoint-url %s: the store did not answer in %d %s over %s (the start-up bound, as for --brokers); "+
-				"last error: %w; check the endpoint and that this host can reach it", store.URL(), attempts, noun, time.Since(start).Round(100*time.Millisecond), last)
+				"last error: %w; check the endpoint and that this host can reach it", store.URL(), attempts, noun, bound, last)
 		}
 		d := min(wait, left)
 		logger.Warn("checkpoint store unreachable; retrying until the start-up bound, then stopping",
