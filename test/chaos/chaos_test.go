@@ -66,8 +66,8 @@ func TestChaos(t *testing.T) {
 
 // TestChaosFingerprint is a short mixed run with the fingerprint filter
 // (--filter fingerprint --generations 8): SIGKILLs while tables and
-// manifests upload among the others, the workers' tables restored from
-// their chains at every restart. It holds the contract as the ring does:
+// manifests upload, at random and during a rebalance, and a broker kill;
+// the workers' tables are restored from their chains at every restart. It holds the contract as the ring does:
 // 0 lost, 0 forwarded twice, false positives within the rate's bound.
 func TestChaosFingerprint(t *testing.T) {
 	if testing.Short() {
@@ -76,8 +76,11 @@ func TestChaosFingerprint(t *testing.T) {
 	if *flagOnly != "" || *flagFilter != "ring" {
 		t.Skip("-chaos.only and -chaos.filter run TestChaos instead")
 	}
+	// No two-of-three here: its recovery goal is TestChaos's to hold, and
+	// at this run's spacing the next kills and the broker's would fall
+	// inside its measurement.
 	runChaos(t, chaosRun{kills: 6, duration: 75 * time.Second, events: 75_000, filter: "fingerprint",
-		pattern: []string{"upload-gens", "two-of-three", "random", "upload-manifest", "rebalance", "upload-gens"}})
+		pattern: []string{"upload-gens", "random", "upload-manifest", "rebalance", "upload-gens"}})
 }
 
 // TestChaosExact is a short mixed run in exact mode: the workers' filters
