@@ -1,11 +1,7 @@
 package main
 
 import (
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,25 +17,4 @@ func statusHandler(w *worker.Worker, g prometheus.Gatherer) http.Handler {
 	mux.Handle("/", w.Handler(g))
 	mux.Handle("GET /{$}", statuspage.Handler(w.Status))
 	return mux
-}
-
-// listenWithFallback listens on addr; if the port is taken, on a free port
-// of the same host, and says so.
-func listenWithFallback(addr string) (net.Listener, string, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err == nil {
-		return ln, "", nil
-	}
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		return nil, "", err
-	}
-	host, _, serr := net.SplitHostPort(addr)
-	if serr != nil {
-		return nil, "", err
-	}
-	ln, err2 := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err2 != nil {
-		return nil, "", err
-	}
-	return ln, fmt.Sprintf("note: metrics address %s is in use (another bloomgate?); serving metrics on %s instead", addr, ln.Addr()), nil
 }

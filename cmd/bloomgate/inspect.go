@@ -71,7 +71,7 @@ Flags:
 		fmt.Fprintln(stderr, `Example: bloomgate inspect file://./.bloomgate/checkpoints (see "bloomgate inspect --help")`)
 		return exitUsage
 	}
-	raw := absFileURLArg(rest[0])
+	raw := config.AbsFileURLArg(rest[0])
 
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -230,13 +230,4 @@ func inspectLocation(ctx context.Context, raw string) (*checkpoint.Report, error
 	}
 	defer store.Close()
 	return checkpoint.Inspect(ctx, store)
-}
-
-// absFileURLArg is config.AbsFileURL that also takes a plain directory
-// path, as a command-line argument may be.
-func absFileURLArg(raw string) string {
-	if raw != "" && !strings.Contains(raw, ":") {
-		raw = "file:" + raw
-	}
-	return config.AbsFileURL(raw)
 }

@@ -368,6 +368,15 @@ func (c *Run) origin(setting string) origin {
 	return origin{source: FromDefault}
 }
 
+// AbsFileURLArg is AbsFileURL that also takes a plain directory path, as
+// a command-line argument may be.
+func AbsFileURLArg(raw string) string {
+	if raw != "" && !strings.Contains(raw, ":") {
+		raw = "file:" + raw
+	}
+	return AbsFileURL(raw)
+}
+
 // AbsFileURL turns file://./rel, file://rel-with-no-host-meaning and file:rel
 // into file:///absolute/rel, so that the checkpoint store and the logs see
 // where the files really go.

@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -130,7 +130,7 @@ func isTerminal(w io.Writer) bool {
 // devSummary is what the summary reports.
 type devSummary struct {
 	sc    devScenario
-	opts  devOptions
+	opts  Options
 	prog  string
 	truth devTruth
 	// counts after the worker stopped (or at the drain, for
@@ -308,7 +308,7 @@ func writeDevSummary(w io.Writer, s devSummary) {
 			row("", "%d partitions claimed, no filter state written yet (every %s, and at shutdown)", s.sizes.partitions, devCheckpointInterval)
 		} else {
 			row("", "%d partitions, %s in the newest checkpoints (%s stored, %d objects), ~%d keys estimated",
-				s.sizes.partitions, byteSize(s.sizes.bytes), byteSize(s.sizes.storedBytes), s.sizes.objects, s.sizes.estKeys)
+				s.sizes.partitions, quantity.Bytes(uint64(s.sizes.bytes)), quantity.Bytes(uint64(s.sizes.storedBytes)), s.sizes.objects, s.sizes.estKeys)
 		}
 	}
 	row("fresh state", "every run writes to a new run-… directory: the demo broker is in memory and")
@@ -363,7 +363,7 @@ func writeMeasured(row func(k, format string, a ...any), s devSummary) {
 	row("false positives", "%d = unique %s never forwarded, %.4f%% of unique keys (filter target %g%%)",
 		k.missing, sc.keyNoun, 100*float64(k.missing)/float64(t.unique), target)
 	row("repartition hop", "a second write and read of every link: %d records, %s in %s (the input: %s),",
-		k.hopRecords, byteSize(k.hopBytes), s.hopTopic, byteSize(t.bytes))
+		k.hopRecords, quantity.Bytes(uint64(k.hopBytes)), s.hopTopic, quantity.Bytes(uint64(t.bytes)))
 	row("", "%d copies from retries; its throughput cost is measured in docs/benchmarks.md", max(k.hopRecords-t.events, 0))
 }
 

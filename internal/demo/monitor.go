@@ -1,4 +1,4 @@
-package main
+package demo
 
 import (
 	"context"
@@ -23,7 +23,7 @@ import (
 type demo struct {
 	ctx        context.Context // ends on Ctrl-C / SIGTERM
 	sc         devScenario
-	opts       devOptions
+	opts       Options
 	cfg        *config.Run
 	plan       capacityPlan
 	w          *worker.Worker
