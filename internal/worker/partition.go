@@ -56,7 +56,12 @@ type partitionProc struct {
 	keyBuf         []byte
 	ahead          lookahead
 	lastCheckpoint time.Time
-	commitsPaused  bool
+	// soon: the next periodic checkpoint is due this long after the last
+	// one instead of CheckpointInterval, while shorter (0: not at all).
+	// A new memory and a seeding start at firstCheckpointAfter, and each
+	// checkpoint doubles it (firstCheckpoint).
+	soon          time.Duration
+	commitsPaused bool
 	// commitsHeld: commits wait at the last checkpoint plus MaxReplay
 	// (commitLimit).
 	commitsHeld bool
@@ -83,6 +88,15 @@ type partitionProc struct {
 }
 
 const filterStatsInterval = 5 * time.Second
+
+// firstCheckpointAfter is when the first periodic checkpoint of a new
+// memory, or of a seeding, comes after its records began: the stored state
+// (inspect, a restart) shows them within seconds instead of a whole
+// interval, and a seeding killed early does not start over. The next ones
+// come after twice as long each, until the interval: a handful more
+// checkpoints, and a kill in the first minutes costs at most about half of
+// what was done.
+const firstCheckpointAfter = 10 * time.Second
 
 // errFencedPartition is the cause of a partition stop because another owner
 // took it.
@@ -247,6 +261,10 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.lastCheckpoint = w.deps.Now()
 	pp.rateAt = pp.lastCheckpoint
+	pp.soon = 0
+	if restored.InputOffset < 0 || pl.reset || pp.seeding || pp.seedTopic != nil {
+		pp.soon = firstCheckpointAfter
+	}
 	if pp.seedTopic != nil && pp.seedTopic.Next < pp.seedTopic.End {
 		pp.setState("replaying")
 		err := pp.seedFromTopic(ctx)
@@ -369,13 +387,19 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		return
 	}
 	now := w.deps.Now()
-	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval {
+	every := w.cfg.CheckpointInterval
+	if pp.soon > 0 && pp.soon < every {
+		every = pp.soon
+	}
+	if now.Sub(pp.lastCheckpoint) >= every {
 		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next && pp.seedTopic == nil {
-			// Idle: the stored checkpoint still covers everything.
+			// Idle: the stored checkpoint still covers everything (a new
+			// memory's first checkpoint waits for records).
 			pp.cp.touch(now)
 			pp.lastCheckpoint = now
 		} else if pp.cp.trySubmit(pp.checkpoint) {
 			pp.lastCheckpoint = now
+			pp.soon *= 2
 		}
 		pp.offerCommit(ctx)
 	}
