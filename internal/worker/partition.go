@@ -224,6 +224,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.mark = pl.mark
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
+	w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.NextOffset, ps.ResumeOffset = c, resume })
 	if err := pp.beforeReading(ctx, pl); err != nil {
 		return err
 	}
@@ -266,7 +267,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		pp.soon = firstCheckpointAfter
 	}
 	if pp.seedTopic != nil && pp.seedTopic.Next < pp.seedTopic.End {
-		pp.setState("replaying")
+		pp.setState("seeding")
 		err := pp.seedFromTopic(ctx)
 		if ctx.Err() != nil {
 			return pp.finish(ctx)
@@ -281,11 +282,11 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	// checkpoints go on meanwhile (see checkpoint: their output offsets stay
 	// at the scan's start), so a long replay or seeding that is interrupted
 	// resumes where it was.
-	pp.setState("replaying")
 	phase := phaseReplaying
 	if pp.seeding {
 		phase = phaseSeeding
 	}
+	pp.setState(phase)
 	replayed := int64(0)
 	var rp *progress
 	if pp.next < pp.resume {
@@ -474,9 +475,19 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		Snapshot:      pp.filter.Snapshot(),
 		Owner:         pp.w.cfg.Owner,
 		Seed:          seed,
+		SeedingUntil:  pp.seedingUntil(),
 		LegacyBefore:  legacy,
 		Mark:          pp.mark,
 	}
+}
+
+// seedingUntil is Checkpoint.SeedingUntil: the start offset while a
+// seeding of the input is unfinished, else 0.
+func (pp *partitionProc) seedingUntil() int64 {
+	if pp.seeding && pp.next < pp.resume {
+		return pp.resume
+	}
+	return 0
 }
 
 // finish ends a session whose ctx ended: on revoke or shutdown it commits and

@@ -153,11 +153,12 @@ func (w *Worker) logProgress(ctx context.Context, sch progressSchedule) {
 // progressLine logs what the worker did in the last interval, of which it
 // was active for active, and where it stands.
 func (w *Worker) progressLine(s Status, interval, active time.Duration, cur, last totals, now time.Time) {
-	var lag int64
+	var lag, fill int64
 	running, paused, stalled := 0, 0, 0
 	var oldest time.Time
 	for _, p := range s.Partitions {
-		lag += p.Lag
+		lag += p.ForwardLag()
+		fill += p.FillLag
 		if p.State == "running" {
 			running++
 		}
@@ -191,7 +192,12 @@ func (w *Worker) progressLine(s Status, interval, active time.Duration, cur, las
 		// not a partition busy restoring (partitions_running says that).
 		attrs = append(attrs, "idle", true)
 	}
-	attrs = append(attrs, "lag", lag, "partitions_running", running, "partitions_assigned", len(s.Assigned),
+	attrs = append(attrs, "lag", lag)
+	if fill > 0 {
+		// Seeded or replayed into the filters, not forwarded: not lag.
+		attrs = append(attrs, "fill_lag", fill)
+	}
+	attrs = append(attrs, "partitions_running", running, "partitions_assigned", len(s.Assigned),
 		"generation", s.Generation, "joined", s.Joined)
 	if !oldest.IsZero() {
 		attrs = append(attrs, "oldest_checkpoint_age", now.Sub(oldest).Round(time.Second).String())
