@@ -166,6 +166,24 @@ func TestPageSeparatesFillLag(t *testing.T) {
 	}
 }
 
+// TestPageFilterMemoryPlannedAndAllocated: the filter memory card says
+// what is allocated now against what is planned, which filters allocate as
+// keys arrive.
+func TestPageFilterMemoryPlannedAndAllocated(t *testing.T) {
+	st := sampleStatus(testNow)
+	st.PlannedFilterBytes = 21_300 << 10
+	page, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
+	want := `<b id="filter-memory">3.00 MiB</b><span>filter memory allocated now<br>of 20.8 MiB planned (allocated as keys arrive)</span>`
+	if !strings.Contains(string(page), want) {
+		t.Errorf("page lacks %q", want)
+	}
+	st.PlannedFilterBytes = 0
+	page, _ = io.ReadAll(get(t, testHandler(st), "/").Body)
+	if strings.Contains(string(page), "planned") {
+		t.Error("a plan shown where the store plans none")
+	}
+}
+
 // stalledStatus is a ready worker with one partition running and one
 // stalled before a record its output refuses, and one stalled for failing
 // writes; at testNow.

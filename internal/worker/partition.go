@@ -74,6 +74,8 @@ type partitionProc struct {
 	rateAt    time.Time
 	stats     FilterStats
 	statsAt   time.Time
+	// statsStale: keys were inserted since stats were taken.
+	statsStale bool
 	// Assignment state about unwritable records (unwritable.go): input
 	// offsets to write one record per request after a refused batch, and
 	// the record the partition stalls before.
@@ -405,10 +407,15 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		pp.offerCommit(ctx)
 	}
 	if dt := now.Sub(pp.rateAt); dt >= time.Second {
-		// Stats may walk the filter: keep it rare.
-		if now.Sub(pp.statsAt) >= filterStatsInterval {
+		// Stats may walk the filter: keep it rare. But do not show a
+		// filter without its first keys, or a backlog just worked off
+		// with the keys of its first seconds, for up to an interval:
+		// refresh at once when the first keys came, and when input
+		// stopped (a second without records) after keys came.
+		if now.Sub(pp.statsAt) >= filterStatsInterval ||
+			(pp.statsStale && (pp.stats.Generations == 0 || pp.rateCount == 0)) {
 			pp.stats = pp.filter.Stats()
-			pp.statsAt = now
+			pp.statsAt, pp.statsStale = now, false
 			pp.pm.setFilter(pp.stats)
 		}
 		stats := pp.stats

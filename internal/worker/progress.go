@@ -220,14 +220,21 @@ func (w *Worker) totals() totals {
 
 // logStart says what the worker is about to do, with the memory it plans:
 // one partition's filter at its planned size, and all partitions of the
-// input (what one worker holds if it is the group's only member).
+// input (what one worker holds if it is the group's only member). Filters
+// allocate their generations as keys arrive: what is allocated now is on
+// the status page (Status.PlannedFilterBytes against the partitions'
+// FilterStats.Bytes).
 func (w *Worker) logStart() {
 	n := w.partitions[w.cfg.Input]
 	attrs := []any{"partitions", n, "filter_capacity_per_partition", quantity.Count(w.params.Capacity)}
 	if pl, ok := w.deps.State.(Planner); ok {
 		per := pl.PlannedBytes(w.params)
-		attrs = append(attrs, "filter_memory_per_partition", ByteSize(per),
-			"filter_memory_all_partitions", ByteSize(per*uint64(n)))
+		w.mu.Lock()
+		w.plannedPerPartition = per
+		w.mu.Unlock()
+		attrs = append(attrs, "filter_memory_planned_per_partition", ByteSize(per),
+			"filter_memory_planned_all_partitions", ByteSize(per*uint64(n)),
+			"filter_memory_allocated", "as keys arrive")
 	}
 	w.log.Info("worker started", attrs...)
 }

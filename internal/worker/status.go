@@ -19,12 +19,16 @@ type Status struct {
 	Joined bool `json:"joined"`
 	// UnjoinedSeconds: time since the worker was last in a generation (0
 	// while it is); beyond the rebalance timeout the group is stalled.
-	UnjoinedSeconds float64           `json:"unjoined_seconds,omitempty"`
-	Generation      int32             `json:"generation"`
-	MemberID        string            `json:"member_id"`
-	Assigned        []int             `json:"assigned"`
-	Partitions      []PartitionStatus `json:"partitions"`
-	Error           string            `json:"error,omitempty"`
+	UnjoinedSeconds float64 `json:"unjoined_seconds,omitempty"`
+	Generation      int32   `json:"generation"`
+	MemberID        string  `json:"member_id"`
+	Assigned        []int   `json:"assigned"`
+	// PlannedFilterBytes is the planned filter memory of the assigned
+	// partitions (0: not known). Filters allocate it as keys arrive; what
+	// is allocated now is the partitions' Filter.Bytes.
+	PlannedFilterBytes uint64            `json:"planned_filter_bytes,omitempty"`
+	Partitions         []PartitionStatus `json:"partitions"`
+	Error              string            `json:"error,omitempty"`
 	// SettingsConflicts lists the group's members whose settings differ
 	// from this worker's (agreement.go), as of the last generation joined.
 	SettingsConflicts []conflict `json:"settings_conflicts,omitempty"`
@@ -174,6 +178,7 @@ func (w *Worker) Status() Status {
 		s.UnjoinedSeconds = w.deps.Now().Sub(w.unjoinedSince).Seconds()
 	}
 	s.Assigned = append([]int(nil), w.status.Assigned...)
+	s.PlannedFilterBytes = w.plannedPerPartition * uint64(len(s.Assigned))
 	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
 	running := 0
 	for _, p := range w.parts {

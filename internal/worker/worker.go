@@ -86,6 +86,9 @@ type Worker struct {
 	// assignedAt is when the assignment last gained a partition: where
 	// catching up with the input begins (catchup.go).
 	assignedAt time.Time
+	// plannedPerPartition is one partition's planned filter memory (0:
+	// the StateStore plans none).
+	plannedPerPartition uint64
 
 	// hooks are the tests' levers (Deps.Hooks); never nil.
 	hooks *Hooks
