@@ -60,7 +60,7 @@ func (ms *membership) joined(gen group.Generation, assigned []int) {
 	w.status.MemberID = gen.MemberID
 	for _, p := range assigned {
 		if !slices.Contains(w.status.Assigned, p) {
-			w.assignedAt = w.deps.Now()
+			w.assignedAt, w.assignedTotals = w.deps.Now(), w.totals()
 			break
 		}
 	}

@@ -86,6 +86,8 @@ type Worker struct {
 	// assignedAt is when the assignment last gained a partition: where
 	// catching up with the input begins (catchup.go).
 	assignedAt time.Time
+	// assignedTotals are the record counts at assignedAt.
+	assignedTotals totals
 	// plannedPerPartition is one partition's planned filter memory (0:
 	// the StateStore plans none).
 	plannedPerPartition uint64
