@@ -112,7 +112,10 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 		}
 		kv("created", "%s (%s ago) by %s", p.CreatedAt.Format(time.RFC3339), p.AgeText, p.Owner)
 		if p.Empty {
-			kv("state", "empty claim (no filter state)")
+			// A worker claims a partition without a checkpoint and stores
+			// its empty memory right after: a claim that stays empty is one
+			// whose owner could not store a checkpoint.
+			kv("state", "claimed, no checkpoint yet (the owner stores one right after the claim, and one with its first records within 10 s; if this stays, its checkpoints fail: see its log)")
 			continue
 		}
 		kv("input offset", "%d", p.InputOffset)

@@ -148,6 +148,8 @@ type Checkpoint struct {
 	EventTime int64
 	// Seed is the position of an unfinished seeding read (Manifest.Seed).
 	Seed *SeedProgress
+	// SeedingUntil is Manifest.SeedingUntil.
+	SeedingUntil int64
 	// Exact is the exact store (nil: filter only).
 	Exact *ExactCheckpoint
 	// Provenance and LegacyProvenanceBefore: Manifest's fields of the
@@ -277,6 +279,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		Isolation:     cp.Isolation,
 		EventTime:     cp.EventTime,
 		Seed:          cp.Seed,
+		SeedingUntil:  cp.SeedingUntil,
 
 		Provenance:             cp.Provenance,
 		LegacyProvenanceBefore: cp.LegacyProvenanceBefore,

@@ -355,6 +355,11 @@ type Manifest struct {
 	// Seed is how far a new memory has read the topic it is seeded from
 	// (--seed-topic); nil when there is none or it was read to its end.
 	Seed *SeedProgress `json:"seed,omitempty"`
+	// SeedingUntil is the start offset of a new group's partition whose
+	// seeding of the input (--seed-from) is unfinished: the input before
+	// it is remembered, not forwarded, so that a restart reports its
+	// replay as seeding (0: none, or finished).
+	SeedingUntil int64 `json:"seeding_until,omitempty"`
 	// Exact is the exact store behind the filter (nil: filter only).
 	Exact *ExactState `json:"exact,omitempty"`
 	// Provenance is 1 when the records written under this state carry a

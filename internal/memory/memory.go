@@ -514,7 +514,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 // restoredOf is what the worker gets of manifest m restored into f.
 func restoredOf(m *checkpoint.Manifest, f *filter) *worker.Restored {
 	return &worker.Restored{Filter: f, InputOffset: m.InputOffset, OutputOffsets: m.OutputOffsets, Sequence: m.Seq,
-		Written: m.CreatedAt, Seed: seedFrom(m.Seed),
+		Written: m.CreatedAt, Seed: seedFrom(m.Seed), SeedingUntil: m.SeedingUntil,
 		LegacyProvenance: m.Provenance == 0, LegacyBefore: m.LegacyProvenanceBefore, Mark: markFrom(m.InputMark)}
 }
 
@@ -686,14 +686,15 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 		OutputOffsets: cp.OutputOffsets,
 		Filter: checkpoint.FilterParams{Kind: manifestKind(b.s.Kind), Window: cp.Params.Window, Generations: cp.Params.Generations,
 			Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
-		Key:         b.s.keyRecord(),
-		HashSeed:    sn.from.seed.String(),
-		Isolation:   string(b.s.Isolation),
-		Generations: gens,
-		Owner:       cp.Owner,
-		EventTime:   sn.frontier,
-		Seed:        seedTo(cp.Seed),
-		Exact:       ex,
+		Key:          b.s.keyRecord(),
+		HashSeed:     sn.from.seed.String(),
+		Isolation:    string(b.s.Isolation),
+		Generations:  gens,
+		Owner:        cp.Owner,
+		EventTime:    sn.frontier,
+		Seed:         seedTo(cp.Seed),
+		Exact:        ex,
+		SeedingUntil: cp.SeedingUntil,
 
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,

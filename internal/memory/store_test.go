@@ -176,3 +176,33 @@ func TestCheckParams(t *testing.T) {
 		t.Fatalf("CheckParams(50 G keys) = %v, want the size needed and the limit", err)
 	}
 }
+
+// TestSeedingUntilRoundTrip: where an unfinished seeding of the input ends
+// is stored with the checkpoint and restored with it, so that a restart
+// reports its replay as seeding; a checkpoint without it restores none.
+func TestSeedingUntilRoundTrip(t *testing.T) {
+	t.Parallel()
+	st := openState(t, "file://"+t.TempDir(), testLogger(t))
+	h, f, _ := take(t, st, partialParams)
+	for _, r := range stream(11, 500, base) {
+		f.TestAndAdd([]byte(r.key), r.ts)
+	}
+	sn := f.Snapshot()
+	err := h.Commit(context.Background(), worker.Checkpoint{InputOffset: 500, Params: partialParams, Snapshot: sn, Owner: "t", SeedingUntil: 4000})
+	sn.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := newestManifest(t, st); m.SeedingUntil != 4000 {
+		t.Fatalf("manifest seeding_until %d, want 4000", m.SeedingUntil)
+	}
+	_, _, r := take(t, st, partialParams)
+	if r.SeedingUntil != 4000 || r.InputOffset != 500 {
+		t.Fatalf("restored SeedingUntil %d at offset %d, want 4000 at 500", r.SeedingUntil, r.InputOffset)
+	}
+	h2, f2, _ := take(t, st, partialParams)
+	commitT(t, h2, f2, partialParams, 4000) // the seeding is done
+	if _, _, r := take(t, st, partialParams); r.SeedingUntil != 0 {
+		t.Fatalf("restored SeedingUntil %d after the seeding, want 0", r.SeedingUntil)
+	}
+}

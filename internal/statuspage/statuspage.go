@@ -69,9 +69,12 @@ type view struct {
 	// the same in a few words.
 	NotReady, Short string
 	TotalRate       float64
-	TotalLag        int64
-	TotalBytes      uint64
-	TotalKeys       uint64
+	// TotalLag waits to be forwarded; TotalFill is what seedings and
+	// replays still read into the filters (worker.PartitionStatus.FillLag).
+	TotalLag   int64
+	TotalFill  int64
+	TotalBytes uint64
+	TotalKeys  uint64
 	// OldestCheckpoint is the least recent of the partitions' last
 	// checkpoints (zero if none has one yet).
 	OldestCheckpoint time.Time
@@ -86,8 +89,11 @@ type view struct {
 // row is one partition.
 type row struct {
 	worker.PartitionStatus
-	Running  bool
-	Progress *progress
+	// ForwardLag is the lag column: what waits to be forwarded (FillLag,
+	// shown below it, is seeded or replayed into the filter only).
+	ForwardLag int64
+	Running    bool
+	Progress   *progress
 	// LostRows say what became of the generations a restore lost.
 	LostRows []lostRow
 }
@@ -140,7 +146,7 @@ func newView(st worker.Status, now time.Time) view {
 	var waiting []string
 	mixed := false
 	for i, p := range st.Partitions {
-		r := row{PartitionStatus: p, Running: p.State == "running" && p.Generation == st.Generation}
+		r := row{PartitionStatus: p, ForwardLag: p.ForwardLag(), Running: p.State == "running" && p.Generation == st.Generation}
 		for _, lg := range p.Lost {
 			r.LostRows = append(r.LostRows, lostText(lg))
 		}
@@ -159,7 +165,8 @@ func newView(st worker.Status, now time.Time) view {
 		}
 		seen[p.Partition] = true
 		v.TotalRate += p.Rate
-		v.TotalLag += max(p.Lag, 0)
+		v.TotalLag += p.ForwardLag()
+		v.TotalFill += p.FillLag
 		v.TotalBytes += p.Filter.Bytes
 		v.TotalKeys += p.Filter.EstKeys
 		if !p.LastCheckpoint.IsZero() && (v.OldestCheckpoint.IsZero() || p.LastCheckpoint.Before(v.OldestCheckpoint)) {

@@ -135,6 +135,55 @@ func TestPageShowsProgress(t *testing.T) {
 	}
 }
 
+// TestPageSeparatesFillLag: input a seeding still reads into the filter
+// is not lag to forward: the total lag counts only what waits to be
+// forwarded, a card and the partition's lag cell say what is left to seed.
+func TestPageSeparatesFillLag(t *testing.T) {
+	st := worker.Status{
+		Joined: true, Generation: 3, Assigned: []int{0, 1},
+		Partitions: []worker.PartitionStatus{
+			{Topic: "orders", Partition: 0, Generation: 3, State: "running", NextOffset: 9_000, Lag: 7, LastCheckpointOffset: -1},
+			{Topic: "orders", Partition: 1, Generation: 3, State: "seeding", NextOffset: 860_000, ResumeOffset: 4_000_000,
+				Lag: 3_140_400, FillLag: 3_140_000, LastCheckpointOffset: -1,
+				Progress: &worker.Progress{Phase: "seeding", From: 0, To: 4_000_000, Done: 860_000, Keys: 800_000, Rate: 200_000, ETASeconds: 15.7}},
+		},
+	}
+	body, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
+	page := string(body)
+	for _, want := range []string{
+		`<b id="total-lag">407</b><span>total lag (to forward)</span>`,
+		`<b id="total-fill">3.14 M</b><span>offsets to seed or replay (not forwarded)</span>`,
+		`<td>400<small class="fill"`, `>+3.14 M to seed</small>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	st.Partitions = st.Partitions[:1]
+	body, _ = io.ReadAll(get(t, testHandler(st), "/").Body)
+	if strings.Contains(string(body), `id="total-fill"`) {
+		t.Error("a fill card without anything to seed or replay")
+	}
+}
+
+// TestPageFilterMemoryPlannedAndAllocated: the filter memory card says
+// what is allocated now against what is planned, which filters allocate as
+// keys arrive.
+func TestPageFilterMemoryPlannedAndAllocated(t *testing.T) {
+	st := sampleStatus(testNow)
+	st.PlannedFilterBytes = 21_300 << 10
+	page, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
+	want := `<b id="filter-memory">3.00 MiB</b><span>filter memory allocated now<br>of 20.8 MiB planned (allocated as keys arrive)</span>`
+	if !strings.Contains(string(page), want) {
+		t.Errorf("page lacks %q", want)
+	}
+	st.PlannedFilterBytes = 0
+	page, _ = io.ReadAll(get(t, testHandler(st), "/").Body)
+	if strings.Contains(string(page), "planned") {
+		t.Error("a plan shown where the store plans none")
+	}
+}
+
 // stalledStatus is a ready worker with one partition running and one
 // stalled before a record its output refuses, and one stalled for failing
 // writes; at testNow.

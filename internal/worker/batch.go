@@ -324,7 +324,11 @@ func (pp *partitionProc) apply(t *tally) {
 	pp.w.count.consumed.Add(t.consumed)
 	pp.w.count.forwarded.Add(t.forwarded)
 	pp.w.count.duplicates.Add(t.duplicates)
+	pp.w.count.replayed.Add(t.replayed)
 	pp.rateCount += t.consumed
+	if t.consumed+t.replayed > 0 {
+		pp.statsStale = true
+	}
 	pm.skippedMarkers.Add(float64(t.markers))
 	pm.skippedAborted.Add(float64(t.aborted))
 	pp.skippedMarkers += uint64(t.markers)

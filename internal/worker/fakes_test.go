@@ -121,6 +121,7 @@ func (p *memPartition) Restore(ctx context.Context, params FilterParams) (*Resto
 		InputOffset:      cp.InputOffset,
 		OutputOffsets:    out,
 		Seed:             cp.Seed,
+		SeedingUntil:     cp.SeedingUntil,
 		LegacyProvenance: len(h.legacy) == len(h.cps) && h.legacy[len(h.cps)-1],
 		LegacyBefore:     cp.LegacyBefore,
 		Mark:             cp.Mark,

@@ -57,6 +57,12 @@ func (ms *membership) joined(gen group.Generation, assigned []int) {
 	w.mu.Lock()
 	w.status.Generation = gen.ID
 	w.status.MemberID = gen.MemberID
+	for _, p := range assigned {
+		if !slices.Contains(w.status.Assigned, p) {
+			w.assignedAt, w.assignedTotals = w.deps.Now(), w.totals()
+			break
+		}
+	}
 	w.status.Assigned = slices.Clone(assigned)
 	w.mu.Unlock()
 	if r, ok := w.deps.State.(Retainer); ok {

@@ -56,7 +56,12 @@ type partitionProc struct {
 	keyBuf         []byte
 	ahead          lookahead
 	lastCheckpoint time.Time
-	commitsPaused  bool
+	// soon: the next periodic checkpoint is due this long after the last
+	// one instead of CheckpointInterval, while shorter (0: not at all).
+	// A new memory and a seeding start at firstCheckpointAfter, and each
+	// checkpoint doubles it (firstCheckpoint).
+	soon          time.Duration
+	commitsPaused bool
 	// commitsHeld: commits wait at the last checkpoint plus MaxReplay
 	// (commitLimit).
 	commitsHeld bool
@@ -69,6 +74,8 @@ type partitionProc struct {
 	rateAt    time.Time
 	stats     FilterStats
 	statsAt   time.Time
+	// statsStale: keys were inserted since stats were taken.
+	statsStale bool
 	// Assignment state about unwritable records (unwritable.go): input
 	// offsets to write one record per request after a refused batch, and
 	// the record the partition stalls before.
@@ -83,6 +90,15 @@ type partitionProc struct {
 }
 
 const filterStatsInterval = 5 * time.Second
+
+// firstCheckpointAfter is when the first periodic checkpoint of a new
+// memory, or of a seeding, comes after its records began: the stored state
+// (inspect, a restart) shows them within seconds instead of a whole
+// interval, and a seeding killed early does not start over. The next ones
+// come after twice as long each, until the interval: a handful more
+// checkpoints, and a kill in the first minutes costs at most about half of
+// what was done.
+const firstCheckpointAfter = 10 * time.Second
 
 // errFencedPartition is the cause of a partition stop because another owner
 // took it.
@@ -211,6 +227,7 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	pp.mark = pl.mark
 	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
 	pp.next, pp.resume = c, resume
+	w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.NextOffset, ps.ResumeOffset = c, resume })
 	if err := pp.beforeReading(ctx, pl); err != nil {
 		return err
 	}
@@ -248,8 +265,12 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.lastCheckpoint = w.deps.Now()
 	pp.rateAt = pp.lastCheckpoint
+	pp.soon = 0
+	if restored.InputOffset < 0 || pl.reset || pp.seeding || pp.seedTopic != nil {
+		pp.soon = firstCheckpointAfter
+	}
 	if pp.seedTopic != nil && pp.seedTopic.Next < pp.seedTopic.End {
-		pp.setState("replaying")
+		pp.setState("seeding")
 		err := pp.seedFromTopic(ctx)
 		if ctx.Err() != nil {
 			return pp.finish(ctx)
@@ -264,11 +285,11 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	// checkpoints go on meanwhile (see checkpoint: their output offsets stay
 	// at the scan's start), so a long replay or seeding that is interrupted
 	// resumes where it was.
-	pp.setState("replaying")
 	phase := phaseReplaying
 	if pp.seeding {
 		phase = phaseSeeding
 	}
+	pp.setState(phase)
 	replayed := int64(0)
 	var rp *progress
 	if pp.next < pp.resume {
@@ -370,21 +391,32 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		return
 	}
 	now := w.deps.Now()
-	if now.Sub(pp.lastCheckpoint) >= w.cfg.CheckpointInterval {
+	every := w.cfg.CheckpointInterval
+	if pp.soon > 0 && pp.soon < every {
+		every = pp.soon
+	}
+	if now.Sub(pp.lastCheckpoint) >= every {
 		if _, lastOffset, _ := pp.cp.state(); lastOffset == pp.next && pp.seedTopic == nil {
-			// Idle: the stored checkpoint still covers everything.
+			// Idle: the stored checkpoint still covers everything (a new
+			// memory's first checkpoint waits for records).
 			pp.cp.touch(now)
 			pp.lastCheckpoint = now
 		} else if pp.cp.trySubmit(pp.checkpoint) {
 			pp.lastCheckpoint = now
+			pp.soon *= 2
 		}
 		pp.offerCommit(ctx)
 	}
 	if dt := now.Sub(pp.rateAt); dt >= time.Second {
-		// Stats may walk the filter: keep it rare.
-		if now.Sub(pp.statsAt) >= filterStatsInterval {
+		// Stats may walk the filter: keep it rare. But do not show a
+		// filter without its first keys, or a backlog just worked off
+		// with the keys of its first seconds, for up to an interval:
+		// refresh at once when the first keys came, and when input
+		// stopped (a second without records) after keys came.
+		if now.Sub(pp.statsAt) >= filterStatsInterval ||
+			(pp.statsStale && (pp.stats.Generations == 0 || pp.rateCount == 0)) {
 			pp.stats = pp.filter.Stats()
-			pp.statsAt = now
+			pp.statsAt, pp.statsStale = now, false
 			pp.pm.setFilter(pp.stats)
 		}
 		stats := pp.stats
@@ -451,9 +483,19 @@ func (pp *partitionProc) checkpoint() Checkpoint {
 		Snapshot:      pp.filter.Snapshot(),
 		Owner:         pp.w.cfg.Owner,
 		Seed:          seed,
+		SeedingUntil:  pp.seedingUntil(),
 		LegacyBefore:  legacy,
 		Mark:          pp.mark,
 	}
+}
+
+// seedingUntil is Checkpoint.SeedingUntil: the start offset while a
+// seeding of the input is unfinished, else 0.
+func (pp *partitionProc) seedingUntil() int64 {
+	if pp.seeding && pp.next < pp.resume {
+		return pp.resume
+	}
+	return 0
 }
 
 // finish ends a session whose ctx ended: on revoke or shutdown it commits and

@@ -277,7 +277,18 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
 		c = resume - w.cfg.MaxReplay
 	}
+	if restored.InputOffset >= 0 && pp.seeded < 0 && c < resume && resume <= restored.SeedingUntil {
+		// A seeding that an earlier process began: [c, resume) lies
+		// before the group's start and was never forwarded.
+		pp.seeding = true
+	}
 	switch {
+	case restored.InputOffset >= 0 && pp.seeding:
+		st := restored.Filter.Stats()
+		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, resuming the seeding: %d records before the start offset %d",
+			st.EstKeys, restored.Sequence, resume-c, resume),
+			"checkpoint_seq", restored.Sequence, "checkpoint_offset", restored.InputOffset,
+			"estimated_keys", st.EstKeys, "seed_from", c, "start_offset", resume)
 	case restored.InputOffset >= 0:
 		st := restored.Filter.Stats()
 		attrs := []any{"checkpoint_seq", restored.Sequence, "checkpoint_offset", restored.InputOffset,

@@ -138,6 +138,8 @@ type Restored struct {
 	// Seed is the position of an unfinished seeding read of another topic
 	// (nil: none).
 	Seed *SeedProgress
+	// SeedingUntil is Checkpoint.SeedingUntil of the restored checkpoint.
+	SeedingUntil int64
 	// LegacyProvenance is set when the checkpoint was written by a build
 	// from before provenance headers: records without one in the written
 	// topics may be this memory's own, and the recovery scan counts them
@@ -267,6 +269,10 @@ type Checkpoint struct {
 	Owner         string
 	// Seed is the position of an unfinished seeding read (nil: none).
 	Seed *SeedProgress
+	// SeedingUntil is where a new group's seeding of the input ends (its
+	// start offset) while the seeding is unfinished, so that a restart
+	// that resumes it reports it as seeding; 0: none.
+	SeedingUntil int64
 	// LegacyBefore is, per written topic and partition, the offset below
 	// which records without a provenance header may have been written by
 	// this memory under a build from before provenance headers (the end

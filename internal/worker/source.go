@@ -238,7 +238,7 @@ func (pp *partitionProc) setLag(hwm int64) {
 	if pp.next < 0 {
 		return
 	}
-	lag := max(hwm-pp.next, 0)
+	lag, fill := max(hwm-pp.next, 0), fillLag(pp.next, pp.resume, hwm)
 	pp.pm.lag.Set(float64(lag))
-	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Lag = lag })
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Lag, ps.FillLag = lag, fill })
 }

@@ -162,9 +162,24 @@ func TestSeedingResumesFromCheckpoint(t *testing.T) {
 	if cp.InputOffset >= int64(len(old)) {
 		t.Fatalf("seeding finished before the kill (checkpoint at %d); slow it down", cp.InputOffset)
 	}
+	if cp.SeedingUntil != int64(len(old)) {
+		t.Errorf("the checkpoint in the middle of the seeding has SeedingUntil %d, want the start offset %d", cp.SeedingUntil, len(old))
+	}
 	produce(t, brokers, later)
 	cfg.Owner = "second"
-	b := startWorker(t, cfg, store, nil)
+	b := startWorker(t, cfg, store, slow)
+	// The restart resumes a seeding, not a replay of forwarded input: its
+	// state and phase say so, and of its lag only records after the start
+	// wait to be forwarded.
+	waitFor(t, 60*time.Second, "the restart's status showing the resumed seeding", func() bool {
+		for _, p := range b.w.Status().Partitions {
+			if pr := p.Progress; pr != nil && p.State == phaseSeeding && pr.Phase == phaseSeeding && pr.From == cp.InputOffset &&
+				pr.To == int64(len(old)) && p.Lag > int64(len(later)) && p.FillLag > 0 && p.ForwardLag() <= int64(len(later)) {
+				return true
+			}
+		}
+		return false
+	})
 	caughtUp(t, b, map[int]int64{0: int64(len(old) + len(later))})
 	if got, want := b.metricSum(t, "bloomgate_recovery_replayed_records_total"), float64(int64(len(old))-cp.InputOffset); got != want {
 		t.Errorf("the restart replayed %v records, want %v (from the checkpoint at %d to the start at %d)", got, want, cp.InputOffset, len(old))

@@ -19,12 +19,16 @@ type Status struct {
 	Joined bool `json:"joined"`
 	// UnjoinedSeconds: time since the worker was last in a generation (0
 	// while it is); beyond the rebalance timeout the group is stalled.
-	UnjoinedSeconds float64           `json:"unjoined_seconds,omitempty"`
-	Generation      int32             `json:"generation"`
-	MemberID        string            `json:"member_id"`
-	Assigned        []int             `json:"assigned"`
-	Partitions      []PartitionStatus `json:"partitions"`
-	Error           string            `json:"error,omitempty"`
+	UnjoinedSeconds float64 `json:"unjoined_seconds,omitempty"`
+	Generation      int32   `json:"generation"`
+	MemberID        string  `json:"member_id"`
+	Assigned        []int   `json:"assigned"`
+	// PlannedFilterBytes is the planned filter memory of the assigned
+	// partitions (0: not known). Filters allocate it as keys arrive; what
+	// is allocated now is the partitions' Filter.Bytes.
+	PlannedFilterBytes uint64            `json:"planned_filter_bytes,omitempty"`
+	Partitions         []PartitionStatus `json:"partitions"`
+	Error              string            `json:"error,omitempty"`
 	// SettingsConflicts lists the group's members whose settings differ
 	// from this worker's (agreement.go), as of the last generation joined.
 	SettingsConflicts []conflict `json:"settings_conflicts,omitempty"`
@@ -35,7 +39,9 @@ type PartitionStatus struct {
 	Topic      string `json:"topic"`
 	Partition  int    `json:"partition"`
 	Generation int32  `json:"generation"`
-	// State: restoring, recovering (output scan), replaying, running,
+	// State: restoring, recovering (output scan), seeding (a new group's
+	// memory, from --seed-topic or the input before its start), replaying,
+	// running,
 	// failing (a session failed; recovery runs again after a backoff),
 	// stalled (waits before a record the output refuses; Unwritable),
 	// stopping.
@@ -43,8 +49,16 @@ type PartitionStatus struct {
 	// NextOffset is the next input offset to process (all before it written
 	// and acknowledged).
 	NextOffset int64 `json:"next_offset"`
-	Committed  int64 `json:"committed_offset"`
-	Lag        int64 `json:"lag"`
+	// ResumeOffset is where forwarding resumes after the session's
+	// seeding or replay: input before it only fills the filter.
+	ResumeOffset int64 `json:"resume_offset"`
+	Committed    int64 `json:"committed_offset"`
+	// Lag is how far the input's high-water mark is ahead of NextOffset.
+	// FillLag is the part of it before ResumeOffset, which a seeding or a
+	// replay reads into the filter without forwarding; the rest
+	// (ForwardLag) waits to be forwarded.
+	Lag     int64 `json:"lag"`
+	FillLag int64 `json:"fill_lag"`
 	// LSOLag is how many offsets beyond the last stable offset the
 	// partition holds: records of open upstream transactions that
 	// read_committed waits for.
@@ -92,6 +106,18 @@ type PartitionStatus struct {
 	// Lost lists the generations this assignment's restores could not
 	// load, and what became of each (rebuilt, forgotten, unverified).
 	Lost []LostGeneration `json:"lost_generations,omitempty"`
+}
+
+// ForwardLag is the part of Lag that waits to be forwarded.
+func (p *PartitionStatus) ForwardLag() int64 { return max(p.Lag-p.FillLag, 0) }
+
+// fillLag is the part of the input up to hwm that lies between next and
+// resume: read into the filter only.
+func fillLag(next, resume, hwm int64) int64 {
+	if next < 0 {
+		return 0
+	}
+	return max(min(resume, hwm)-next, 0)
 }
 
 // Progress of a long phase before a partition runs.
@@ -152,6 +178,7 @@ func (w *Worker) Status() Status {
 		s.UnjoinedSeconds = w.deps.Now().Sub(w.unjoinedSince).Seconds()
 	}
 	s.Assigned = append([]int(nil), w.status.Assigned...)
+	s.PlannedFilterBytes = w.plannedPerPartition * uint64(len(s.Assigned))
 	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
 	running := 0
 	for _, p := range w.parts {
@@ -196,7 +223,7 @@ func (w *Worker) updatePartition(p int, f func(*PartitionStatus)) {
 
 func newPartitionStatus(now time.Time, base int64) *partitionStatus {
 	return &partitionStatus{base: base, maxNext: -1, progressAt: now,
-		PartitionStatus: PartitionStatus{NextOffset: -1, Committed: -1, LastCheckpointOffset: -1}}
+		PartitionStatus: PartitionStatus{NextOffset: -1, ResumeOffset: -1, Committed: -1, LastCheckpointOffset: -1}}
 }
 
 // startPartitionStatus begins the status of a new assignment of p.

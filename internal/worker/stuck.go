@@ -119,7 +119,7 @@ func (w *Worker) refreshLag(ctx context.Context) {
 		if pos < 0 || pos < ob.first {
 			pos = ob.first
 		}
-		ps.Lag = max(ob.last-pos, 0)
+		ps.Lag, ps.FillLag = max(ob.last-pos, 0), fillLag(pos, ps.ResumeOffset, ob.last)
 		ps.track(now)
 		w.m.lag.WithLabelValues(w.cfg.Input, strconv.Itoa(p)).Set(float64(ps.Lag))
 	}

@@ -74,7 +74,7 @@ type Worker struct {
 	// count totals the records of every partition since start (the
 	// periodic progress line).
 	count struct {
-		consumed, forwarded, duplicates, deadLettered, dropped atomic.Uint64
+		consumed, forwarded, duplicates, deadLettered, dropped, replayed atomic.Uint64
 	}
 
 	mu     sync.Mutex
@@ -83,6 +83,14 @@ type Worker struct {
 	// unjoinedSince is when the worker last left (or, at start, had not
 	// yet entered) a generation; zero while in one.
 	unjoinedSince time.Time
+	// assignedAt is when the assignment last gained a partition: where
+	// catching up with the input begins (catchup.go).
+	assignedAt time.Time
+	// assignedTotals are the record counts at assignedAt.
+	assignedTotals totals
+	// plannedPerPartition is one partition's planned filter memory (0:
+	// the StateStore plans none).
+	plannedPerPartition uint64
 
 	// hooks are the tests' levers (Deps.Hooks); never nil.
 	hooks *Hooks
@@ -254,7 +262,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	w.logStart()
 	progressDone := make(chan struct{})
-	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgressInterval) }()
+	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgress) }()
 	stallsDone := make(chan struct{})
 	go func() { defer close(stallsDone); w.watchPartitions(watchCtx) }()
 

@@ -83,9 +83,15 @@ const layoutProbe = `<script>
     tableMin = Math.ceil(table.getBoundingClientRect().right);
     table.style.width = "";
   }
+  // The most lines a progress row takes.
+  let progressLines = 0;
+  for (const e of document.querySelectorAll(".progress")) {
+    const lh = parseFloat(getComputedStyle(e).lineHeight) || 1;
+    progressLines = Math.max(progressLines, Math.round(e.getBoundingClientRect().height / lh));
+  }
   const p = document.createElement("pre");
   p.id = "layout";
-  p.textContent = JSON.stringify({viewport: d.clientWidth, scroll_width: d.scrollWidth, right: Math.ceil(right), widest: widest, table_min_right: tableMin});
+  p.textContent = JSON.stringify({viewport: d.clientWidth, scroll_width: d.scrollWidth, right: Math.ceil(right), widest: widest, table_min_right: tableMin, progress_lines: progressLines});
   document.body.append(p);
 })();
 </script>`
@@ -132,6 +138,7 @@ func assertFits(t *testing.T, browser, url string, width int) string {
 		Right       int    `json:"right"`
 		Widest      string `json:"widest"`
 		TableMin    int    `json:"table_min_right"`
+		Lines       int    `json:"progress_lines"`
 	}
 	if err := json.Unmarshal([]byte(m[1]), &l); err != nil {
 		t.Fatalf("%d px: layout report %q: %v", width, m[1], err)
@@ -145,6 +152,9 @@ func assertFits(t *testing.T, browser, url string, width int) string {
 	if l.ScrollWidth > l.Viewport || l.Right > l.Viewport {
 		t.Errorf("%d px window: page scrolls horizontally: viewport %d px, document %d px, %s ends at %d px",
 			width, l.Viewport, l.ScrollWidth, l.Widest, l.Right)
+	}
+	if l.Lines > 1 {
+		t.Errorf("%d px window: a progress row wraps to %d lines", width, l.Lines)
 	}
 	return dom
 }
@@ -261,6 +271,24 @@ func TestStatusPageFitsInChromium(t *testing.T) {
 	defer probed.Close()
 	plain := httptest.NewServer(page)
 	defer plain.Close()
+
+	// A seeding, whose explanation is the longest, with what it still
+	// reads into the filter besides its lag.
+	seeding := statuspage.Handler(func() worker.Status {
+		st := pageFixture(time.Now())
+		p := &st.Partitions[4]
+		p.State, p.ResumeOffset, p.FillLag = "seeding", 3_017_200_000, 1_981_560
+		p.Progress.Phase = "seeding"
+		return st
+	})
+	seedingProbed := httptest.NewServer(withLayoutProbe(seeding))
+	defer seedingProbed.Close()
+	dom := assertFits(t, browser, seedingProbed.URL+"/", 1280)
+	for _, want := range []string{"input before the start position", "+1.98 M to seed", "total lag (to forward)"} {
+		if !strings.Contains(dom, want) {
+			t.Errorf("1280 px, seeding: rendered page lacks %q", want)
+		}
+	}
 
 	for _, width := range []int{1280, 1920} {
 		dom := assertFits(t, browser, probed.URL+"/", width)

@@ -1,0 +1,49 @@
+package worker
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestFirstCheckpointSoon: a new memory's first periodic checkpoint comes
+// firstCheckpointAfter after its records, not a whole interval later (here
+// an hour); the next one after twice that. The worker's clock (Deps.Now) is
+// moved by the test; everything else runs in real time.
+func TestFirstCheckpointSoon(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(600, 1, 0.2, 71, base)
+	produce(t, brokers, evs[:500])
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.CheckpointInterval = time.Hour
+	var ahead atomic.Int64 // how far the worker's clock is ahead of the real one
+	move := func(d time.Duration) { ahead.Add(int64(d)) }
+	rw := startWorker(t, cfg, store, func(w *Worker) {
+		w.deps.Now = func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }
+	})
+	waitFor(t, 60*time.Second, "500 records consumed", func() bool { return rw.consumed() == 500 })
+	if cp, ok := store.latest(tIn, 0); !ok || cp.InputOffset != 0 {
+		t.Fatalf("before %v: checkpoint %+v (stored %v), want only the initial one at offset 0", firstCheckpointAfter, cp.InputOffset, ok)
+	}
+	move(firstCheckpointAfter)
+	waitFor(t, 10*time.Second, "the first checkpoint after the records", func() bool {
+		cp, ok := store.latest(tIn, 0)
+		return ok && cp.InputOffset == 500
+	})
+
+	produce(t, brokers, evs[500:])
+	waitFor(t, 60*time.Second, "600 records consumed", func() bool { return rw.consumed() == 600 })
+	move(firstCheckpointAfter + time.Second)
+	// Housekeeping runs at least once a second, with input or without.
+	time.Sleep(2500 * time.Millisecond)
+	if cp, _ := store.latest(tIn, 0); cp.InputOffset != 500 {
+		t.Fatalf("second checkpoint at offset %d before %v", cp.InputOffset, 2*firstCheckpointAfter)
+	}
+	move(firstCheckpointAfter)
+	waitFor(t, 10*time.Second, "the second checkpoint, twice as late", func() bool {
+		cp, ok := store.latest(tIn, 0)
+		return ok && cp.InputOffset == 600
+	})
+}
