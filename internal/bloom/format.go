@@ -184,6 +184,50 @@ type decoder struct {
 	off int64
 }
 
+// header describes the preamble and header of a format: magic, version,
+// the header's length (fixed + a multiple of unit, within minLen and
+// maxLen), a CRC-32C after it, and the flags this build knows.
+type header struct {
+	magic                       [8]byte
+	noun                        string // "generation", "table": in the bad-magic message
+	version                     uint16
+	fixed, unit, minLen, maxLen uint32
+	flags                       uint16
+}
+
+// header reads and checks a preamble and header as h describes them and
+// returns the flags and the header's body (after the 16-byte preamble,
+// without the checksum).
+func (d *decoder) header(h header) (flags uint16, body []byte, err error) {
+	var pre [16]byte
+	if err := d.read("header", pre[:]); err != nil {
+		return 0, nil, err
+	}
+	if [8]byte(pre[:8]) != h.magic {
+		return 0, nil, d.fail("header", "bad magic: not a bloomgate "+h.noun, ErrCorrupt)
+	}
+	if v := binary.LittleEndian.Uint16(pre[8:]); v != h.version {
+		return 0, nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, h.version), ErrUnsupportedVersion)
+	}
+	flags = binary.LittleEndian.Uint16(pre[10:])
+	hlen := binary.LittleEndian.Uint32(pre[12:])
+	if hlen < h.minLen || hlen > h.maxLen || (hlen-h.fixed)%h.unit != 0 {
+		return 0, nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
+	}
+	hdr := make([]byte, 16+hlen+4)
+	copy(hdr, pre[:])
+	if err := d.read("header", hdr[16:]); err != nil {
+		return 0, nil, err
+	}
+	if crc32.Checksum(hdr[:16+hlen], castagnoli) != binary.LittleEndian.Uint32(hdr[16+hlen:]) {
+		return 0, nil, d.fail("header", "checksum mismatch", ErrCorrupt)
+	}
+	if flags&^h.flags != 0 {
+		return 0, nil, d.fail("header", fmt.Sprintf("unknown flags %#x", flags), ErrUnsupportedVersion)
+	}
+	return flags, hdr[16 : 16+hlen], nil
+}
+
 func (d *decoder) fail(section, detail string, err error) error {
 	return &FormatError{Section: section, Offset: d.off, Detail: detail, Err: err}
 }
@@ -213,34 +257,12 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 		maxBytes = MaxFilterBytes
 	}
 	d := &decoder{r: r}
-
-	var pre [16]byte
-	if err := d.read("header", pre[:]); err != nil {
+	flags, b, err := d.header(header{magic: magic, noun: "generation", version: formatVersion, minLen: hdrFixed + hdrPerSub,
+		maxLen: hdrFixed + maxStacks*hdrPerSub, unit: hdrPerSub, fixed: hdrFixed, flags: flagSaturated})
+	if err != nil {
 		return nil, err
 	}
-	if [8]byte(pre[:8]) != magic {
-		return nil, d.fail("header", "bad magic: not a bloomgate generation", ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(pre[8:]); v != formatVersion {
-		return nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, formatVersion), ErrUnsupportedVersion)
-	}
-	flags := binary.LittleEndian.Uint16(pre[10:])
-	hlen := binary.LittleEndian.Uint32(pre[12:])
-	if hlen < hdrFixed+hdrPerSub || hlen > hdrFixed+maxStacks*hdrPerSub || (hlen-hdrFixed)%hdrPerSub != 0 {
-		return nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
-	}
-	hdr := make([]byte, 16+hlen+4)
-	copy(hdr, pre[:])
-	if err := d.read("header", hdr[16:]); err != nil {
-		return nil, err
-	}
-	if crc32.Checksum(hdr[:16+hlen], castagnoli) != binary.LittleEndian.Uint32(hdr[16+hlen:]) {
-		return nil, d.fail("header", "checksum mismatch", ErrCorrupt)
-	}
-	if flags&^flagSaturated != 0 {
-		return nil, d.fail("header", fmt.Sprintf("unknown flags %#x", flags), ErrUnsupportedVersion)
-	}
-	b := hdr[16 : 16+hlen]
+	hlen := uint32(len(b))
 	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
 	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
 	g := &Generation{

@@ -195,33 +195,12 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		maxBytes = MaxFilterBytes
 	}
 	d := &decoder{r: r}
-	var pre [16]byte
-	if err := d.read("header", pre[:]); err != nil {
+	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, minLen: tableHdrFixed + 8*2,
+		maxLen: tableHdrFixed + 8*FingerprintMaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
+	if err != nil {
 		return nil, err
 	}
-	if [8]byte(pre[:8]) != tableMagic {
-		return nil, d.fail("header", "bad magic: not a bloomgate table", ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(pre[8:]); v != tableVersion {
-		return nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, tableVersion), ErrUnsupportedVersion)
-	}
-	flags := binary.LittleEndian.Uint16(pre[10:])
-	hlen := binary.LittleEndian.Uint32(pre[12:])
-	if hlen < tableHdrFixed+8*2 || hlen > tableHdrFixed+8*FingerprintMaxGenerations || (hlen-tableHdrFixed)%8 != 0 {
-		return nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
-	}
-	hdr := make([]byte, 16+hlen+4)
-	copy(hdr, pre[:])
-	if err := d.read("header", hdr[16:]); err != nil {
-		return nil, err
-	}
-	if crc32.Checksum(hdr[:16+hlen], castagnoli) != binary.LittleEndian.Uint32(hdr[16+hlen:]) {
-		return nil, d.fail("header", "checksum mismatch", ErrCorrupt)
-	}
-	if flags&^tableFlagClosed != 0 {
-		return nil, d.fail("header", fmt.Sprintf("unknown flags %#x", flags), ErrUnsupportedVersion)
-	}
-	b := hdr[16 : 16+hlen]
+	hlen := uint32(len(b))
 	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
 	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
 	m := tableMeta{serial: u64(), first: u64(), newest: u64(), span: int64(u64()), closed: flags&tableFlagClosed != 0}
