@@ -299,6 +299,8 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, replaying %d records", st.EstKeys, restored.Sequence, resume-c), attrs...)
 	case pp.seeding:
 		// "new group: starting" said what is seeded.
+	case resume == c:
+		pp.log.Info("no checkpoint and nothing to replay: a new memory", "start_offset", resume)
 	default:
 		pp.log.Info(fmt.Sprintf("no checkpoint; rebuilding the filter from the retained input, replaying %d records", resume-c),
 			"replay_from", c, "replay_to", resume)
