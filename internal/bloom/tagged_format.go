@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -207,7 +208,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 	flags := binary.LittleEndian.Uint16(pre[10:])
 	hlen := binary.LittleEndian.Uint32(pre[12:])
-	if hlen < tableHdrFixed+8*2 || hlen > tableHdrFixed+8*FingerprintMaxGenerations || (hlen-tableHdrFixed)%8 != 0 {
+	if hlen < tableHdrFixed+8*2 || hlen > tableHdrFixed+8*filterplan.MaxGenerations || (hlen-tableHdrFixed)%8 != 0 {
 		return nil, d.fail("header", fmt.Sprintf("header length %d", hlen), ErrCorrupt)
 	}
 	hdr := make([]byte, 16+hlen+4)
@@ -234,7 +235,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
 	case res != 0:
 		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
-	case m.gens < 2 || m.gens > FingerprintMaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
+	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
 		return nil, d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
 	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
 		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -21,7 +22,8 @@ import (
 // Validate checks every setting; it changes nothing (Resolve fills the
 // derived defaults). It reports all problems at once, joined; each is a
 // *SettingError placed where the setting was set (a flag, a variable, a
-// line of the config file; "not set" for a default). Its ranges are the worker's (worker.MinGenerations, …), so
+// line of the config file; "not set" for a default). Its ranges are the
+// worker's (worker.MaxBatchSize, …) and, for the filter, filterplan's, so
 // a Run it accepts maps to a worker.Config that worker.Config.Validate
 // accepts.
 func (c *Run) Validate() error {
@@ -157,31 +159,20 @@ func (c *Run) Validate() error {
 		bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
 	}
 
-	// Filter.
-	fingerprint := c.Filter == FilterFingerprint
+	// Filter: the ranges are filterplan's, which the worker and the filter
+	// apply as well.
 	oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
-	if fingerprint && c.Generations > bloom.FingerprintMaxGenerations {
-		bad("generations", "%d: the fingerprint filter takes 2 to %d (e.g. 8)", c.Generations, bloom.FingerprintMaxGenerations)
-	}
-	if fingerprint && c.Exact {
+	if c.Filter == FilterFingerprint && c.Exact {
 		bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
 	}
-	if c.Window <= 0 {
-		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
+	planned := true
+	for _, r := range filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR) {
+		bad(r.Setting, "%s", r.Problem)
+		if r.Setting == filterplan.Generations || r.Setting == filterplan.FPR {
+			planned = false // no memory to compute
+		}
 	}
-	generationsOK := c.Generations >= worker.MinGenerations && c.Generations <= worker.MaxGenerations
-	if !generationsOK {
-		bad("generations", "%d: must be between %d and %d (e.g. 4)", c.Generations, worker.MinGenerations, worker.MaxGenerations)
-	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < worker.MinGenerationSpan {
-		bad("window", "%v over %d generations gives generations shorter than %v: use a longer --window or fewer --generations",
-			fd(c.Window), c.Generations, fd(worker.MinGenerationSpan))
-	}
-	if c.Capacity == 0 {
-		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
-	}
-	if !(c.FPR > 0 && c.FPR < 1) {
-		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
-	} else if generationsOK {
+	if planned {
 		c.validatePlan(bad)
 	}
 
@@ -262,9 +253,6 @@ const MaxPlannedFilterBytes = 1 << 40
 func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
 	bitsPerKey := bloom.BitsPerKey
 	if c.Filter == FilterFingerprint {
-		if c.Generations > bloom.FingerprintMaxGenerations {
-			return // reported above
-		}
 		bitsPerKey = bloom.FingerprintBitsPerKey
 	}
 	bits, err := bitsPerKey(c.FPR, c.Generations)

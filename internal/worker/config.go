@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -243,15 +244,8 @@ const (
 
 // Ranges of the settings. internal/config checks the settings of
 // `bloomgate run` against the same constants, so whatever it accepts the
-// worker accepts.
+// worker accepts. Those of Filter are filterplan's, the filter's too.
 const (
-	// MinGenerations and MaxGenerations bound Filter.Generations; the
-	// filter itself would take more (bloom.MaxGenerations).
-	MinGenerations = 2
-	MaxGenerations = 64
-	// MinGenerationSpan is the shortest span of one generation,
-	// Filter.Window / (Filter.Generations - 1).
-	MinGenerationSpan = time.Second
 	// MaxBatchSize bounds BatchSize.
 	MaxBatchSize = 1_000_000
 	// MinBatchBytes is the smallest MaxBatchBytes: below it the bound is
@@ -423,19 +417,8 @@ func (c Config) Validate() error {
 		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
 	f := c.Filter
-	if f.Window <= 0 {
-		bad("window: must be > 0 (e.g. 24h)")
-	}
-	if f.Generations < MinGenerations || f.Generations > MaxGenerations {
-		bad("generations: %d is outside %d..%d", f.Generations, MinGenerations, MaxGenerations)
-	} else if f.Window > 0 && f.Window/time.Duration(f.Generations-1) < MinGenerationSpan {
-		bad("window: %v over %d generations gives generations shorter than %v", f.Window, f.Generations, MinGenerationSpan)
-	}
-	if f.Capacity == 0 {
-		bad("capacity: expected distinct keys per window must be > 0")
-	}
-	if !(f.FPR > 0 && f.FPR < 1) {
-		bad("fpr: %v is outside (0,1)", f.FPR)
+	for _, p := range filterplan.Check(f.Window, f.Generations, f.Capacity, f.FPR) {
+		errs = append(errs, p)
 	}
 	for _, d := range []struct {
 		name string
