@@ -23,7 +23,7 @@ import (
 // derived defaults). It reports all problems at once, joined; each is a
 // *SettingError placed where the setting was set (a flag, a variable, a
 // line of the config file; "not set" for a default). Its ranges are the
-// worker's (worker.MaxBatchSize, …) and, for the filter, filterplan's, so
+// worker's (worker.CheckBatchSize, …) and, for the filter, filterplan's, so
 // a Run it accepts maps to a worker.Config that worker.Config.Validate
 // accepts.
 func (c *Run) Validate() error {
@@ -162,14 +162,14 @@ func (c *Run) validateSeedFrom(p *problems, start Position) {
 
 // validateOutput checks how records are batched, written and committed.
 func (c *Run) validateOutput(p *problems) {
-	if c.BatchSize < 1 || c.BatchSize > worker.MaxBatchSize {
-		p.bad("batch-size", "%d: must be at least 1 and at most %s (e.g. 10000)", c.BatchSize, FormatCount(worker.MaxBatchSize))
+	if err := worker.CheckBatchSize(c.BatchSize); err != nil {
+		p.bad("batch-size", "%v", err)
 	}
 	if c.BatchTimeout <= 0 {
 		p.bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
 	}
-	if c.MaxBatchBytes < worker.MinBatchBytes || c.MaxBatchBytes > worker.LargestBatchBytes {
-		p.bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
+	if err := worker.CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
+		p.bad("max-batch-bytes", "%v", err)
 	}
 	// Unset, it is resolved from the dead-letter topic: always valid.
 	if c.OnUnwritable != "" &&

@@ -119,14 +119,12 @@ func TestProductDefaults(t *testing.T) {
 }
 
 // TestWorkerAcceptsWhatConfigAccepts: every setting config.Validate
-// accepts, at the edges of its range, the worker accepts too. The filter's
-// settings are left out: both check them with filterplan.Check.
+// accepts, at the edges of its range, the worker accepts too. Settings
+// both check with the same function are left out: the filter's
+// (filterplan.Check), --batch-size and --max-batch-bytes
+// (worker.CheckBatchSize, CheckMaxBatchBytes).
 func TestWorkerAcceptsWhatConfigAccepts(t *testing.T) {
 	for _, args := range [][]string{
-		{"--batch-size", "1"},
-		{"--batch-size", fmt.Sprint(worker.MaxBatchSize)},
-		{"--max-batch-bytes", "1KiB"},
-		{"--max-batch-bytes", fmt.Sprint(worker.LargestBatchBytes)},
 		{"--batch-timeout", "1ns"},
 		{"--max-checkpoint-staleness", "0s"},
 		{"--max-checkpoint-staleness", "1m", "--checkpoint-interval", "1m"},

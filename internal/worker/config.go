@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -257,6 +258,26 @@ const (
 	LargestBatchBytes = math.MaxInt32
 )
 
+// CheckBatchSize returns nil for a BatchSize from 1 to MaxBatchSize, else
+// what is wrong, in the words `bloomgate run` shows after the setting's
+// name.
+func CheckBatchSize(n int) error {
+	if n >= 1 && n <= MaxBatchSize {
+		return nil
+	}
+	return fmt.Errorf("%d: must be at least 1 and at most %s (e.g. 10000)", n, quantity.Count(MaxBatchSize))
+}
+
+// CheckMaxBatchBytes returns nil for a MaxBatchBytes from MinBatchBytes to
+// LargestBatchBytes, else what is wrong, as CheckBatchSize.
+func CheckMaxBatchBytes(n int64) error {
+	if n >= MinBatchBytes && n <= LargestBatchBytes {
+		return nil
+	}
+	return fmt.Errorf("%s: must be between %s and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)",
+		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes))
+}
+
 // DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
 // (possibly ""): dead-letter when there is one, else forward, so that bad
 // input neither stops the stream nor vanishes.
@@ -447,11 +468,15 @@ func (c Config) Validate() error {
 			bad("heartbeat-interval: %v must be below session-timeout %v", r.HeartbeatInterval, r.SessionTimeout)
 		}
 	}
-	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
-		bad("batch-size: %d is outside 1..%d", c.BatchSize, MaxBatchSize)
+	if c.BatchSize != 0 { // 0: the default
+		if err := CheckBatchSize(c.BatchSize); err != nil {
+			bad("batch-size: %v", err)
+		}
 	}
-	if c.MaxBatchBytes != 0 && (c.MaxBatchBytes < MinBatchBytes || c.MaxBatchBytes > LargestBatchBytes) {
-		bad("max-batch-bytes: %d is outside %d..%d", c.MaxBatchBytes, MinBatchBytes, LargestBatchBytes)
+	if c.MaxBatchBytes != 0 {
+		if err := CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
+			bad("max-batch-bytes: %v", err)
+		}
 	}
 	if c.MaxReplay < 0 {
 		bad("max-replay: %d is negative", c.MaxReplay)

@@ -78,6 +78,34 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestCheckBatchSettings: the ranges of BatchSize and MaxBatchBytes, which
+// `bloomgate run` checks with the same functions, end where documented.
+func TestCheckBatchSettings(t *testing.T) {
+	for _, n := range []int{1, MaxBatchSize} {
+		if err := CheckBatchSize(n); err != nil {
+			t.Errorf("batch size %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{0, MaxBatchSize + 1} {
+		if err := CheckBatchSize(n); err == nil {
+			t.Errorf("batch size %d accepted", n)
+		}
+	}
+	for _, n := range []int64{MinBatchBytes, LargestBatchBytes} {
+		if err := CheckMaxBatchBytes(n); err != nil {
+			t.Errorf("max batch bytes %d: %v", n, err)
+		}
+	}
+	for _, n := range []int64{-1, MinBatchBytes - 1, LargestBatchBytes + 1} {
+		if err := CheckMaxBatchBytes(n); err == nil {
+			t.Errorf("max batch bytes %d accepted", n)
+		}
+	}
+	if got, want := fmt.Sprint(CheckBatchSize(0)), "0: must be at least 1 and at most 1M (e.g. 10000)"; got != want {
+		t.Errorf("batch size 0: %q, want %q", got, want)
+	}
+}
+
 // TestWithDefaults: every zero setting takes its documented default,
 // set ones are kept, and the receiver is left alone.
 func TestWithDefaults(t *testing.T) {
