@@ -1,8 +1,9 @@
 package bloom
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
 // BitsPerKey is the filter memory a shard plans per expected distinct key
@@ -14,11 +15,11 @@ import (
 // more keys arrive than planned, come on top. It lets a caller bound a
 // plan before it knows the shard count; Config.Validate checks one shard.
 func BitsPerKey(fpr float64, generations int) (float64, error) {
-	if !(fpr > 0 && fpr < 1) {
-		return 0, fmt.Errorf("fpr %v: must be in (0, 1)", fpr)
+	if err := filterplan.CheckFPR(fpr); err != nil {
+		return 0, err
 	}
-	if generations < 2 || generations > MaxGenerations {
-		return 0, fmt.Errorf("generations %d: must be in [2, %d]", generations, MaxGenerations)
+	if err := filterplan.CheckGenerations(generations); err != nil {
+		return 0, err
 	}
 	p := Config{Window: time.Hour, Generations: generations, Capacity: 1, FPR: fpr}.plan()
 	if p.err != nil {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
 // TestBitsPerKeyMatchesShard: Capacity × BitsPerKey / 8 is the memory of a
@@ -37,7 +39,7 @@ func TestBitsPerKeyRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		fpr  float64
 		gens int
-	}{{0, 4}, {1, 4}, {0.01, 1}, {0.01, MaxGenerations + 1}, {1e-30, 4}} {
+	}{{0, 4}, {1, 4}, {0.01, 1}, {0.01, filterplan.MaxGenerations + 1}, {1e-30, 4}} {
 		if b, err := BitsPerKey(tc.fpr, tc.gens); err == nil {
 			t.Errorf("BitsPerKey(%v, %d) = %v, want an error", tc.fpr, tc.gens, b)
 		}

@@ -7,40 +7,40 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
-// MaxGenerations bounds Config.Generations.
-const MaxGenerations = 1024
-
 // Config plans one shard (one Kafka partition's filter).
+//
+// The ranges of the fields, and the words of a value outside them, are
+// filterplan's, shared with the settings of `bloomgate run` and the worker.
 type Config struct {
 	Window      time.Duration // dedup window W, > 0
-	Generations int           // G >= 2
+	Generations int           // G, filterplan.MinGenerations to filterplan.MaxGenerations
 	Capacity    uint64        // expected distinct keys per window for this shard
 	FPR         float64       // target false-positive rate of the whole shard, (0,1)
+}
+
+// checkRanges returns every field outside its range (filterplan.Check),
+// joined, or nil.
+func (c Config) checkRanges() error {
+	problems := filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR)
+	if len(problems) == 0 {
+		return nil
+	}
+	errs := make([]error, len(problems))
+	for i, p := range problems {
+		errs[i] = p
+	}
+	return fmt.Errorf("invalid filter config: %w", errors.Join(errs...))
 }
 
 // Validate checks the parameters and that the planned bitsets fit the size
 // limit; errors name the field and the accepted range.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Window <= 0 {
-		errs = append(errs, fmt.Errorf("window %v: must be > 0", c.Window))
-	}
-	if c.Generations < 2 || c.Generations > MaxGenerations {
-		errs = append(errs, fmt.Errorf("generations %d: must be in [2, %d]", c.Generations, MaxGenerations))
-	}
-	if c.Capacity == 0 {
-		errs = append(errs, errors.New("capacity 0: must be ≥ 1 (expected distinct keys per window)"))
-	}
-	if !(c.FPR > 0 && c.FPR < 1) {
-		errs = append(errs, fmt.Errorf("fpr %v: must be in (0, 1), e.g. 0.01", c.FPR))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid filter config: %w", errors.Join(errs...))
-	}
-	if c.Window < time.Duration(c.Generations-1) {
-		return fmt.Errorf("invalid filter config: window %v: must be ≥ %d ns (one per span)", c.Window, c.Generations-1)
+	if err := c.checkRanges(); err != nil {
+		return err
 	}
 	p := c.plan()
 	if p.err != nil {

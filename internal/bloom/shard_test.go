@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -23,7 +25,7 @@ func TestConfigValidate(t *testing.T) {
 		{"fpr 1", func(c *Config) { c.FPR = 1 }, "fpr"},
 		{"fpr negative", func(c *Config) { c.FPR = -0.1 }, "fpr"},
 		{"one generation", func(c *Config) { c.Generations = 1 }, "generations"},
-		{"too many generations", func(c *Config) { c.Generations = MaxGenerations + 1 }, "generations"},
+		{"too many generations", func(c *Config) { c.Generations = filterplan.MaxGenerations + 1 }, "generations"},
 		{"zero window", func(c *Config) { c.Window = 0 }, "window"},
 		{"negative window", func(c *Config) { c.Window = -time.Second }, "window"},
 		{"window shorter than spans", func(c *Config) { c.Window = 2 }, "window"},

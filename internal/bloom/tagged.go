@@ -1,7 +1,6 @@
 package bloom
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -11,8 +10,9 @@ import (
 
 // The fingerprint kind (FingerprintShard): one quotient table (qtable.go)
 // holds the whole window. Each entry is a key's remainder and an age tag,
-// the generation it was added in modulo 2^a, a = ⌈log2 G⌉. Generations
-// span ⌈W/(G−1)⌉ of event time, as in the ring, and the window's keys are
+// the generation it was added in modulo 2^a, a = ⌈log2 G⌉ (at most 6 bits,
+// G being at most filterplan.MaxGenerations, 64). Generations span
+// ⌈W/(G−1)⌉ of event time, as in the ring, and the window's keys are
 // those of the last G generations; at each generation change the table
 // drops the entries of the generations that left (one pass over it), so
 // that their tags can be reused. The false-positive budget is paid once,
@@ -29,10 +29,6 @@ import (
 // once the plan's table is gone and the last generation fitted the plan.
 
 const (
-	// FingerprintMaxGenerations bounds Config.Generations for the
-	// fingerprint kind (tags of up to 6 bits).
-	FingerprintMaxGenerations = 64
-
 	tableAlphaMax  = 0.95 // peak load of every table
 	tableShare     = 0.95 // share of the rate a plan's own table takes at peak
 	maxTableLevels = 32
@@ -115,24 +111,8 @@ func (p fpPlan) level(L int) tableSize {
 // ValidateFingerprint checks the parameters for the fingerprint kind, like
 // Validate for the ring: every bad field named with its accepted range.
 func (c Config) ValidateFingerprint() error {
-	var errs []error
-	if c.Window <= 0 {
-		errs = append(errs, fmt.Errorf("window %v: must be > 0", c.Window))
-	}
-	if c.Generations < 2 || c.Generations > FingerprintMaxGenerations {
-		errs = append(errs, fmt.Errorf("generations %d: must be in [2, %d] for the fingerprint filter", c.Generations, FingerprintMaxGenerations))
-	}
-	if c.Capacity == 0 {
-		errs = append(errs, errors.New("capacity 0: must be ≥ 1 (expected distinct keys per window)"))
-	}
-	if !(c.FPR > 0 && c.FPR < 1) {
-		errs = append(errs, fmt.Errorf("fpr %v: must be in (0, 1), e.g. 0.01", c.FPR))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid filter config: %w", errors.Join(errs...))
-	}
-	if c.Window < time.Duration(c.Generations-1) {
-		return fmt.Errorf("invalid filter config: window %v: must be ≥ %d ns (one per span)", c.Window, c.Generations-1)
+	if err := c.checkRanges(); err != nil {
+		return err
 	}
 	if p := c.fingerprintPlan(); p.err != nil {
 		return fmt.Errorf("invalid filter config: capacity %d, fpr %v: %w", c.Capacity, c.FPR, p.err)

@@ -11,6 +11,7 @@ import (
 	"math/bits"
 	"slices"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -196,7 +197,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 	d := &decoder{r: r}
 	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, minLen: tableHdrFixed + 8*2,
-		maxLen: tableHdrFixed + 8*FingerprintMaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
+		maxLen: tableHdrFixed + 8*filterplan.MaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +214,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
 	case res != 0:
 		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
-	case m.gens < 2 || m.gens > FingerprintMaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
+	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
 		return nil, d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
 	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
 		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -21,225 +22,271 @@ import (
 // Validate checks every setting; it changes nothing (Resolve fills the
 // derived defaults). It reports all problems at once, joined; each is a
 // *SettingError placed where the setting was set (a flag, a variable, a
-// line of the config file; "not set" for a default). Its ranges are the worker's (worker.MinGenerations, …), so
+// line of the config file; "not set" for a default). Its ranges are the
+// worker's (worker.CheckBatchSize, …) and, for the filter, filterplan's, so
 // a Run it accepts maps to a worker.Config that worker.Config.Validate
 // accepts.
 func (c *Run) Validate() error {
-	var errs []error
-	bad := func(setting, format string, args ...any) {
-		o := c.origin(setting)
-		errs = append(errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...), Source: o.source, File: o.file, Line: o.line})
-	}
-	oneOf := func(setting, v string, allowed ...string) bool {
-		if !slices.Contains(allowed, v) {
-			bad(setting, "%q is not one of %s", v, strings.Join(allowed, ", "))
-			return false
-		}
-		return true
-	}
+	p := &problems{run: c}
+	c.validateKafka(p)
+	c.validateSeeding(p)
+	c.validateOutput(p)
+	c.validateTLS(p)
+	c.validateSASL(p)
+	c.validateKeys(p)
+	c.validateFilter(p)
+	c.validateCheckpoints(p)
+	c.validateGroup(p)
+	c.validateOperations(p)
+	return errors.Join(p.errs...)
+}
 
-	// Kafka.
+// problems collects what Validate finds, each problem placed where its
+// setting was set.
+type problems struct {
+	run  *Run
+	errs []error
+}
+
+// bad reports a problem of setting, in the words of format and args.
+func (p *problems) bad(setting, format string, args ...any) {
+	o := p.run.origin(setting)
+	p.errs = append(p.errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...), Source: o.source, File: o.file, Line: o.line})
+}
+
+// oneOf reports v unless it is one of allowed, and says whether it is.
+func (p *problems) oneOf(setting, v string, allowed ...string) bool {
+	if !slices.Contains(allowed, v) {
+		p.bad(setting, "%q is not one of %s", v, strings.Join(allowed, ", "))
+		return false
+	}
+	return true
+}
+
+// topicSetting is a topic and the flag that names it.
+type topicSetting struct{ setting, name string }
+
+// topics lists the topics the worker reads and writes, the two required
+// first.
+func (c *Run) topics() []topicSetting {
+	return []topicSetting{{"input", c.Input}, {"output", c.Output}, {"duplicates", c.Duplicates}, {"dead-letter", c.DeadLetter}}
+}
+
+// validateKafka checks the brokers, the group and the topics.
+func (c *Run) validateKafka(p *problems) {
 	if len(c.Brokers) == 0 {
-		bad("brokers", "no brokers: set --brokers host:port (e.g. 127.0.0.1:9092)")
+		p.bad("brokers", "no brokers: set --brokers host:port (e.g. 127.0.0.1:9092)")
 	}
 	for _, b := range c.Brokers {
 		if err := checkHostPort(b); err != nil {
-			bad("brokers", "%q: %v; use host:port", b, err)
+			p.bad("brokers", "%q: %v; use host:port", b, err)
 		}
 	}
 	if strings.TrimSpace(c.Group) == "" {
-		bad("group", "empty consumer group id: set --group (default bloomgate)")
+		p.bad("group", "empty consumer group id: set --group (default bloomgate)")
 	}
-	topics := []struct{ setting, name string }{
-		{"input", c.Input}, {"output", c.Output}, {"duplicates", c.Duplicates}, {"dead-letter", c.DeadLetter},
-	}
+	topics := c.topics()
 	for i, t := range topics {
 		if t.name == "" {
 			if i < 2 {
-				bad(t.setting, "no %s topic: set --%s NAME", t.setting, t.setting)
+				p.bad(t.setting, "no %s topic: set --%s NAME", t.setting, t.setting)
 			}
 			continue
 		}
 		if err := checkTopic(t.name); err != nil {
-			bad(t.setting, "topic %q: %v", t.name, err)
+			p.bad(t.setting, "topic %q: %v", t.name, err)
 		}
 		for _, u := range topics[:i] {
 			if u.name == t.name {
-				bad(t.setting, "topic %q is also --%s: each topic must be different (writing the %s to the %s would loop or mix streams)", t.name, u.setting, t.setting, u.setting)
+				p.bad(t.setting, "topic %q is also --%s: each topic must be different (writing the %s to the %s would loop or mix streams)", t.name, u.setting, t.setting, u.setting)
 			}
 		}
 	}
-	oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
-	oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
+	p.oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
+	p.oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
 	if c.Repartition {
 		for _, t := range topics {
 			if t.name != "" && t.name == c.RepartitionTopic() {
-				bad(t.setting, "topic %q is the repartition topic of group %q; choose another name or group", t.name, c.Group)
+				p.bad(t.setting, "topic %q is the repartition topic of group %q; choose another name or group", t.name, c.Group)
 			}
 		}
 	}
+}
+
+// validateSeeding checks where a new group starts and what it remembers
+// before the start.
+func (c *Run) validateSeeding(p *problems) {
 	start, err := ParsePosition(c.StartFrom)
 	if err != nil {
-		bad("start-from", "%v", err)
+		p.bad("start-from", "%v", err)
 	}
 	if c.SeedFrom != "" {
-		seed, err := ParsePosition(c.SeedFrom)
-		switch {
-		case err != nil:
-			bad("seed-from", "%v", err)
-		case seed.Latest:
-			bad("seed-from", "latest would seed nothing; use a time or a duration before now (e.g. 72h)")
-		case start.IsEarliest() && c.SeedTopic == "":
-			bad("seed-from", "needs --start-from latest, a time or a duration: from earliest every record is forwarded, none is left to seed")
-		case !seed.At.IsZero() && !start.At.IsZero() && seed.At.After(start.At),
-			seed.Ago > 0 && start.Ago > 0 && seed.Ago < start.Ago:
-			bad("seed-from", "%s lies after --start-from %s; seeding covers the input before the start", c.SeedFrom, c.StartFrom)
-		}
+		c.validateSeedFrom(p, start)
 	}
 	if c.SeedTopic != "" {
 		if err := checkTopic(c.SeedTopic); err != nil {
-			bad("seed-topic", "topic %q: %v", c.SeedTopic, err)
+			p.bad("seed-topic", "topic %q: %v", c.SeedTopic, err)
 		}
 		if c.SeedTopic == c.Input {
-			bad("seed-topic", "%q is the input: to remember the input before the start use --seed-from instead", c.SeedTopic)
+			p.bad("seed-topic", "%q is the input: to remember the input before the start use --seed-from instead", c.SeedTopic)
 		}
 		if c.Repartition {
-			bad("seed-topic", "not with --repartition: the dedup stage reads the repartition topic, partitioned by the hash of the canonical key, "+
+			p.bad("seed-topic", "not with --repartition: the dedup stage reads the repartition topic, partitioned by the hash of the canonical key, "+
 				"and a seed topic would have to be partitioned the same way; seed from the input instead (--start-from and --seed-from)")
 		}
 	} else if c.SeedKey != "" {
-		bad("seed-key", "%q without --seed-topic: name the topic whose records it reads", c.SeedKey)
+		p.bad("seed-key", "%q without --seed-topic: name the topic whose records it reads", c.SeedKey)
 	}
 	if c.SeedKey != "" {
 		if _, err := keys.NewExtractor(c.SeedKey, "none", 0); err != nil {
-			bad("seed-key", "%v (e.g. key, header:order-id or json:order.id)", err)
+			p.bad("seed-key", "%v (e.g. key, header:order-id or json:order.id)", err)
 		}
 	}
-	if c.BatchSize < 1 || c.BatchSize > worker.MaxBatchSize {
-		bad("batch-size", "%d: must be at least 1 and at most %s (e.g. 10000)", c.BatchSize, FormatCount(worker.MaxBatchSize))
+}
+
+// validateSeedFrom checks --seed-from against --start-from (start).
+func (c *Run) validateSeedFrom(p *problems, start Position) {
+	seed, err := ParsePosition(c.SeedFrom)
+	switch {
+	case err != nil:
+		p.bad("seed-from", "%v", err)
+	case seed.Latest:
+		p.bad("seed-from", "latest would seed nothing; use a time or a duration before now (e.g. 72h)")
+	case start.IsEarliest() && c.SeedTopic == "":
+		p.bad("seed-from", "needs --start-from latest, a time or a duration: from earliest every record is forwarded, none is left to seed")
+	case !seed.At.IsZero() && !start.At.IsZero() && seed.At.After(start.At),
+		seed.Ago > 0 && start.Ago > 0 && seed.Ago < start.Ago:
+		p.bad("seed-from", "%s lies after --start-from %s; seeding covers the input before the start", c.SeedFrom, c.StartFrom)
+	}
+}
+
+// validateOutput checks how records are batched, written and committed.
+func (c *Run) validateOutput(p *problems) {
+	if err := worker.CheckBatchSize(c.BatchSize); err != nil {
+		p.bad("batch-size", "%v", err)
 	}
 	if c.BatchTimeout <= 0 {
-		bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
+		p.bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
 	}
-	if c.MaxBatchBytes < worker.MinBatchBytes || c.MaxBatchBytes > worker.LargestBatchBytes {
-		bad("max-batch-bytes", "%s: must be between 1KiB and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)", FormatByteSize(uint64(max(c.MaxBatchBytes, 0))))
+	if err := worker.CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
+		p.bad("max-batch-bytes", "%v", err)
 	}
 	// Unset, it is resolved from the dead-letter topic: always valid.
 	if c.OnUnwritable != "" &&
-		oneOf("on-unwritable", c.OnUnwritable, OnUnwritableDeadLetter, OnUnwritableStall, OnUnwritableDrop) &&
+		p.oneOf("on-unwritable", c.OnUnwritable, OnUnwritableDeadLetter, OnUnwritableStall, OnUnwritableDrop) &&
 		c.OnUnwritable == OnUnwritableDeadLetter && c.DeadLetter == "" {
-		bad("on-unwritable", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
+		p.bad("on-unwritable", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
 	}
 	if c.WriteTimeout <= 0 {
-		bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
+		p.bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
 	}
 	if c.CommitInterval <= 0 {
-		bad("commit-interval", "%v: must be positive (e.g. 1s)", fd(c.CommitInterval))
+		p.bad("commit-interval", "%v: must be positive (e.g. 1s)", fd(c.CommitInterval))
 	}
-	c.validateTLS(bad)
-	c.validateSASL(bad)
+}
 
-	// Keys.
+// validateKeys checks how the dedup key is extracted and what happens
+// without one.
+func (c *Run) validateKeys(p *problems) {
 	if err := keys.ValidateSpec(c.Key); err != nil {
-		bad("key", "%v", err)
+		p.bad("key", "%v", err)
 	}
 	if _, err := keys.ParseNormalize(c.Normalize); err != nil {
-		bad("normalize", "%v", err)
+		p.bad("normalize", "%v", err)
 	}
 	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 1<<20 {
-		bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)
+		p.bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)
 	}
-	oneOf("json-validation", c.JSONValidation, JSONValidationStrict, JSONValidationLazy)
+	p.oneOf("json-validation", c.JSONValidation, JSONValidationStrict, JSONValidationLazy)
 	// Unset, it is resolved from the dead-letter topic: always valid.
 	if c.OnMissingKey != "" &&
-		oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
+		p.oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
 		c.OnMissingKey == OnMissingDeadLetter && c.DeadLetter == "" {
-		bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
+		p.bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
 	}
+}
 
-	// Filter.
-	fingerprint := c.Filter == FilterFingerprint
-	oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
-	if fingerprint && c.Generations > bloom.FingerprintMaxGenerations {
-		bad("generations", "%d: the fingerprint filter takes 2 to %d (e.g. 8)", c.Generations, bloom.FingerprintMaxGenerations)
+// validateFilter checks the filter: its kind, the ranges of its settings
+// (filterplan's, which the worker and the filter apply as well), the plan
+// they make, and exact mode.
+func (c *Run) validateFilter(p *problems) {
+	p.oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
+	if c.Filter == FilterFingerprint && c.Exact {
+		p.bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
 	}
-	if fingerprint && c.Exact {
-		bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
+	planned := true
+	for _, r := range filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR) {
+		p.bad(r.Setting, "%s", r.Problem)
+		if r.Setting == filterplan.Generations || r.Setting == filterplan.FPR {
+			planned = false // no memory to compute
+		}
 	}
-	if c.Window <= 0 {
-		bad("window", "%v: must be positive (e.g. 24h)", fd(c.Window))
+	if planned {
+		c.validatePlan(p)
 	}
-	generationsOK := c.Generations >= worker.MinGenerations && c.Generations <= worker.MaxGenerations
-	if !generationsOK {
-		bad("generations", "%d: must be between %d and %d (e.g. 4)", c.Generations, worker.MinGenerations, worker.MaxGenerations)
-	} else if c.Window > 0 && c.Window/time.Duration(c.Generations-1) < worker.MinGenerationSpan {
-		bad("window", "%v over %d generations gives generations shorter than %v: use a longer --window or fewer --generations",
-			fd(c.Window), c.Generations, fd(worker.MinGenerationSpan))
+	if c.MaxTimeJump < 0 {
+		p.bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", fd(c.MaxTimeJump))
 	}
-	if c.Capacity == 0 {
-		bad("capacity", "0 keys: set the expected distinct keys per window for the whole topic (e.g. 10M)")
-	}
-	if !(c.FPR > 0 && c.FPR < 1) {
-		bad("fpr", "%s: must be strictly between 0 and 1, i.e. 0%% and 100%% (e.g. 0.01 or 1%%)", FormatRate(c.FPR))
-	} else if generationsOK {
-		c.validatePlan(bad)
-	}
-
 	if c.Exact && c.ExactDir == "" {
-		bad("exact-dir", "empty: exact mode needs a local directory for its stores (e.g. %s)", DefaultExactDir)
+		p.bad("exact-dir", "empty: exact mode needs a local directory for its stores (e.g. %s)", DefaultExactDir)
 	}
+}
 
-	// Checkpoints.
+// validateCheckpoints checks where and how often checkpoints are written,
+// and how they are restored.
+func (c *Run) validateCheckpoints(p *problems) {
 	if err := checkCheckpointURL(c.CheckpointURL); err != nil {
-		bad("checkpoint-url", "%v", err)
+		p.bad("checkpoint-url", "%v", err)
 	}
 	if c.CheckpointInterval <= 0 {
-		bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", fd(c.CheckpointInterval))
+		p.bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", fd(c.CheckpointInterval))
 	}
 	if c.CheckpointRetain < 1 {
-		bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
+		p.bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
 	}
 	switch s := c.MaxCheckpointStaleness; {
 	case s == worker.NoBound, s == 0: // no bound (written 0s); the worker's default
 	case s < 0:
-		bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
+		p.bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
 	case c.CheckpointInterval > 0 && s < c.CheckpointInterval:
-		bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
+		p.bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
 	}
-	oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
+	p.oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
 	if c.MaxReplay < 0 {
-		bad("max-replay", "%d: must be 0 (no bound) or more", c.MaxReplay)
+		p.bad("max-replay", "%d: must be 0 (no bound) or more", c.MaxReplay)
 	}
+}
 
-	// Operations.
-	if c.MetricsAddr != "" {
-		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			bad("metrics-addr", "%q: %v; use host:port (e.g. 127.0.0.1:9464) or empty to disable", c.MetricsAddr, err)
-		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-			bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
-		}
-	}
-	if c.MaxTimeJump < 0 {
-		bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", fd(c.MaxTimeJump))
-	}
+// validateGroup checks the consumer group's timings.
+func (c *Run) validateGroup(p *problems) {
 	if c.SessionTimeout <= 0 {
-		bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", fd(c.SessionTimeout))
+		p.bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", fd(c.SessionTimeout))
 	}
 	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
-		bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", fd(c.HeartbeatInterval), fd(c.SessionTimeout))
+		p.bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", fd(c.HeartbeatInterval), fd(c.SessionTimeout))
 	}
 	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.SessionTimeout) {
-		bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", fd(c.RebalanceTimeout), fd(c.SessionTimeout))
+		p.bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", fd(c.RebalanceTimeout), fd(c.SessionTimeout))
 	}
 	if c.JoinGroupBackoff <= 0 {
-		bad("join-group-backoff", "%v: must be positive (e.g. 1s)", fd(c.JoinGroupBackoff))
+		p.bad("join-group-backoff", "%v: must be positive (e.g. 1s)", fd(c.JoinGroupBackoff))
+	}
+}
+
+// validateOperations checks the metrics endpoint, the shutdown and the logs.
+func (c *Run) validateOperations(p *problems) {
+	if c.MetricsAddr != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			p.bad("metrics-addr", "%q: %v; use host:port (e.g. 127.0.0.1:9464) or empty to disable", c.MetricsAddr, err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			p.bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
+		}
 	}
 	if c.ShutdownTimeout <= 0 {
-		bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", fd(c.ShutdownTimeout))
+		p.bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", fd(c.ShutdownTimeout))
 	}
-	oneOf("log-format", c.LogFormat, "text", "json")
-	oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
-	return errors.Join(errs...)
+	p.oneOf("log-format", c.LogFormat, "text", "json")
+	p.oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 }
 
 // MaxPlannedFilterBytes bounds the filter memory a plan may need for the
@@ -259,21 +306,18 @@ const MaxPlannedFilterBytes = 1 << 40
 // than MaxPlannedFilterBytes for the topic, or whose rate the filter cannot
 // reach. The per-partition limit needs the partition count and is checked
 // by the worker at start.
-func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
+func (c *Run) validatePlan(p *problems) {
 	bitsPerKey := bloom.BitsPerKey
 	if c.Filter == FilterFingerprint {
-		if c.Generations > bloom.FingerprintMaxGenerations {
-			return // reported above
-		}
 		bitsPerKey = bloom.FingerprintBitsPerKey
 	}
 	bits, err := bitsPerKey(c.FPR, c.Generations)
 	if err != nil {
-		bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
+		p.bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
 		return
 	}
 	if need := float64(c.Capacity) * bits / 8; need > MaxPlannedFilterBytes {
-		bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (README, Settings): "+
+		p.bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (README, Settings): "+
 			"use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr",
 			FormatCount(c.Capacity), FormatRate(c.FPR), c.Generations, formatMemory(need), formatMemory(MaxPlannedFilterBytes))
 	}
@@ -282,7 +326,9 @@ func (c *Run) validatePlan(bad func(setting, format string, args ...any)) {
 // fd formats a duration for a message.
 func fd(d time.Duration) string { return FormatDuration(d) }
 
-func (c *Run) validateTLS(bad func(setting, format string, args ...any)) {
+// validateTLS checks the TLS settings: files only with TLS on, readable,
+// and a certificate with its key.
+func (c *Run) validateTLS(p *problems) {
 	t := c.TLS
 	files := []struct{ setting, path string }{
 		{"tls-ca-file", t.CAFile}, {"tls-cert-file", t.CertFile}, {"tls-key-file", t.KeyFile},
@@ -292,43 +338,45 @@ func (c *Run) validateTLS(bad func(setting, format string, args ...any)) {
 			continue
 		}
 		if !t.Enabled {
-			bad(f.setting, "set but TLS is off: add --tls-enabled")
+			p.bad(f.setting, "set but TLS is off: add --tls-enabled")
 		}
 		if _, err := os.ReadFile(f.path); err != nil {
-			bad(f.setting, "cannot read %q: %v", f.path, err)
+			p.bad(f.setting, "cannot read %q: %v", f.path, err)
 		}
 	}
 	if t.InsecureSkipVerify && !t.Enabled {
-		bad("tls-insecure-skip-verify", "set but TLS is off: add --tls-enabled")
+		p.bad("tls-insecure-skip-verify", "set but TLS is off: add --tls-enabled")
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
-		bad("tls-cert-file", "a client certificate needs both --tls-cert-file and --tls-key-file")
+		p.bad("tls-cert-file", "a client certificate needs both --tls-cert-file and --tls-key-file")
 	}
 	if t.Enabled {
 		if _, err := c.TLSConfig(); err != nil {
-			bad("tls-enabled", "%v", err)
+			p.bad("tls-enabled", "%v", err)
 		}
 	}
 }
 
-func (c *Run) validateSASL(bad func(setting, format string, args ...any)) {
+// validateSASL checks that a SASL mechanism comes with its credentials,
+// and credentials with a mechanism.
+func (c *Run) validateSASL(p *problems) {
 	s := c.SASL
 	switch strings.ToLower(s.Mechanism) {
 	case "":
 		if s.Username != "" || s.Password != "" {
-			bad("sasl-mechanism", "SASL credentials are set but no mechanism: set --sasl-mechanism plain, scram-sha-256 or scram-sha-512")
+			p.bad("sasl-mechanism", "SASL credentials are set but no mechanism: set --sasl-mechanism plain, scram-sha-256 or scram-sha-512")
 		}
 		return
 	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
 	default:
-		bad("sasl-mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
+		p.bad("sasl-mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
 		return
 	}
 	if s.Username == "" {
-		bad("sasl-username", "empty: SASL %s needs a user name", s.Mechanism)
+		p.bad("sasl-username", "empty: SASL %s needs a user name", s.Mechanism)
 	}
 	if s.Password == "" {
-		bad("sasl-password", "empty: SASL %s needs a password (set %s)", s.Mechanism, envName("sasl-password"))
+		p.bad("sasl-password", "empty: SASL %s needs a password (set %s)", s.Mechanism, envName("sasl-password"))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -243,15 +245,8 @@ const (
 
 // Ranges of the settings. internal/config checks the settings of
 // `bloomgate run` against the same constants, so whatever it accepts the
-// worker accepts.
+// worker accepts. Those of Filter are filterplan's, the filter's too.
 const (
-	// MinGenerations and MaxGenerations bound Filter.Generations; the
-	// filter itself would take more (bloom.MaxGenerations).
-	MinGenerations = 2
-	MaxGenerations = 64
-	// MinGenerationSpan is the shortest span of one generation,
-	// Filter.Window / (Filter.Generations - 1).
-	MinGenerationSpan = time.Second
 	// MaxBatchSize bounds BatchSize.
 	MaxBatchSize = 1_000_000
 	// MinBatchBytes is the smallest MaxBatchBytes: below it the bound is
@@ -262,6 +257,26 @@ const (
 	// batch (2 GiB - 1).
 	LargestBatchBytes = math.MaxInt32
 )
+
+// CheckBatchSize returns nil for a BatchSize from 1 to MaxBatchSize, else
+// what is wrong, in the words `bloomgate run` shows after the setting's
+// name.
+func CheckBatchSize(n int) error {
+	if n >= 1 && n <= MaxBatchSize {
+		return nil
+	}
+	return fmt.Errorf("%d: must be at least 1 and at most %s (e.g. 10000)", n, quantity.Count(MaxBatchSize))
+}
+
+// CheckMaxBatchBytes returns nil for a MaxBatchBytes from MinBatchBytes to
+// LargestBatchBytes, else what is wrong, as CheckBatchSize.
+func CheckMaxBatchBytes(n int64) error {
+	if n >= MinBatchBytes && n <= LargestBatchBytes {
+		return nil
+	}
+	return fmt.Errorf("%s: must be between %s and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)",
+		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes))
+}
 
 // DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
 // (possibly ""): dead-letter when there is one, else forward, so that bad
@@ -423,19 +438,8 @@ func (c Config) Validate() error {
 		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
 	f := c.Filter
-	if f.Window <= 0 {
-		bad("window: must be > 0 (e.g. 24h)")
-	}
-	if f.Generations < MinGenerations || f.Generations > MaxGenerations {
-		bad("generations: %d is outside %d..%d", f.Generations, MinGenerations, MaxGenerations)
-	} else if f.Window > 0 && f.Window/time.Duration(f.Generations-1) < MinGenerationSpan {
-		bad("window: %v over %d generations gives generations shorter than %v", f.Window, f.Generations, MinGenerationSpan)
-	}
-	if f.Capacity == 0 {
-		bad("capacity: expected distinct keys per window must be > 0")
-	}
-	if !(f.FPR > 0 && f.FPR < 1) {
-		bad("fpr: %v is outside (0,1)", f.FPR)
+	for _, p := range filterplan.Check(f.Window, f.Generations, f.Capacity, f.FPR) {
+		errs = append(errs, p)
 	}
 	for _, d := range []struct {
 		name string
@@ -464,11 +468,15 @@ func (c Config) Validate() error {
 			bad("heartbeat-interval: %v must be below session-timeout %v", r.HeartbeatInterval, r.SessionTimeout)
 		}
 	}
-	if c.BatchSize < 0 || c.BatchSize > MaxBatchSize {
-		bad("batch-size: %d is outside 1..%d", c.BatchSize, MaxBatchSize)
+	if c.BatchSize != 0 { // 0: the default
+		if err := CheckBatchSize(c.BatchSize); err != nil {
+			bad("batch-size: %v", err)
+		}
 	}
-	if c.MaxBatchBytes != 0 && (c.MaxBatchBytes < MinBatchBytes || c.MaxBatchBytes > LargestBatchBytes) {
-		bad("max-batch-bytes: %d is outside %d..%d", c.MaxBatchBytes, MinBatchBytes, LargestBatchBytes)
+	if c.MaxBatchBytes != 0 {
+		if err := CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
+			bad("max-batch-bytes: %v", err)
+		}
 	}
 	if c.MaxReplay < 0 {
 		bad("max-replay: %d is negative", c.MaxReplay)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -35,19 +36,19 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown unwritable policy", func(c *Config) { c.OnUnwritable = "fail" }, "on-unwritable"},
 		{"unknown partitioning", func(c *Config) { c.Partitioning = "random" }, "partitioning"},
 		{"unknown restore policy", func(c *Config) { c.OnRestoreFailure = "guess" }, "on-restore-failure"},
-		{"zero window", func(c *Config) { c.Filter.Window = 0 }, "window"},
+		// The filter's settings are checked by filterplan, whose words
+		// these are.
+		{"zero window", func(c *Config) { c.Filter.Window = 0 }, "window: 0s: must be positive (e.g. 24h)"},
 		{"one generation", func(c *Config) { c.Filter.Generations = 1 }, "generations"},
 		{"zero capacity", func(c *Config) { c.Filter.Capacity = 0 }, "capacity"},
 		{"fpr 1", func(c *Config) { c.Filter.FPR = 1 }, "fpr"},
-		{"fpr 0", func(c *Config) { c.Filter.FPR = 0 }, "fpr"},
 		{"negative timeout", func(c *Config) { c.ShutdownTimeout = -time.Second }, "shutdown-timeout"},
 		{"staleness below interval", func(c *Config) {
 			c.CheckpointInterval, c.MaxCheckpointStaleness = time.Minute, time.Second
 		}, "max-checkpoint-staleness"},
 		{"huge batch", func(c *Config) { c.BatchSize = 10_000_000 }, "batch-size"},
 		{"largest batch", func(c *Config) { c.BatchSize = MaxBatchSize }, ""},
-		{"generations at the bounds", func(c *Config) { c.Filter.Generations = MaxGenerations }, ""},
-		{"too many generations", func(c *Config) { c.Filter.Generations = MaxGenerations + 1 }, "generations"},
+		{"too many generations", func(c *Config) { c.Filter.Generations = filterplan.MaxGenerations + 1 }, "generations"},
 		{"generation span below 1s", func(c *Config) { c.Filter.Window = 2 * time.Second }, "window"},
 		{"staleness off", func(c *Config) { c.MaxCheckpointStaleness = NoBound }, ""},
 		{"staleness below the default interval", func(c *Config) { c.MaxCheckpointStaleness = 30 * time.Second }, "max-checkpoint-staleness"},
@@ -74,6 +75,34 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("New accepted an invalid config")
 			}
 		})
+	}
+}
+
+// TestCheckBatchSettings: the ranges of BatchSize and MaxBatchBytes, which
+// `bloomgate run` checks with the same functions, end where documented.
+func TestCheckBatchSettings(t *testing.T) {
+	for _, n := range []int{1, MaxBatchSize} {
+		if err := CheckBatchSize(n); err != nil {
+			t.Errorf("batch size %d: %v", n, err)
+		}
+	}
+	for _, n := range []int{0, MaxBatchSize + 1} {
+		if err := CheckBatchSize(n); err == nil {
+			t.Errorf("batch size %d accepted", n)
+		}
+	}
+	for _, n := range []int64{MinBatchBytes, LargestBatchBytes} {
+		if err := CheckMaxBatchBytes(n); err != nil {
+			t.Errorf("max batch bytes %d: %v", n, err)
+		}
+	}
+	for _, n := range []int64{-1, MinBatchBytes - 1, LargestBatchBytes + 1} {
+		if err := CheckMaxBatchBytes(n); err == nil {
+			t.Errorf("max batch bytes %d accepted", n)
+		}
+	}
+	if got, want := fmt.Sprint(CheckBatchSize(0)), "0: must be at least 1 and at most 1M (e.g. 10000)"; got != want {
+		t.Errorf("batch size 0: %q, want %q", got, want)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // that partition's share of the topic's.
 type FilterParams struct {
 	Window      time.Duration // dedup window W
-	Generations int           // ring size G, MinGenerations to MaxGenerations
+	Generations int           // ring size G, filterplan.MinGenerations to MaxGenerations
 	Capacity    uint64        // expected distinct keys per window (whole topic or one partition, as above)
 	FPR         float64       // target false-positive rate of each partition, (0,1)
 }
