@@ -312,7 +312,11 @@ func (c *Run) validatePlan(p *problems) {
 		bitsPerKey = bloom.FingerprintBitsPerKey
 	}
 	bits, err := bitsPerKey(c.FPR, c.Generations)
-	if err != nil {
+	switch {
+	case err != nil && c.Filter == FilterFingerprint:
+		p.bad("fpr", "%s: the fingerprint filter cannot be planned at this rate with %d generations (%v): raise --fpr", FormatRate(c.FPR), c.Generations, err)
+		return
+	case err != nil:
 		p.bad("fpr", "%s is smaller than the filter can reach with %d generations (512-bit blocks, at most 32 probes): use 1e-9 or more", FormatRate(c.FPR), c.Generations)
 		return
 	}
