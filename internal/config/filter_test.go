@@ -39,6 +39,8 @@ func TestFilterSetting(t *testing.T) {
 	}{
 		{[]string{"--filter", "cuckoo"}, "filter"},
 		{[]string{"--filter", "fingerprint", "--exact"}, "exact mode works with --filter ring only"},
+		{[]string{"--filter", "fingerprint", "--generations", "8", "--fpr", "1e-20", "--capacity", "1G"}, "the fingerprint filter cannot be planned at this rate"},
+		{[]string{"--fpr", "1e-15"}, "512-bit blocks"},
 	} {
 		_, err := Load(append(base, tc.args...), &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
