@@ -215,7 +215,7 @@ func (c *Run) validateFilter(p *problems) {
 		p.bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
 	}
 	planned := true
-	for _, r := range filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR) {
+	for _, r := range c.Params.Check() {
 		p.bad(r.Setting, "%s", r.Problem)
 		if r.Setting == filterplan.Generations || r.Setting == filterplan.FPR {
 			planned = false // no memory to compute

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/segmentio/kafka-go"
 )
@@ -437,8 +436,7 @@ func (c Config) Validate() error {
 	default:
 		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
-	f := c.Filter
-	for _, p := range filterplan.Check(f.Window, f.Generations, f.Capacity, f.FPR) {
+	for _, p := range c.Filter.Check() {
 		errs = append(errs, p)
 	}
 	for _, d := range []struct {
