@@ -273,8 +273,8 @@ func CheckMaxBatchBytes(n int64) error {
 	if n >= MinBatchBytes && n <= LargestBatchBytes {
 		return nil
 	}
-	return fmt.Errorf("%s: must be between %s and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)",
-		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes))
+	return fmt.Errorf("%s: must be between %s and %s-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. %s)",
+		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes), quantity.Size(LargestBatchBytes+1), quantity.Size(DefaultMaxBatchBytes))
 }
 
 // DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
