@@ -16,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/broker"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/preflight"
 )
 
@@ -55,7 +56,7 @@ func writeKeyedCheckpoints(t *testing.T, dir string) {
 		}
 		_, err := part.Commit(ctx, checkpoint.Checkpoint{
 			InputOffset: 1000, OutputOffsets: map[string]map[int]int64{"orders-unique": {p: 800}},
-			Filter:    checkpoint.FilterParams{Window: 24 * time.Hour, Generations: 4, Capacity: 5_000_000, FPR: 0.01},
+			Filter:    checkpoint.FilterParams{Params: filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 5_000_000, FPR: 0.01}},
 			Key:       &checkpoint.KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: bloom.HashName},
 			Isolation: "read_committed", Owner: "test/1",
 			Generations: []checkpoint.Generation{{ID: 7, Start: start, End: start.Add(8 * time.Hour), Inserts: 800, EstKeys: 800,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
 type bytesSource []byte
@@ -44,7 +45,7 @@ func writeCheckpoints(t *testing.T, dir string) {
 			_, err := part.Commit(ctx, checkpoint.Checkpoint{
 				InputOffset:   int64(1000 * i),
 				OutputOffsets: map[string]map[int]int64{"orders-unique": {p: int64(800 * i)}},
-				Filter:        checkpoint.FilterParams{Window: time.Hour, Generations: 2, Capacity: 5000, FPR: 0.01},
+				Filter:        checkpoint.FilterParams{Params: filterplan.Params{Window: time.Hour, Generations: 2, Capacity: 5000, FPR: 0.01}},
 				Owner:         "test/1",
 				Generations: []checkpoint.Generation{{
 					ID: 7, Start: start, End: start.Add(time.Hour), Inserts: uint64(800 * i), EstKeys: uint64(800 * i),
@@ -253,7 +254,7 @@ func TestInspectFingerprint(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	if _, err := part.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset: 5000,
-		Filter:      checkpoint.FilterParams{Kind: checkpoint.FilterFingerprint, Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: 0.01},
+		Filter:      checkpoint.FilterParams{Kind: checkpoint.FilterFingerprint, Params: filterplan.Params{Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: 0.01}},
 		Owner:       "test/1",
 		Generations: []checkpoint.Generation{{
 			ID: 1, Start: start, End: start.Add(3 * time.Hour), Inserts: 30_000, EstKeys: 29_000,

@@ -11,21 +11,19 @@ import (
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
-// Config plans one shard (one Kafka partition's filter).
+// Config plans one shard (one Kafka partition's filter): the settings the
+// worker plans a partition with (filterplan.Params, so that a conversion
+// Config(p) is all it takes), Capacity being this shard's expected distinct
+// keys per window and FPR the target rate of the whole shard.
 //
 // The ranges of the fields, and the words of a value outside them, are
 // filterplan's, shared with the settings of `bloomgate run` and the worker.
-type Config struct {
-	Window      time.Duration // dedup window W, > 0
-	Generations int           // G, filterplan.MinGenerations to filterplan.MaxGenerations
-	Capacity    uint64        // expected distinct keys per window for this shard
-	FPR         float64       // target false-positive rate of the whole shard, (0,1)
-}
+type Config filterplan.Params
 
-// checkRanges returns every field outside its range (filterplan.Check),
+// checkRanges returns every field outside its range (Params.Check),
 // joined, or nil.
 func (c Config) checkRanges() error {
-	problems := filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR)
+	problems := filterplan.Params(c).Check()
 	if len(problems) == 0 {
 		return nil
 	}

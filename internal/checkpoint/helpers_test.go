@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/s3test"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -136,7 +137,7 @@ func (st state) checkpoint() Checkpoint {
 	return Checkpoint{
 		InputOffset:   st.offset,
 		OutputOffsets: map[string]map[int]int64{"out": {0: st.offset * 2}},
-		Filter:        FilterParams{Window: 24 * time.Hour, Generations: 3, Capacity: 1000, FPR: 0.01},
+		Filter:        FilterParams{Params: filterplan.Params{Window: 24 * time.Hour, Generations: 3, Capacity: 1000, FPR: 0.01}},
 		Generations:   st.gens,
 		Owner:         "test",
 	}

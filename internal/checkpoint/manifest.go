@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 )
 
 // ManifestVersion is the newest manifest format this package writes and
@@ -54,16 +56,15 @@ func (m *Manifest) formatVersion() int {
 // manifestFormat names the format in every manifest envelope.
 const manifestFormat = "bloomgate-checkpoint-manifest"
 
-// FilterParams are the filter settings a checkpoint was taken with.
+// FilterParams are the filter settings a checkpoint was taken with: the
+// partition's plan, as the worker hands it to the store, and the filter's
+// kind. Their JSON form (MarshalJSON) is the manifest's and stays here.
 type FilterParams struct {
 	// Kind is the filter (FilterRing, written as "" so that ring
 	// manifests stay readable by builds from before kinds, or
 	// FilterFingerprint); it says what the generation objects are.
-	Kind        string        `json:"-"`
-	Window      time.Duration `json:"-"`
-	Generations int           `json:"generations"`
-	Capacity    uint64        `json:"capacity"`
-	FPR         float64       `json:"fpr"`
+	Kind string
+	filterplan.Params
 }
 
 // Filter kinds (FilterParams.Kind).
@@ -98,7 +99,7 @@ func (f *FilterParams) UnmarshalJSON(b []byte) error {
 	if j.Kind != FilterRing && j.Kind != FilterFingerprint {
 		return fmt.Errorf("filter kind %q", j.Kind)
 	}
-	*f = FilterParams{Kind: j.Kind, Window: w, Generations: j.Generations, Capacity: j.Capacity, FPR: j.FPR}
+	*f = FilterParams{Kind: j.Kind, Params: filterplan.Params{Window: w, Generations: j.Generations, Capacity: j.Capacity, FPR: j.FPR}}
 	return nil
 }
 

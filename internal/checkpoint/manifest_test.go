@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,7 +27,7 @@ func goldenManifest() *Manifest {
 		Group: "orders-dedup", Topic: "orders", Partition: 7,
 		InputOffset:   123456,
 		OutputOffsets: map[string]map[int]int64{"orders-unique": {7: 120001}, "orders-dups": {7: 3455}},
-		Filter:        FilterParams{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
+		Filter:        FilterParams{Params: filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01}},
 		Generations: []GenerationRef{
 			{ID: 2461, Sealed: true, Start: t0.Add(-16 * time.Hour), End: t0.Add(-8 * time.Hour), Inserts: 3_400_000, EstKeys: 3_390_000,
 				Fill: 0.41, EstFPR: 0.0021, Stacks: 1, Key: "gens/00000000000000002461-00000000000000000031-0f0e0d0c0b0a.gen",
@@ -86,7 +87,7 @@ func settingsManifest() *Manifest {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	m := goldenManifest()
 	m.Seq = 43
-	m.Filter = FilterParams{Window: 72 * time.Hour, Generations: 4, Capacity: 30_000_000, FPR: 0.01}
+	m.Filter = FilterParams{Params: filterplan.Params{Window: 72 * time.Hour, Generations: 4, Capacity: 30_000_000, FPR: 0.01}}
 	m.Key = &KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: "murmur3-x64-128"}
 	m.HashSeed = strings.Repeat("0f", 16)
 	m.Isolation = "read_committed"

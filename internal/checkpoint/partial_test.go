@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/kafkatest"
 )
 
@@ -504,7 +505,7 @@ func TestCommitRecordsKeysFrom(t *testing.T) {
 	// 1 h in a 24 h/3 plan of 12 h spans) that is a ring generation of
 	// the commit's plan loses its point.
 	cp = state{offset: 50, gens: []Generation{a, b}}.checkpoint()
-	cp.Filter = FilterParams{Window: 2 * time.Hour, Generations: 3, Capacity: 1000, FPR: 0.01} // spans of 1 h
+	cp.Filter = FilterParams{Params: filterplan.Params{Window: 2 * time.Hour, Generations: 3, Capacity: 1000, FPR: 0.01}} // spans of 1 h
 	cp.KeysFrom = at(45)
 	m5, err := p.Commit(ctx, cp)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -152,11 +153,11 @@ type Run struct {
 	// Filter is the kind: ring (G blocked Bloom generations) or
 	// fingerprint (one table of age-tagged fingerprints per partition;
 	// less memory, no exact mode yet). docs/filter.md, "Choosing the kind".
-	Filter      string
-	Window      time.Duration
-	Generations int
-	Capacity    uint64 // expected distinct keys per window, whole input topic
-	FPR         float64
+	Filter string
+	// Params are --window, --generations, --capacity (the expected
+	// distinct keys per window of the whole input topic) and --fpr, as the
+	// worker takes them (worker.Config.Filter).
+	filterplan.Params
 	MaxTimeJump time.Duration // 0: unbounded
 
 	// Exact mode: an exact store of the keys' hashes per partition, in a
@@ -217,10 +218,7 @@ func Default() Run {
 		MaxKeyBytes:            4096,
 		JSONValidation:         JSONValidationStrict,
 		Filter:                 FilterRing,
-		Window:                 24 * time.Hour,
-		Generations:            4,
-		Capacity:               10_000_000,
-		FPR:                    0.01,
+		Params:                 filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
 		MaxTimeJump:            time.Hour,
 		ExactDir:               DefaultExactDir,
 		CheckpointURL:          "file://./.bloomgate/checkpoints",

@@ -165,8 +165,8 @@ func (c *Run) validateOutput(p *problems) {
 	if err := worker.CheckBatchSize(c.BatchSize); err != nil {
 		p.bad("batch-size", "%v", err)
 	}
-	if c.BatchTimeout <= 0 {
-		p.bad("batch-timeout", "%v: must be positive (e.g. 1ms)", fd(c.BatchTimeout))
+	if err := worker.CheckPositive(c.BatchTimeout, worker.DefaultBatchTimeout); err != nil {
+		p.bad("batch-timeout", "%v", err)
 	}
 	if err := worker.CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
 		p.bad("max-batch-bytes", "%v", err)
@@ -177,11 +177,11 @@ func (c *Run) validateOutput(p *problems) {
 		c.OnUnwritable == OnUnwritableDeadLetter && c.DeadLetter == "" {
 		p.bad("on-unwritable", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
 	}
-	if c.WriteTimeout <= 0 {
-		p.bad("write-timeout", "%v: must be positive (e.g. 10s)", fd(c.WriteTimeout))
+	if err := worker.CheckPositive(c.WriteTimeout, worker.DefaultWriteTimeout); err != nil {
+		p.bad("write-timeout", "%v", err)
 	}
-	if c.CommitInterval <= 0 {
-		p.bad("commit-interval", "%v: must be positive (e.g. 1s)", fd(c.CommitInterval))
+	if err := worker.CheckPositive(c.CommitInterval, worker.DefaultCommitInterval); err != nil {
+		p.bad("commit-interval", "%v", err)
 	}
 }
 
@@ -215,7 +215,7 @@ func (c *Run) validateFilter(p *problems) {
 		p.bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
 	}
 	planned := true
-	for _, r := range filterplan.Check(c.Window, c.Generations, c.Capacity, c.FPR) {
+	for _, r := range c.Params.Check() {
 		p.bad(r.Setting, "%s", r.Problem)
 		if r.Setting == filterplan.Generations || r.Setting == filterplan.FPR {
 			planned = false // no memory to compute
@@ -238,8 +238,8 @@ func (c *Run) validateCheckpoints(p *problems) {
 	if err := checkCheckpointURL(c.CheckpointURL); err != nil {
 		p.bad("checkpoint-url", "%v", err)
 	}
-	if c.CheckpointInterval <= 0 {
-		p.bad("checkpoint-interval", "%v: must be positive (e.g. 1m)", fd(c.CheckpointInterval))
+	if err := worker.CheckPositive(c.CheckpointInterval, worker.DefaultCheckpointInterval); err != nil {
+		p.bad("checkpoint-interval", "%v", err)
 	}
 	if c.CheckpointRetain < 1 {
 		p.bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
@@ -248,8 +248,10 @@ func (c *Run) validateCheckpoints(p *problems) {
 	case s == worker.NoBound, s == 0: // no bound (written 0s); the worker's default
 	case s < 0:
 		p.bad("max-checkpoint-staleness", "%v: must be 0 (no bound) or positive", fd(c.MaxCheckpointStaleness))
-	case c.CheckpointInterval > 0 && s < c.CheckpointInterval:
-		p.bad("max-checkpoint-staleness", "%v is shorter than --checkpoint-interval %v: commits would stop between two healthy checkpoints; use at least the interval (e.g. 10x)", fd(c.MaxCheckpointStaleness), fd(c.CheckpointInterval))
+	default:
+		if err := worker.CheckCheckpointStaleness(s, c.CheckpointInterval); err != nil {
+			p.bad("max-checkpoint-staleness", "%v", err)
+		}
 	}
 	p.oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
 	if c.MaxReplay < 0 {
@@ -259,17 +261,17 @@ func (c *Run) validateCheckpoints(p *problems) {
 
 // validateGroup checks the consumer group's timings.
 func (c *Run) validateGroup(p *problems) {
-	if c.SessionTimeout <= 0 {
-		p.bad("session-timeout", "%v: must be positive (e.g. 10s; brokers accept 6s-30m by default)", fd(c.SessionTimeout))
+	if err := worker.CheckSessionTimeout(c.SessionTimeout); err != nil {
+		p.bad("session-timeout", "%v", err)
 	}
-	if c.HeartbeatInterval <= 0 || (c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout) {
-		p.bad("heartbeat-interval", "%v: must be positive and below --session-timeout (%v), e.g. a third of it or less", fd(c.HeartbeatInterval), fd(c.SessionTimeout))
+	if err := worker.CheckHeartbeatInterval(c.HeartbeatInterval, c.SessionTimeout); err != nil {
+		p.bad("heartbeat-interval", "%v", err)
 	}
-	if c.RebalanceTimeout < 0 || (c.RebalanceTimeout > 0 && c.RebalanceTimeout <= c.SessionTimeout) {
-		p.bad("rebalance-timeout", "%v: must exceed --session-timeout (%v), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + 10s", fd(c.RebalanceTimeout), fd(c.SessionTimeout))
+	if err := worker.CheckRebalanceTimeout(c.RebalanceTimeout, c.SessionTimeout); err != nil {
+		p.bad("rebalance-timeout", "%v", err)
 	}
-	if c.JoinGroupBackoff <= 0 {
-		p.bad("join-group-backoff", "%v: must be positive (e.g. 1s)", fd(c.JoinGroupBackoff))
+	if err := worker.CheckPositive(c.JoinGroupBackoff, worker.DefaultJoinGroupBackoff); err != nil {
+		p.bad("join-group-backoff", "%v", err)
 	}
 }
 
@@ -282,8 +284,8 @@ func (c *Run) validateOperations(p *problems) {
 			p.bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
 		}
 	}
-	if c.ShutdownTimeout <= 0 {
-		p.bad("shutdown-timeout", "%v: must be positive (e.g. 30s)", fd(c.ShutdownTimeout))
+	if err := worker.CheckPositive(c.ShutdownTimeout, worker.DefaultShutdownTimeout); err != nil {
+		p.bad("shutdown-timeout", "%v", err)
 	}
 	p.oneOf("log-format", c.LogFormat, "text", "json")
 	p.oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")

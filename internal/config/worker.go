@@ -49,12 +49,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 			{Name: "exact", Value: strconv.FormatBool(c.Exact)}, {Name: "input", Value: c.Input},
 			{Name: "repartition", Value: strconv.FormatBool(c.Repartition)},
 		},
-		Filter: worker.FilterParams{
-			Window:      c.Window,
-			Generations: c.Generations,
-			Capacity:    c.Capacity,
-			FPR:         c.FPR,
-		},
+		Filter:                 c.Params,
 		Partitioning:           worker.Partitioning(c.Partitioning),
 		IsolationLevel:         worker.IsolationLevel(c.IsolationLevel),
 		StartFrom:              startFrom,

@@ -120,9 +120,11 @@ func TestProductDefaults(t *testing.T) {
 
 // TestWorkerAcceptsWhatConfigAccepts: every setting config.Validate
 // accepts, at the edges of its range, the worker accepts too. Settings
-// both check with the same function are left out: the filter's
-// (filterplan.Check), --batch-size and --max-batch-bytes
-// (worker.CheckBatchSize, CheckMaxBatchBytes).
+// both check with the same function on the same values are left out: the
+// filter's (filterplan.Params.Check), --batch-size and --max-batch-bytes
+// (worker.CheckBatchSize, CheckMaxBatchBytes). The timings are checked
+// with the same functions too (worker/timings.go), but the worker checks
+// them with its defaults filled in, so their edges stay here.
 func TestWorkerAcceptsWhatConfigAccepts(t *testing.T) {
 	for _, args := range [][]string{
 		{"--batch-timeout", "1ns"},

@@ -1,6 +1,7 @@
 // Package filterplan describes the settings that plan a dedup filter —
-// window, generations, capacity and false-positive rate — once: their
-// ranges, and the words that tell a user a value lies outside them.
+// window, generations, capacity and false-positive rate — once: their type
+// (Params), their ranges, and the words that tell a user a value lies
+// outside them.
 //
 // Every layer that takes these settings checks them here: `bloomgate run`
 // (internal/config, placing each problem at its flag, variable or line),
@@ -20,6 +21,18 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/quantity"
 )
+
+// Params are the settings that plan a filter. The same type travels from
+// `bloomgate run` (the whole input topic's) through the worker (one
+// partition's, Capacity its share) to the filter (bloom.Config) and into
+// every checkpoint manifest (checkpoint.FilterParams records them with the
+// filter's kind).
+type Params struct {
+	Window      time.Duration // dedup window W, > 0
+	Generations int           // ring size G, MinGenerations to MaxGenerations
+	Capacity    uint64        // expected distinct keys per window, > 0
+	FPR         float64       // target false-positive rate, (0,1)
+}
 
 // Settings' names, as `bloomgate run` spells its flags.
 const (
@@ -56,11 +69,12 @@ type RangeError struct {
 
 func (e *RangeError) Error() string { return e.Setting + ": " + e.Problem }
 
-// Check returns every setting outside its range, in the order window,
+// Check returns every setting of p outside its range, in the order window,
 // generations, capacity, fpr; none if all lie within. The span of a
 // generation is checked, as a problem of the window, only when the window
 // and the generations are each within range.
-func Check(window time.Duration, generations int, capacity uint64, fpr float64) []*RangeError {
+func (p Params) Check() []*RangeError {
+	window, generations := p.Window, p.Generations
 	var errs []*RangeError
 	bad := func(setting, format string, args ...any) {
 		errs = append(errs, &RangeError{Setting: setting, Problem: fmt.Sprintf(format, args...)})
@@ -74,10 +88,10 @@ func Check(window time.Duration, generations int, capacity uint64, fpr float64) 
 		bad(Window, "%s over %d generations gives generations shorter than %s: use a longer --window or fewer --generations",
 			quantity.Duration(window), generations, quantity.Duration(MinGenerationSpan))
 	}
-	if capacity == 0 {
+	if p.Capacity == 0 {
 		bad(Capacity, "0 keys: set the expected distinct keys per window (e.g. 10M)")
 	}
-	if err := CheckFPR(fpr); err != nil {
+	if err := CheckFPR(p.FPR); err != nil {
 		errs = append(errs, err)
 	}
 	return errs

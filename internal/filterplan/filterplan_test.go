@@ -33,13 +33,13 @@ func TestCheck(t *testing.T) {
 			"capacity: 0 keys: set the expected distinct keys per window (e.g. 10M) " +
 			"fpr: 2: must be strictly between 0 and 1, i.e. 0% and 100% (e.g. 0.01 or 1%)]"},
 	} {
-		errs := Check(tc.window, tc.generations, tc.capacity, tc.fpr)
+		errs := Params{Window: tc.window, Generations: tc.generations, Capacity: tc.capacity, FPR: tc.fpr}.Check()
 		got := ""
 		if len(errs) > 0 {
 			got = fmt.Sprint(errs)
 		}
 		if got != tc.want {
-			t.Errorf("Check(%v, %d, %d, %v)\n got %s\nwant %s", tc.window, tc.generations, tc.capacity, tc.fpr, got, tc.want)
+			t.Errorf("Params{%v, %d, %d, %v}.Check()\n got %s\nwant %s", tc.window, tc.generations, tc.capacity, tc.fpr, got, tc.want)
 		}
 	}
 }

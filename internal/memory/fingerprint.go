@@ -192,7 +192,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 		}
 		tables = append(tables, tb)
 	}
-	fp, err := bloom.RestoreFingerprintShard(bloomConfig(params), tables)
+	fp, err := bloom.RestoreFingerprintShard(bloom.Config(params), tables)
 	if err != nil {
 		return nil, err
 	}

@@ -66,9 +66,9 @@ type lostGen struct {
 func emptyGeneration(ref checkpoint.GenerationRef, m *checkpoint.Manifest, params worker.FilterParams) (*bloom.Generation, error) {
 	capacity, fpr := ref.Capacity, ref.FPR
 	if capacity == 0 || !(fpr > 0 && fpr < 1) {
-		cfg := bloom.Config{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
+		cfg := bloom.Config(m.Filter.Params)
 		if cfg.Validate() != nil {
-			cfg = bloomConfig(params)
+			cfg = bloom.Config(params)
 		}
 		capacity, fpr = cfg.GenerationPlan()
 	}

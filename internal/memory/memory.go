@@ -6,10 +6,11 @@
 // worker.Filter and worker.PartitionStore), the filter never knows Kafka, and
 // the store never decodes a filter.
 //
-// Three types describe a filter's settings, one per layer, mapped here:
-// worker.FilterParams (what the worker plans), bloom.Config (what the filter
-// sizes) and checkpoint.FilterParams (what a manifest records). Sentinel
-// errors likewise: the store's (checkpoint.ErrFenced, …) are translated into
+// One type describes a filter's settings, filterplan.Params: the worker
+// plans with it (worker.FilterParams is the same type), the filter is
+// sized by it (bloom.Config converts from it) and a manifest records it
+// (checkpoint.FilterParams, with the filter's kind). Sentinel errors are
+// mapped here: the store's (checkpoint.ErrFenced, …) are translated into
 // the worker's (worker.ErrFenced, …) by storeErr, so that neither package
 // imports the other.
 //
@@ -174,10 +175,6 @@ func (s *Store) take(tp topicPartition) (keptFilter, bool) {
 	return k, ok
 }
 
-func bloomConfig(p worker.FilterParams) bloom.Config {
-	return bloom.Config{Window: p.Window, Generations: p.Generations, Capacity: p.Capacity, FPR: p.FPR}
-}
-
 // NewFilter returns an empty shard: a new memory, with a new secret hash
 // seed (see bloom.Seed) unless UnkeyedHash is set. In exact mode a filter
 // belongs to its partition: the worker takes it from the partition's handle
@@ -195,14 +192,14 @@ func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 		if s.exactOn() {
 			return nil, errExactFingerprint
 		}
-		fp, err := bloom.NewFingerprintShard(bloomConfig(p))
+		fp, err := bloom.NewFingerprintShard(bloom.Config(p))
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
 		fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
 		f.fp = fp
 	} else {
-		sh, err := bloom.NewShard(bloomConfig(p))
+		sh, err := bloom.NewShard(bloom.Config(p))
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
@@ -435,7 +432,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
 		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
-			kept.filter.config() == bloomConfig(params) && kept.filter.Err() == nil {
+			kept.filter.config() == bloom.Config(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
 		}
@@ -460,7 +457,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			loss.exactGens[i] = ref.ExactGen
 			gens = append(gens, g)
 		}
-		sh, err := bloom.RestoreShard(bloomConfig(params), gens)
+		sh, err := bloom.RestoreShard(bloom.Config(params), gens)
 		if err != nil {
 			return err
 		}
@@ -610,7 +607,7 @@ func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, f *f
 			m.Seq, m.Topic, m.Partition, m.Isolation, b.s.Isolation, m.InputOffset, kept, b.s.Isolation, m.Isolation, b.s.Isolation),
 			"checkpoint_isolation", m.Isolation, "isolation", string(b.s.Isolation))
 	}
-	old := worker.FilterParams{Window: m.Filter.Window, Generations: m.Filter.Generations, Capacity: m.Filter.Capacity, FPR: m.Filter.FPR}
+	old := m.Filter.Params
 	if old == params || !b.s.first(b.tp, "plan") {
 		return
 	}
@@ -684,17 +681,16 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	m, err := b.p.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
-		Filter: checkpoint.FilterParams{Kind: manifestKind(b.s.Kind), Window: cp.Params.Window, Generations: cp.Params.Generations,
-			Capacity: cp.Params.Capacity, FPR: cp.Params.FPR},
-		Key:          b.s.keyRecord(),
-		HashSeed:     sn.from.seed.String(),
-		Isolation:    string(b.s.Isolation),
-		Generations:  gens,
-		Owner:        cp.Owner,
-		EventTime:    sn.frontier,
-		Seed:         seedTo(cp.Seed),
-		Exact:        ex,
-		SeedingUntil: cp.SeedingUntil,
+		Filter:        checkpoint.FilterParams{Kind: manifestKind(b.s.Kind), Params: cp.Params},
+		Key:           b.s.keyRecord(),
+		HashSeed:      sn.from.seed.String(),
+		Isolation:     string(b.s.Isolation),
+		Generations:   gens,
+		Owner:         cp.Owner,
+		EventTime:     sn.frontier,
+		Seed:          seedTo(cp.Seed),
+		Exact:         ex,
+		SeedingUntil:  cp.SeedingUntil,
 
 		Provenance:             1,
 		LegacyProvenanceBefore: cp.LegacyBefore,
@@ -772,17 +768,17 @@ func seedTo(s *worker.SeedProgress) *checkpoint.SeedProgress {
 // generation open at its planned size (overflow stacks not included).
 func (s *Store) PlannedBytes(p worker.FilterParams) uint64 {
 	if s.fingerprint() {
-		return bloomConfig(p).FingerprintPlannedBytes()
+		return bloom.Config(p).FingerprintPlannedBytes()
 	}
-	return bloomConfig(p).PlannedBytes()
+	return bloom.Config(p).PlannedBytes()
 }
 
 // CheckParams refuses a plan the filter cannot build, saying what it would
 // need against the limit of one partition's filter.
 func (s *Store) CheckParams(p worker.FilterParams) error {
-	validate, bitsPerKey := bloomConfig(p).Validate, bloom.BitsPerKey
+	validate, bitsPerKey := bloom.Config(p).Validate, bloom.BitsPerKey
 	if s.fingerprint() {
-		validate, bitsPerKey = bloomConfig(p).ValidateFingerprint, bloom.FingerprintBitsPerKey
+		validate, bitsPerKey = bloom.Config(p).ValidateFingerprint, bloom.FingerprintBitsPerKey
 	}
 	err := validate()
 	if err == nil {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/segmentio/kafka-go"
 )
@@ -274,8 +273,8 @@ func CheckMaxBatchBytes(n int64) error {
 	if n >= MinBatchBytes && n <= LargestBatchBytes {
 		return nil
 	}
-	return fmt.Errorf("%s: must be between %s and 2GiB-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. 1MiB)",
-		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes))
+	return fmt.Errorf("%s: must be between %s and %s-1 (Kafka's largest batch), at most the output topics' max.message.bytes (e.g. %s)",
+		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes), quantity.Size(LargestBatchBytes+1), quantity.Size(DefaultMaxBatchBytes))
 }
 
 // DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
@@ -373,7 +372,7 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate reports every invalid setting, each naming the setting and the
-// fix. It changes nothing; the relations between settings (staleness and
+// fix. It changes nothing; the timings and their relations (staleness and
 // interval, group timings) are checked on the values the worker would run
 // with, defaults filled in.
 func (c Config) Validate() error {
@@ -437,36 +436,40 @@ func (c Config) Validate() error {
 	default:
 		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
-	f := c.Filter
-	for _, p := range filterplan.Check(f.Window, f.Generations, f.Capacity, f.FPR) {
+	for _, p := range c.Filter.Check() {
 		errs = append(errs, p)
 	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-	}{
-		{"checkpoint-interval", c.CheckpointInterval},
-		{"checkpoint-timeout", c.CheckpointTimeout}, {"batch-timeout", c.BatchTimeout},
-		{"commit-interval", c.CommitInterval}, {"shutdown-timeout", c.ShutdownTimeout}, {"write-timeout", c.WriteTimeout},
-		{"session-timeout", c.SessionTimeout}, {"rebalance-timeout", c.RebalanceTimeout},
-		{"heartbeat-interval", c.HeartbeatInterval}, {"join-group-backoff", c.JoinGroupBackoff},
-	} {
-		if d.v < 0 {
-			bad("%s: %v is negative", d.name, d.v)
-		}
-	}
+	// The timings are checked as the worker runs them, defaults filled in
+	// (a zero is the default, which passes), by the rules `bloomgate run`
+	// applies to its flags (timings.go).
 	r := c.WithDefaults()
-	if r.MaxCheckpointStaleness > 0 && r.CheckpointInterval > 0 && r.MaxCheckpointStaleness < r.CheckpointInterval {
-		bad("max-checkpoint-staleness: %v is below checkpoint-interval %v", r.MaxCheckpointStaleness, r.CheckpointInterval)
+	for _, d := range []struct {
+		name       string
+		v, example time.Duration
+	}{
+		{"checkpoint-interval", r.CheckpointInterval, DefaultCheckpointInterval},
+		{"checkpoint-timeout", r.CheckpointTimeout, minCheckpointTimeout},
+		{"batch-timeout", r.BatchTimeout, DefaultBatchTimeout},
+		{"commit-interval", r.CommitInterval, DefaultCommitInterval},
+		{"shutdown-timeout", r.ShutdownTimeout, DefaultShutdownTimeout},
+		{"write-timeout", r.WriteTimeout, DefaultWriteTimeout},
+		{"join-group-backoff", r.JoinGroupBackoff, DefaultJoinGroupBackoff},
+	} {
+		if err := CheckPositive(d.v, d.example); err != nil {
+			bad("%s: %v", d.name, err)
+		}
 	}
-	if r.SessionTimeout > 0 {
-		if r.RebalanceTimeout > 0 && r.RebalanceTimeout <= r.SessionTimeout {
-			bad("rebalance-timeout: %v must exceed session-timeout %v (members revoke within the session timeout, the rebalance waits for them)",
-				r.RebalanceTimeout, r.SessionTimeout)
-		}
-		if r.HeartbeatInterval >= r.SessionTimeout {
-			bad("heartbeat-interval: %v must be below session-timeout %v", r.HeartbeatInterval, r.SessionTimeout)
-		}
+	if err := CheckCheckpointStaleness(r.MaxCheckpointStaleness, r.CheckpointInterval); err != nil {
+		bad("max-checkpoint-staleness: %v", err)
+	}
+	if err := CheckSessionTimeout(r.SessionTimeout); err != nil {
+		bad("session-timeout: %v", err)
+	}
+	if err := CheckHeartbeatInterval(r.HeartbeatInterval, r.SessionTimeout); err != nil {
+		bad("heartbeat-interval: %v", err)
+	}
+	if err := CheckRebalanceTimeout(r.RebalanceTimeout, r.SessionTimeout); err != nil {
+		bad("rebalance-timeout: %v", err)
 	}
 	if c.BatchSize != 0 { // 0: the default
 		if err := CheckBatchSize(c.BatchSize); err != nil {

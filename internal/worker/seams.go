@@ -7,18 +7,14 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
 // FilterParams sizes the filters: the whole topic's in Config.Filter, one
 // partition's everywhere else (StateStore, Checkpoint), where Capacity is
-// that partition's share of the topic's.
-type FilterParams struct {
-	Window      time.Duration // dedup window W
-	Generations int           // ring size G, filterplan.MinGenerations to MaxGenerations
-	Capacity    uint64        // expected distinct keys per window (whole topic or one partition, as above)
-	FPR         float64       // target false-positive rate of each partition, (0,1)
-}
+// that partition's share of the topic's. FPR is each partition's target.
+type FilterParams = filterplan.Params
 
 // Filter is the dedup memory of one partition. Only the goroutine that owns
 // the partition calls it, so implementations need no locking.

@@ -123,7 +123,9 @@ func TestKubernetesExactOverlay(t *testing.T) {
 		t.Errorf("ephemeral-storage limit %q: want at least the request", str(c, "resources", "limits", "ephemeral-storage"))
 	}
 
-	sz, err := PartitionSizing(bloom.Config{Window: cfg.Window, Generations: cfg.Generations, Capacity: capacity, FPR: cfg.FPR})
+	plan := bloom.Config(cfg.Params)
+	plan.Capacity = capacity
+	sz, err := PartitionSizing(plan)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -442,7 +442,9 @@ func TestKubernetes(t *testing.T) {
 		t.Fatalf("sizing annotations: %d partitions, %d per pod, %d replicas: a pod must hold partitions/(replicas-1)", partitions, perPod, replicas)
 	}
 	capacity := (cfg.Capacity + uint64(partitions) - 1) / uint64(partitions)
-	sz, err := PartitionSizing(bloom.Config{Window: cfg.Window, Generations: cfg.Generations, Capacity: capacity, FPR: cfg.FPR})
+	plan := bloom.Config(cfg.Params)
+	plan.Capacity = capacity
+	sz, err := PartitionSizing(plan)
 	if err != nil {
 		t.Fatal(err)
 	}
