@@ -174,7 +174,14 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // nextBatch waits up to idle for records (or a position that moved), then up
 // to BatchTimeout for the batch to fill. A batch with no records whose next
 // is pp.next means idle.
+//
+// Pieces are joined in pp.joined, which the batch before no longer needs:
+// handle is done with it, and everything that outlives handle (written
+// records, a stalled record) is a copy. Fetches smaller than a batch
+// would otherwise copy every batch into a new slice.
 func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (batch, error) {
+	clear(pp.joined) // drop references into earlier fetches' arenas
+	pp.joined = pp.joined[:0]
 	b := batch{next: pp.next, hwm: -1, lso: -1}
 	t := time.NewTimer(idle)
 	defer t.Stop()
@@ -196,10 +203,15 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 			if len(pc.msgs) == 0 && pc.next <= b.next {
 				continue
 			}
-			if len(b.msgs) == 0 {
+			switch {
+			case len(b.msgs) == 0:
 				b.msgs = pc.msgs
-			} else {
-				b.msgs = append(b.msgs[:len(b.msgs):len(b.msgs)], pc.msgs...)
+			case len(pp.joined) == 0:
+				pp.joined = append(append(pp.joined, b.msgs...), pc.msgs...)
+				b.msgs = pp.joined
+			default:
+				pp.joined = append(pp.joined, pc.msgs...)
+				b.msgs = pp.joined
 			}
 			b.next = max(b.next, pc.next)
 			b.markers += pc.markers
