@@ -36,7 +36,7 @@ func BenchmarkDecode(b *testing.B) {
 	raw := enc.Bytes()
 	b.ReportAllocs()
 	b.SetBytes(int64(len(raw)))
-	hint := 0
+	var hint sizeHint
 	for b.Loop() {
 		var size [4]byte
 		size[0], size[1], size[2], size[3] = byte(len(raw)>>24), byte(len(raw)>>16), byte(len(raw)>>8), byte(len(raw))
@@ -45,13 +45,14 @@ func BenchmarkDecode(b *testing.B) {
 			b.Fatal(err)
 		}
 		c := Chunk{}
-		if err := decode(&c, &fetchapi.ResponsePartition{RecordSet: rs}, 0, true, hint); err != nil {
+		copied, err := decode(&c, &fetchapi.ResponsePartition{RecordSet: rs}, 0, true, hint.margin())
+		if err != nil {
 			b.Fatal(err)
 		}
 		if len(c.Records) != len(recs) {
 			b.Fatalf("%d records, want %d", len(c.Records), len(recs))
 		}
-		hint = len(c.Records)
+		hint.observe(len(c.Records), copied)
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }

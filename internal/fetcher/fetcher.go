@@ -156,10 +156,9 @@ type Partition struct {
 	cfg  Config
 	addr net.Addr
 	next int64
-	// lastRecords is the number of records the last fetch returned: the
-	// next one's slice is sized for about as many (growing it record by
-	// record cost ~7 % of the worker's CPU).
-	lastRecords int
+	// size is what the next fetch's records slice and arena are made for
+	// (growing the slice record by record cost ~7 % of the worker's CPU).
+	size sizeHint
 }
 
 // New returns a reader of cfg.Topic/cfg.Partition positioned at offset (a
@@ -248,7 +247,8 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if p.cfg.Isolation == ReadUncommitted || c.LastStableOffset < 0 {
 		c.LastStableOffset = c.HighWatermark
 	}
-	if err := decode(&c, rp, start, p.cfg.Isolation == ReadCommitted, p.lastRecords+p.lastRecords/8); err != nil {
+	copied, err := decode(&c, rp, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
+	if err != nil {
 		return Chunk{Next: start}, fmt.Errorf("decoding %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
 	}
 	// The broker returns batches from the one holding start on. If none of
@@ -262,7 +262,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	}
 	p.next = c.Next
 	if len(c.Records) > 0 {
-		p.lastRecords = len(c.Records)
+		p.size.observe(len(c.Records), copied)
 	}
 	return c, nil
 }
@@ -321,11 +321,31 @@ func (a abortedTxns) marker(pid, base int64) {
 	a[pid] = offs[1:]
 }
 
+// sizeHint sizes a fetch's records slice and arena for the most records
+// and bytes a recent fetch returned, the maximum decaying by an eighth per
+// fetch. Fetches end at batch boundaries, so their sizes vary: sized for
+// the last fetch alone, every larger one grew its slice to twice the
+// size, and the arena's fixed blocks left up to half of the last one
+// unused.
+type sizeHint struct{ records, bytes int }
+
+func (h *sizeHint) observe(records, bytes int) {
+	h.records = max(records, h.records-h.records/8)
+	h.bytes = max(bytes, h.bytes-h.bytes/8)
+}
+
+// margin is the size to make: an eighth above the hint.
+func (h sizeHint) margin() sizeHint {
+	return sizeHint{h.records + h.records/8, h.bytes + h.bytes/8}
+}
+
 // decode fills c from the record batches of rp at offsets >= start; the
-// records' slice is made for sizeHint records when the first one comes.
-func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed bool, sizeHint int) error {
+// records' slice and the first block of the arena are made for the sizes
+// of hint when the first record comes. It returns the bytes of keys and
+// values copied into the arena.
+func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed bool, hint sizeHint) (int, error) {
 	if rp.RecordSet.Records == nil {
-		return nil
+		return 0, nil
 	}
 	var txns abortedTxns
 	if committed {
@@ -337,7 +357,7 @@ func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed boo
 	} else {
 		batches = []protocol.RecordReader{rp.RecordSet.Records}
 	}
-	var ar arena
+	ar := arena{next: hint.bytes}
 	for _, b := range batches {
 		switch b := b.(type) {
 		case *protocol.ControlBatch:
@@ -345,25 +365,25 @@ func decode(c *Chunk, rp *fetchapi.ResponsePartition, start int64, committed boo
 				txns.marker(b.ProducerID, b.BaseOffset)
 			}
 			if err := skipRecords(b, start, c, &c.Markers); err != nil {
-				return err
+				return ar.used, err
 			}
 		case *protocol.RecordBatch:
 			if txns != nil && b.Attributes.Transactional() && txns.aborted(b.ProducerID, b.BaseOffset) {
 				if err := skipRecords(b, start, c, &c.Aborted); err != nil {
-					return err
+					return ar.used, err
 				}
 				continue
 			}
-			if err := readRecords(b, start, c, &ar, sizeHint); err != nil {
-				return err
+			if err := readRecords(b, start, c, &ar, hint.records); err != nil {
+				return ar.used, err
 			}
 		default: // message sets of magic 0 and 1: no transactions
-			if err := readRecords(b, start, c, &ar, sizeHint); err != nil {
-				return err
+			if err := readRecords(b, start, c, &ar, hint.records); err != nil {
+				return ar.used, err
 			}
 		}
 	}
-	return nil
+	return ar.used, nil
 }
 
 // forRecords calls fn for every record of b at or after start and past
@@ -428,7 +448,11 @@ func readRecords(b protocol.RecordReader, start int64, c *Chunk, ar *arena, size
 
 // arena hands out slices of large blocks: records of one fetch share a few
 // allocations. A block is never reallocated, so earlier slices stay valid.
-type arena struct{ block []byte }
+type arena struct {
+	block []byte
+	next  int // the size of the next block, if above arenaBlock
+	used  int // bytes handed out from blocks
+}
 
 const arenaBlock = 256 << 10
 
@@ -449,8 +473,10 @@ func (a *arena) read(b protocol.Bytes) ([]byte, error) {
 		return out, err
 	}
 	if cap(a.block)-len(a.block) < n {
-		a.block = make([]byte, 0, arenaBlock)
+		a.block = make([]byte, 0, max(a.next, arenaBlock))
+		a.next = 0
 	}
+	a.used += n
 	start := len(a.block)
 	a.block = a.block[:start+n]
 	out := a.block[start : start+n : start+n]

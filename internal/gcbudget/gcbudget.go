@@ -25,12 +25,20 @@ import (
 
 // Defaults of a Pacer.
 const (
-	DefaultHeadroom = 64 << 20
+	// DefaultHeadroom is small against a worker's other memory: at 4 M
+	// keys over 8 partitions (filters 11 MB, fetch and write buffers
+	// ~40 MB live) the peak RSS was 181 MiB with 64 MiB (read every 5 s),
+	// 131 MiB with 16 MiB; with 512 KiB fetches 116 MiB at 32 MiB and
+	// 103 MiB at 16 MiB, which spent ~15 % more CPU per event than 32 MiB
+	// (docs/benchmarks.md, "Peak RSS at 4 M keys").
+	DefaultHeadroom = 16 << 20
 	// MinPercent bounds how often the runtime collects: at most every
 	// 10 % of the live heap allocated.
 	MinPercent = 10
-	// Interval is how often the live heap is read.
-	Interval = 5 * time.Second
+	// Interval is how often the live heap is read (a few microseconds):
+	// often enough that the allowance shrinks while the fetch buffers
+	// fill, in the first second, not after the first 5 s at 100 %.
+	Interval = 250 * time.Millisecond
 )
 
 // Percent is the GC percentage that lets headroom bytes of garbage

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/bloomgate/bloomgate/internal/group"
 )
 
@@ -48,6 +50,7 @@ type partitionProc struct {
 	legacyBefore map[topicPartition]int64
 	cp           *checkpointer
 	pieces       chan piece
+	joined       []kafka.Message // pieces joined into one batch (nextBatch)
 	lsoLag       int64
 
 	rb             recordBuilder

@@ -55,20 +55,24 @@ func (w *Worker) newFetcher(topic string, partition int, offset int64) (*fetcher
 	}, offset)
 }
 
-// fetchMaxBytes bounds one fetch of one partition (Kafka's Java consumer
-// default max.partition.fetch.bytes; a larger first batch is still returned
-// whole). It sets the memory held per assigned partition (about three
-// fetches: one being decoded, one queued, one being processed) against
-// throughput: with 8 partitions, 1 MiB measured 1.08-1.09x the pass-through
-// pipe at 163 MiB peak RSS, 512 KiB 0.95x at 109 MiB, 8 MiB 1.17x at 492 MiB
-// (docs/benchmarks.md, "Read path").
+// fetchMaxBytes bounds one fetch of one partition (half of Kafka's Java
+// consumer default max.partition.fetch.bytes; a larger first batch is still
+// returned whole). It sets the memory held per assigned partition (about
+// three fetches: one being decoded, one queued, one being processed)
+// against throughput. At 4 M keys over 8 partitions, 512 KiB instead of
+// 1 MiB lowered the peak RSS from 131 to 106 MiB (GC headroom 16 MiB);
+// with the fetcher's size hints and joined batches the rate was 1.04-1.81x
+// the franz-go pipe's (docs/benchmarks.md, "Peak RSS at 4 M keys").
+// Earlier, with kafka-go's Writer: 1 MiB measured 1.08-1.09x
+// the pass-through pipe at 163 MiB, 512 KiB 0.95x at 109 MiB, 8 MiB 1.17x
+// at 492 MiB ("Read path").
 //
 // fetchBudget bounds the sum over the partitions a worker owns, so that
-// the memory held for fetches does not grow with their number: beyond 16
+// the memory held for fetches does not grow with their number: beyond 32
 // partitions each fetch gets its share, down to fetchMinBytes (which
 // still holds hundreds of typical records).
 const (
-	fetchMaxBytes = 1 << 20
+	fetchMaxBytes = 512 << 10
 	fetchBudget   = 16 << 20
 	fetchMinBytes = 128 << 10
 )
@@ -171,7 +175,14 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // nextBatch waits up to idle for records (or a position that moved), then up
 // to BatchTimeout for the batch to fill. A batch with no records whose next
 // is pp.next means idle.
+//
+// Pieces are joined in pp.joined, which the batch before no longer needs:
+// handle is done with it, and everything that outlives handle (written
+// records, a stalled record) is a copy. Fetches smaller than a batch
+// would otherwise copy every batch into a new slice.
 func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (batch, error) {
+	clear(pp.joined) // drop references into earlier fetches' arenas
+	pp.joined = pp.joined[:0]
 	b := batch{next: pp.next, hwm: -1, lso: -1}
 	t := time.NewTimer(idle)
 	defer t.Stop()
@@ -193,10 +204,15 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 			if len(pc.msgs) == 0 && pc.next <= b.next {
 				continue
 			}
-			if len(b.msgs) == 0 {
+			switch {
+			case len(b.msgs) == 0:
 				b.msgs = pc.msgs
-			} else {
-				b.msgs = append(b.msgs[:len(b.msgs):len(b.msgs)], pc.msgs...)
+			case len(pp.joined) == 0:
+				pp.joined = append(append(pp.joined, b.msgs...), pc.msgs...)
+				b.msgs = pp.joined
+			default:
+				pp.joined = append(pp.joined, pc.msgs...)
+				b.msgs = pp.joined
 			}
 			b.next = max(b.next, pc.next)
 			b.markers += pc.markers
