@@ -17,8 +17,9 @@ func TestPercent(t *testing.T) {
 		{10 * mib, 64 * mib, 100},
 		{64 * mib, 64 * mib, 100},
 		{128 * mib, 64 * mib, 50},
-		{640 * mib, 64 * mib, 10},
-		{2048 * mib, 64 * mib, 10},
+		{192 * mib, 64 * mib, 33},
+		{640 * mib, 64 * mib, 25},
+		{2048 * mib, 64 * mib, 25},
 	} {
 		if got := Percent(tc.live, tc.headroom); got != tc.want {
 			t.Errorf("Percent(%d MiB, %d MiB) = %d, want %d", tc.live/mib, tc.headroom/mib, got, tc.want)
