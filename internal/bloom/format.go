@@ -228,6 +228,75 @@ func (d *decoder) header(h header) (flags uint16, body []byte, err error) {
 	return flags, hdr[16 : 16+hlen], nil
 }
 
+// chunkReader reads the page chunks of a format (a header of kind,
+// length and CRC-32C; a raw, zstd or zero payload) into pages, counting
+// them for the trailer. Close releases its zstd decoder.
+type chunkReader struct {
+	d      *decoder
+	dec    *zstd.Decoder
+	zbuf   []byte
+	chunks uint64
+	ch     [chunkHdr]byte
+	off    int64 // where the chunk being read began
+}
+
+// next reads a chunk's header: its kind and its payload's length. The
+// caller checks them against the page, then calls fill.
+func (c *chunkReader) next() (kind byte, n uint32, err error) {
+	c.off = c.d.off
+	if err := c.d.read("chunk", c.ch[:]); err != nil {
+		return 0, 0, err
+	}
+	return c.ch[0], binary.LittleEndian.Uint32(c.ch[1:5]), nil
+}
+
+// fill reads the payload of the chunk next read (kind, n bytes), checks
+// its checksum and puts the page into raw: read straight into it (raw),
+// decompressed into it (zstd), or left as it is (zero).
+func (c *chunkReader) fill(kind byte, n uint32, raw []byte) error {
+	var payload []byte
+	switch kind {
+	case kindRaw:
+		payload = raw
+	case kindZstd:
+		if cap(c.zbuf) < int(n) {
+			c.zbuf = make([]byte, pageBytes)
+		}
+		payload = c.zbuf[:n]
+	}
+	if err := c.d.read("chunk", payload); err != nil {
+		return err
+	}
+	if crc32.Update(crc32.Checksum(c.ch[:5], castagnoli), castagnoli, payload) != binary.LittleEndian.Uint32(c.ch[5:9]) {
+		c.d.off = c.off
+		return c.d.fail("chunk", "checksum mismatch", ErrCorrupt)
+	}
+	if kind == kindZstd {
+		if c.dec == nil {
+			var err error
+			c.dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true),
+				zstd.WithDecoderMaxMemory(pageBytes))
+			if err != nil {
+				return fmt.Errorf("creating zstd decoder: %w", err)
+			}
+		}
+		out, err := c.dec.DecodeAll(payload, raw[:0])
+		if err != nil || len(out) != len(raw) || (len(out) > 0 && &out[0] != &raw[0]) {
+			c.d.off = c.off
+			return c.d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
+		}
+	}
+	c.chunks++
+	return nil
+}
+
+// Close releases the zstd decoder, if one was made.
+func (c *chunkReader) Close() {
+	if c.dec != nil {
+		c.dec.Close()
+	}
+}
+
 func (d *decoder) fail(section, detail string, err error) error {
 	return &FormatError{Section: section, Offset: d.off, Detail: detail, Err: err}
 }
@@ -301,22 +370,17 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 		return nil, d.fail("header", fmt.Sprintf("inserts %d, sub-filters sum to %d", g.inserts, sumInserts), ErrCorrupt)
 	}
 
-	var (
-		dec    *zstd.Decoder
-		zbuf   []byte
-		chunks uint64
-		ch     [chunkHdr]byte
-	)
+	cr := &chunkReader{d: d}
+	defer cr.Close()
 	for _, f := range g.subs {
 		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
 		f.pageEpoch = make([]uint32, npages)
 		f.initPages(npages) // declared size, checked against maxBytes above
 		for i := range npages {
-			chunkOff := d.off
-			if err := d.read("chunk", ch[:]); err != nil {
+			kind, n, err := cr.next()
+			if err != nil {
 				return nil, err
 			}
-			kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
 			size := len(pageSlice(f.pages, int(i), f.nblocks)) * 8
 			switch {
 			case kind == kindRaw && int(n) == size, kind == kindZstd && n > 0 && int(n) < size:
@@ -328,47 +392,14 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, size), ErrCorrupt)
 			}
 			p := pageSlice(f.pages, int(i), f.nblocks)
-			raw := pageAsBytes(p)
-			var payload []byte
-			switch kind {
-			case kindRaw:
-				payload = raw
-			case kindZstd:
-				if cap(zbuf) < int(n) {
-					zbuf = make([]byte, pageBytes)
-				}
-				payload = zbuf[:n]
-			}
-			if err := d.read("chunk", payload); err != nil {
+			if err := cr.fill(kind, n, pageAsBytes(p)); err != nil {
 				return nil, err
-			}
-			crc := crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload)
-			if crc != binary.LittleEndian.Uint32(ch[5:9]) {
-				d.off = chunkOff
-				return nil, d.fail("chunk", "checksum mismatch", ErrCorrupt)
-			}
-			if kind == kindZstd {
-				if dec == nil {
-					var err error
-					dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true),
-						zstd.WithDecoderMaxMemory(pageBytes))
-					if err != nil {
-						return nil, fmt.Errorf("creating zstd decoder: %w", err)
-					}
-					defer dec.Close()
-				}
-				out, err := dec.DecodeAll(payload, raw[:0])
-				if err != nil || len(out) != len(raw) || (len(out) > 0 && &out[0] != &raw[0]) {
-					d.off = chunkOff
-					return nil, d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
-				}
 			}
 			if !littleEndian && kind != kindZero { // p may be zeroPage
 				for j := range p {
 					p[j] = bits.ReverseBytes64(p[j])
 				}
 			}
-			chunks++
 		}
 		if popcountPages(f.pages, f.nblocks) != f.ones {
 			return nil, d.fail("chunk", "set-bit count differs from header", ErrCorrupt)
@@ -382,7 +413,7 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	}
 	if [8]byte(tr[:8]) != trailerMagic ||
 		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
-		binary.LittleEndian.Uint64(tr[8:]) != chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
+		binary.LittleEndian.Uint64(tr[8:]) != cr.chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
 		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
 	}
 	return g, nil

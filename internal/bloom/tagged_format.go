@@ -254,17 +254,8 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 
 	q := newQtable(m.size.nblocks, m.size.r, m.a)
-	var (
-		dec    *zstd.Decoder
-		zbuf   []byte
-		chunks uint64
-		ch     [chunkHdr]byte
-	)
-	defer func() {
-		if dec != nil {
-			dec.Close()
-		}
-	}()
+	cr := &chunkReader{d: d}
+	defer cr.Close()
 	for i, p := range append(append([]*[pageWords]uint64(nil), q.meta...), q.ents...) {
 		isMeta := i < len(q.meta)
 		pi := uint64(i)
@@ -273,52 +264,23 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		}
 		used := p[:tableUsed(pblocks, bpp, q.s, isMeta, pi)]
 		raw := pageAsBytes(used)
-		chunkOff := d.off
-		if err := d.read("chunk", ch[:]); err != nil {
+		kind, n, err := cr.next()
+		if err != nil {
 			return nil, err
 		}
-		kind, n := ch[0], binary.LittleEndian.Uint32(ch[1:5])
-		var payload []byte
 		switch {
-		case kind == kindRaw && int(n) == len(raw):
-			payload = raw
-		case kind == kindZstd && n > 0 && int(n) < len(raw):
-			if cap(zbuf) < int(n) {
-				zbuf = make([]byte, pageBytes)
-			}
-			payload = zbuf[:n]
-		case kind == kindZero && n == 0:
+		case kind == kindRaw && int(n) == len(raw), kind == kindZstd && n > 0 && int(n) < len(raw), kind == kindZero && n == 0:
 		default:
 			return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, len(raw)), ErrCorrupt)
 		}
-		if err := d.read("chunk", payload); err != nil {
+		if err := cr.fill(kind, n, raw); err != nil {
 			return nil, err
-		}
-		if crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload) != binary.LittleEndian.Uint32(ch[5:9]) {
-			d.off = chunkOff
-			return nil, d.fail("chunk", "checksum mismatch", ErrCorrupt)
-		}
-		if kind == kindZstd {
-			if dec == nil {
-				var err error
-				dec, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecodeAllCapLimit(true),
-					zstd.WithDecoderMaxMemory(pageBytes))
-				if err != nil {
-					return nil, fmt.Errorf("creating zstd decoder: %w", err)
-				}
-			}
-			out, err := dec.DecodeAll(payload, raw[:0])
-			if err != nil || len(out) != len(raw) || (len(out) > 0 && &out[0] != &raw[0]) {
-				d.off = chunkOff
-				return nil, d.fail("chunk", "zstd payload does not decode to one page", ErrCorrupt)
-			}
 		}
 		if !littleEndian {
 			for j := range used {
 				used[j] = bits.ReverseBytes64(used[j])
 			}
 		}
-		chunks++
 	}
 	bodyLen := d.off
 	var tr [trailerSz]byte
@@ -327,7 +289,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 	if [8]byte(tr[:8]) != tableTrailerMagic ||
 		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
-		binary.LittleEndian.Uint64(tr[8:]) != chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
+		binary.LittleEndian.Uint64(tr[8:]) != cr.chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
 		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
 	}
 	q.entries = m.entries
