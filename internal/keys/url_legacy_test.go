@@ -132,6 +132,11 @@ func legacyDiffers(in string) bool {
 	if err != nil {
 		return false
 	}
+	if strings.Contains(u.Hostname(), ":") && !strings.HasPrefix(u.Host, "[") {
+		// An IPv6 address without brackets ("a://:::" read as [::] with
+		// an empty port) is not a host; it is rejected.
+		return true
+	}
 	p, err := splitURL(trimURL(in))
 	if err != nil {
 		return false
