@@ -17,12 +17,51 @@ import (
 //     generation that the key was really added to and that is still held
 //     (a model per span).
 func TestSpansChangesMatching(t *testing.T) {
-	for ci, tc := range evolveCases() {
+	testSpansChangesMatching(t, func(t *testing.T, cfg Config) spanShard {
+		s, err := NewShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}, func(t *testing.T, s spanShard, cfg Config) spanShard { return changePlan(t, s.(*Shard), cfg) })
+}
+
+// TestFingerprintSpansChangesMatching is TestSpansChangesMatching for the
+// fingerprint kind: the same stream, the same changes of plan (legacy
+// tables), and a plan small enough that its tables overflow.
+func TestFingerprintSpansChangesMatching(t *testing.T) {
+	testSpansChangesMatching(t, func(t *testing.T, cfg Config) spanShard {
+		s, err := NewFingerprintShard(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}, func(t *testing.T, s spanShard, cfg Config) spanShard {
+		if st := s.(*FingerprintShard).Stats(); cfg.Capacity == 60 && st.Overflow == 0 {
+			t.Errorf("the small plan's stream overflowed no table: %+v", st)
+		}
+		r, err := RestoreFingerprintShard(cfg, decodeTables(t, encodeTables(t, s.(*FingerprintShard))))
+		if err != nil {
+			t.Fatalf("restoring under %+v: %v", cfg, err)
+		}
+		return r
+	})
+}
+
+// spanShard is what an exact store behind a filter uses of it.
+type spanShard interface {
+	Spans([]Span) []Span
+	Changes(time.Time) bool
+	Matching(Hash, []int) []int
+	TestAndAdd(Hash, time.Time) bool
+}
+
+func testSpansChangesMatching(t *testing.T, newShard func(*testing.T, Config) spanShard, change func(*testing.T, spanShard, Config) spanShard) {
+	small := Config{Window: 24 * time.Hour, Generations: 4, Capacity: 60, FPR: 0.01}
+	cases := append(evolveCases(), evolveCase{"overflowing tables", small, small})
+	for ci, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := NewShard(tc.old)
-			if err != nil {
-				t.Fatal(err)
-			}
+			s := newShard(t, tc.old)
 			r := rand.New(rand.NewPCG(uint64(ci), 91))
 			t0 := time.Date(2026, 3, 1, 5, 17, 23, 0, time.UTC)
 			tChange := t0.Add(2 * max(tc.old.Window, tc.new.Window))
@@ -83,7 +122,7 @@ func TestSpansChangesMatching(t *testing.T) {
 				}
 			}
 			run(pre)
-			s = changePlan(t, s, tc.new)
+			s = change(t, s, tc.new)
 			// RestoreShard may drop generations; the model follows Spans.
 			run(post)
 			if changes < 4 {

@@ -249,6 +249,9 @@ type FingerprintShard struct {
 	serial      uint64 // the last table serial given
 	saturated   bool   // no further table fits the size limit
 	journal     *journalPlan
+
+	spans      []Span // Spans, while spansStale is false (tagged_spans.go)
+	spansStale bool
 }
 
 // NewFingerprintShard returns an empty shard; the first TestAndAdd opens
@@ -393,6 +396,7 @@ func (s *FingerprintShard) overflow() *Table {
 }
 
 func (s *FingerprintShard) openTable(size tableSize) *Table {
+	s.spansStale = true
 	s.serial++
 	tb := newTable(s.serial, s.t, s.plan, size)
 	tb.setLive(tb.first)
@@ -418,6 +422,7 @@ func (s *FingerprintShard) advance(ns int64) {
 
 // rotate makes generation idx the newest.
 func (s *FingerprintShard) rotate(idx uint64) {
+	s.spansStale = true
 	if !s.started {
 		s.started, s.t, s.first = true, idx, idx
 		s.openTable(s.plan.level0)
@@ -493,6 +498,7 @@ func (s *FingerprintShard) isPlanTable(tb *Table) bool {
 // expireLegacy drops the legacy generations whose end + Window ≤ now, and
 // the tables left without any.
 func (s *FingerprintShard) expireLegacy(now int64) {
+	s.spansStale = true
 	s.legacyUntil = math.MaxInt64
 	keep := s.legacy[:0]
 	for _, tb := range s.legacy {

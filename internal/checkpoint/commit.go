@@ -42,6 +42,9 @@ type Generation struct {
 	FPR      float64
 	// Ages is a table's age histogram (GenerationRef.Ages).
 	Ages []uint64
+	// ExactGens, for a table, are the exact store's generations of its
+	// generations (GenerationRef.ExactGens).
+	ExactGens []ExactSpan
 	// LogShare, when set, replaces MaxLogShare for this generation's
 	// chain (a fingerprint table's: TableLogShare).
 	LogShare float64
@@ -314,7 +317,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		// the other plan listed as sealed (legacy) can rejoin the ring and
 		// take inserts again.
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
-			ref.ExactGen = g.ExactGen
+			ref.ExactGen, ref.ExactGens = g.ExactGen, g.ExactGens
 			ref.KeysFrom = kf
 			// A sealed table keeps its bytes while its generations leave.
 			ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
@@ -569,7 +572,7 @@ func (g GenerationRef) chainCut(key string) (int, bool) {
 func (p *Partition) commitLog(ctx context.Context, g Generation, prev GenerationRef, seq uint64) (_ GenerationRef, n int64, ok bool, err error) {
 	ref := prev
 	ref.Inserts, ref.EstKeys, ref.Fill, ref.EstFPR, ref.Stacks, ref.ExactGen = g.Inserts, g.EstKeys, g.Fill, g.EstFPR, g.Stacks, g.ExactGen
-	ref.Capacity, ref.FPR, ref.Ages = g.Capacity, g.FPR, g.Ages
+	ref.Capacity, ref.FPR, ref.Ages, ref.ExactGens = g.Capacity, g.FPR, g.Ages, g.ExactGens
 	if g.Log.Entries == 0 {
 		return ref, 0, true, nil // the chain as it is holds the state
 	}
@@ -647,7 +650,7 @@ func (p *Partition) upload(ctx context.Context, g Generation, rel string, seq ui
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start.UTC(), End: g.End.UTC(), Inserts: g.Inserts,
 		EstKeys: g.EstKeys, Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
-		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages,
+		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages, ExactGens: g.ExactGens,
 		Key: rel, Encoding: enc, Bytes: n, RawBytes: res.raw,
 		CRC32C: hex.EncodeToString(crc.Sum(nil)), SHA256: hex.EncodeToString(sha.Sum(nil)), Seq: seq,
 	}, nil

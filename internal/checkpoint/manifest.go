@@ -170,6 +170,13 @@ type GenerationRef struct {
 	// entries per generation still in the window, oldest first (the last
 	// is the generation of End). Absent for ring generations.
 	Ages []uint64 `json:"ages,omitempty"`
+	// ExactGens, for a table of the fingerprint filter in exact mode, maps
+	// each of its generations (spans of event time) to the exact store's
+	// generation holding the keys filed while it was the newest (a ring
+	// generation's ExactGen). Two tables may list the same span (a table
+	// that filled up and the one that took over), with the same exact
+	// generation.
+	ExactGens []ExactSpan `json:"exact_generations,omitempty"`
 	// Lost, when set, says why the generation's stored state could not be
 	// loaded (the object and the check that failed). A lost generation
 	// names no object: it is restored empty, with its ID and range, and
@@ -177,6 +184,14 @@ type GenerationRef struct {
 	// writes lost generations (a copy of a partial restore); a Commit
 	// uploads whatever the generation holds by then.
 	Lost string `json:"lost,omitempty"`
+}
+
+// ExactSpan is one generation of a table (its event-time range
+// [Start, End) in Unix ns) and its exact store generation.
+type ExactSpan struct {
+	Start int64  `json:"start_ns"`
+	End   int64  `json:"end_ns"`
+	Gen   uint64 `json:"exact_generation"`
 }
 
 // KeysFrom is a point of the input partition where a generation's keys
@@ -207,7 +222,7 @@ func (g GenerationRef) asLost(reason string) GenerationRef {
 	return GenerationRef{
 		ID: g.ID, Sealed: g.Sealed, Start: g.Start, End: g.End, Inserts: g.Inserts, EstKeys: g.EstKeys,
 		Fill: g.Fill, EstFPR: g.EstFPR, Stacks: g.Stacks, ExactGen: g.ExactGen,
-		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages, KeysFrom: g.KeysFrom, Lost: reason,
+		Capacity: g.Capacity, FPR: g.FPR, Ages: g.Ages, ExactGens: g.ExactGens, KeysFrom: g.KeysFrom, Lost: reason,
 	}
 }
 
@@ -499,6 +514,11 @@ func (m *Manifest) validate() error {
 		}
 		if len(g.Log) > 0 && g.Sealed {
 			return fmt.Errorf("generation %d: sealed with a log", i)
+		}
+		for _, e := range g.ExactGens {
+			if e.End <= e.Start || e.Gen == 0 {
+				return fmt.Errorf("generation %d: exact generation %d of an empty range [%d, %d)", i, e.Gen, e.Start, e.End)
+			}
 		}
 		for j, l := range g.Log {
 			if l.Bytes < 0 || l.Entries < 0 || len(l.SHA256) != 64 {

@@ -123,6 +123,7 @@ func (l *Loading) result() *Manifest {
 		m.Exact = nil
 		for i := range m.Generations {
 			m.Generations[i].ExactGen = 0
+			m.Generations[i].ExactGens = nil
 		}
 	}
 	return &m

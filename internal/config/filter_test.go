@@ -38,7 +38,6 @@ func TestFilterSetting(t *testing.T) {
 		want string
 	}{
 		{[]string{"--filter", "cuckoo"}, "filter"},
-		{[]string{"--filter", "fingerprint", "--exact"}, "exact mode works with --filter ring only"},
 		{[]string{"--filter", "fingerprint", "--generations", "8", "--fpr", "1e-20", "--capacity", "1G"}, "the fingerprint filter cannot be planned at this rate"},
 		{[]string{"--fpr", "1e-15"}, "512-bit blocks"},
 	} {
@@ -46,6 +45,10 @@ func TestFilterSetting(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 		}
+	}
+	// Exact mode works with either kind.
+	if cfg, err = Load(append(base, "--filter", "fingerprint", "--generations", "8", "--exact", "--exact-dir", t.TempDir()), &bytes.Buffer{}); err != nil || !cfg.Exact {
+		t.Errorf("--filter fingerprint --exact: %v", err)
 	}
 	var help bytes.Buffer
 	if _, err := Load([]string{"--help"}, &help); err != ErrHelp || !strings.Contains(help.String(), "--filter") ||

@@ -211,9 +211,6 @@ func (c *Run) validateKeys(p *problems) {
 // they make, and exact mode.
 func (c *Run) validateFilter(p *problems) {
 	p.oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
-	if c.Filter == FilterFingerprint && c.Exact {
-		p.bad("exact", "exact mode works with --filter ring only: its store is keyed by the ring's generations (not built for the fingerprint filter yet)")
-	}
 	planned := true
 	for _, r := range c.Params.Check() {
 		p.bad(r.Setting, "%s", r.Problem)

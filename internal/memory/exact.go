@@ -134,6 +134,27 @@ func (s *Store) positives() (*prometheus.CounterVec, error) {
 	return s.pos, s.posErr
 }
 
+// generations is what exact mode uses of a filter of either kind: its
+// generations as spans, which of them match a hash, and when they change
+// (bloom.Shard and bloom.FingerprintShard).
+type generations interface {
+	Spans(dst []bloom.Span) []bloom.Span
+	Matching(h bloom.Hash, dst []int) []int
+	Changes(ts time.Time) bool
+	TestAndAdd(h bloom.Hash, ts time.Time) bool
+	TestAndAddBatch(hs []bloom.Hash, ts []time.Time, seen []bool)
+	Config() bloom.Config
+	Span() time.Duration
+}
+
+// gens is the filter's generations, whichever its kind.
+func (f *filter) gens() generations {
+	if f.fp != nil {
+		return f.fp
+	}
+	return f.s
+}
+
 // exactState is a filter's exact store and the store generation of each of
 // the filter's generations. It belongs to the filter's goroutine, like the
 // filter.
@@ -152,7 +173,7 @@ type exactState struct {
 	mConfirmed, mRefuted, mUnverified prometheus.Counter
 }
 
-func (s *Store) newExactState(tp topicPartition, st *exact.Store, sh *bloom.Shard, ids map[bloom.Span]uint64, next uint64) (*exactState, error) {
+func (s *Store) newExactState(tp topicPartition, st *exact.Store, sh generations, ids map[bloom.Span]uint64, next uint64) (*exactState, error) {
 	pos, err := s.positives()
 	if err != nil {
 		return nil, err
@@ -177,7 +198,7 @@ func (s *Store) newExactState(tp topicPartition, st *exact.Store, sh *bloom.Shar
 // sync follows a change of the shard's generations: a new generation gets
 // the next store generation, dropped ones are forgotten, and the store
 // drops every generation below the oldest one still held.
-func (x *exactState) sync(sh *bloom.Shard) error {
+func (x *exactState) sync(sh generations) error {
 	x.spans = sh.Spans(x.spans[:0])
 	x.gens = x.gens[:0]
 	for _, sp := range x.spans {
@@ -230,7 +251,7 @@ func (x *exactState) newest() uint64 {
 // settle decides the answer for h, whose TestAndAdd in sh returned seen,
 // and queues h for the newest store generation. flush must run before the
 // next generation change.
-func (x *exactState) settle(sh *bloom.Shard, h bloom.Hash, seen bool) bool {
+func (x *exactState) settle(sh generations, h bloom.Hash, seen bool) bool {
 	if x.err != nil {
 		return seen // untrusted either way: the worker checks Err
 	}
@@ -251,7 +272,7 @@ func (x *exactState) settle(sh *bloom.Shard, h bloom.Hash, seen bool) bool {
 
 // confirm checks a filter positive in the store generations of the
 // generations that report h, newest first; inNewest: found in the newest.
-func (x *exactState) confirm(sh *bloom.Shard, h bloom.Hash, eh exact.Hash) (seen, inNewest bool) {
+func (x *exactState) confirm(sh generations, h bloom.Hash, eh exact.Hash) (seen, inNewest bool) {
 	x.match = sh.Matching(h, x.match[:0])
 	unverifiable := false
 	newest := len(x.gens) - 1
@@ -297,13 +318,13 @@ func (x *exactState) flush() error {
 
 // testAndAdd is TestAndAdd of one filed hash in exact mode.
 func (f *filter) exactTestAndAdd(h bloom.Hash, ts time.Time) bool {
-	x := f.x
-	changes := f.s.Changes(ts)
-	seen := f.s.TestAndAdd(h, ts)
+	x, g := f.x, f.gens()
+	changes := g.Changes(ts)
+	seen := g.TestAndAdd(h, ts)
 	if changes && x.err == nil {
-		x.sync(f.s)
+		x.sync(g)
 	}
-	seen = x.settle(f.s, h, seen)
+	seen = x.settle(g, h, seen)
 	x.flush()
 	return seen
 }
@@ -312,20 +333,20 @@ func (f *filter) exactTestAndAdd(h bloom.Hash, ts time.Time) bool {
 // records that change no generation go through the shard's batch, the
 // others one by one.
 func (f *filter) exactBatch(hs []bloom.Hash, ts []time.Time, seen []bool) {
-	x := f.x
+	x, g := f.x, f.gens()
 	for i := 0; i < len(hs); {
-		if f.s.Changes(ts[i]) {
+		if g.Changes(ts[i]) {
 			seen[i] = f.exactTestAndAdd(hs[i], ts[i])
 			i++
 			continue
 		}
 		j := i + 1
-		for j < len(hs) && !f.s.Changes(ts[j]) {
+		for j < len(hs) && !g.Changes(ts[j]) {
 			j++
 		}
-		f.s.TestAndAddBatch(hs[i:j], ts[i:j], seen[i:j])
+		g.TestAndAddBatch(hs[i:j], ts[i:j], seen[i:j])
 		for k := i; k < j; k++ {
-			seen[k] = x.settle(f.s, hs[k], seen[k])
+			seen[k] = x.settle(g, hs[k], seen[k])
 		}
 		x.flush()
 		i = j
@@ -468,7 +489,7 @@ func (s *Store) newExactStore(tp topicPartition) (*exact.Store, error) {
 // Its keys are not rebuilt from the input: the filter still holds them,
 // so no repeat is forwarded; only the filter's false positives among them
 // go unrefuted (docs/checkpoints.md, "Partial restore").
-func (b *handle) restoreExact(ctx context.Context, l *checkpoint.Loading, sh *bloom.Shard, loss *restoredLoss) (*exactState, error) {
+func (b *handle) restoreExact(ctx context.Context, l *checkpoint.Loading, sh generations, loss *restoredLoss) (*exactState, error) {
 	m := l.Manifest
 	ids := map[bloom.Span]uint64{}
 	if m.Exact == nil {
@@ -489,7 +510,7 @@ func (b *handle) restoreExact(ctx context.Context, l *checkpoint.Loading, sh *bl
 
 // emptyExact starts an empty store for the restored shard sh: every
 // generation it holds is unverified.
-func (b *handle) emptyExact(sh *bloom.Shard) (*exactState, error) {
+func (b *handle) emptyExact(sh generations) (*exactState, error) {
 	st, err := b.s.newExactStore(b.tp)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", checkpoint.ErrLocal, err)
@@ -503,7 +524,7 @@ func (b *handle) emptyExact(sh *bloom.Shard) (*exactState, error) {
 }
 
 // restoreExactFiles restores the store m names into tp's directory.
-func (b *handle) restoreExactFiles(ctx context.Context, m *checkpoint.Manifest, sh *bloom.Shard, ids map[bloom.Span]uint64,
+func (b *handle) restoreExactFiles(ctx context.Context, m *checkpoint.Manifest, sh generations, ids map[bloom.Span]uint64,
 	open func(context.Context, checkpoint.GenerationRef) (io.ReadCloser, error),
 ) (*exactState, error) {
 	s, tp := b.s, b.tp
@@ -511,14 +532,30 @@ func (b *handle) restoreExactFiles(ctx context.Context, m *checkpoint.Manifest, 
 	if ex.Layout != exact.LayoutName {
 		return nil, fmt.Errorf("%w: exact store layout %q, this build reads %q", checkpoint.ErrCorrupt, ex.Layout, exact.LayoutName)
 	}
+	// A ring generation names its exact generation; a table names one per
+	// generation it holds, and two tables may name the same span (with the
+	// same exact generation).
+	name := func(id uint64, sp bloom.Span, eg uint64) error {
+		if eg < ex.Floor || eg >= ex.NextGen {
+			return fmt.Errorf("%w: generation %d names exact generation %d outside [%d, %d)", checkpoint.ErrCorrupt, id, eg, ex.Floor, ex.NextGen)
+		}
+		if prev, ok := ids[sp]; ok && prev != eg {
+			return fmt.Errorf("%w: generation %d names exact generations %d and %d for one span", checkpoint.ErrCorrupt, id, prev, eg)
+		}
+		ids[sp] = eg
+		return nil
+	}
 	for _, g := range m.Generations {
-		if g.ExactGen == 0 {
-			continue
+		if g.ExactGen != 0 {
+			if err := name(g.ID, bloom.Span{Start: g.Start.UnixNano(), End: g.End.UnixNano()}, g.ExactGen); err != nil {
+				return nil, err
+			}
 		}
-		if g.ExactGen < ex.Floor || g.ExactGen >= ex.NextGen {
-			return nil, fmt.Errorf("%w: generation %d names exact generation %d outside [%d, %d)", checkpoint.ErrCorrupt, g.ID, g.ExactGen, ex.Floor, ex.NextGen)
+		for _, e := range g.ExactGens {
+			if err := name(g.ID, bloom.Span{Start: e.Start, End: e.End}, e.Gen); err != nil {
+				return nil, err
+			}
 		}
-		ids[bloom.Span{Start: g.Start.UnixNano(), End: g.End.UnixNano()}] = g.ExactGen
 	}
 	seen := map[uint64]bool{}
 	for _, g := range ids {
@@ -557,14 +594,14 @@ func (b *handle) restoreExactFiles(ctx context.Context, m *checkpoint.Manifest, 
 
 // noticeWithoutExact says, once per partition, what restoring a checkpoint
 // written without exact mode means.
-func (b *handle) noticeWithoutExact(m *checkpoint.Manifest, sh *bloom.Shard) {
+func (b *handle) noticeWithoutExact(m *checkpoint.Manifest, sh generations) {
 	if !b.s.first(b.tp, "exact-missing") {
 		return
 	}
 	var last time.Time
-	for _, g := range sh.Stats().Generations {
-		if g.End.After(last) {
-			last = g.End
+	for _, sp := range sh.Spans(nil) {
+		if end := time.Unix(0, sp.End); end.After(last) {
+			last = end
 		}
 	}
 	// A ring generation ending at E is dropped once event time reaches

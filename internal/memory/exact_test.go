@@ -30,11 +30,22 @@ var tinyParams = worker.FilterParams{Window: time.Hour, Generations: 4, Capacity
 // happen in small tests).
 func exactMemory(t *testing.T, url, dir string, flushKeys int, log *kafkatest.LogBuffer) (*Store, *prometheus.Registry) {
 	t.Helper()
+	return exactMemoryOf(t, KindRing, url, dir, flushKeys, log)
+}
+
+// exactKinds are the filter kinds exact mode works with: the tests that
+// say so run for each.
+var exactKinds = []string{KindRing, KindFingerprint}
+
+// exactMemoryOf is exactMemory with a filter of the given kind.
+func exactMemoryOf(t *testing.T, kind, url, dir string, flushKeys int, log *kafkatest.LogBuffer) (*Store, *prometheus.Registry) {
+	t.Helper()
 	logger := testLogger(t)
 	if log != nil {
 		logger = slog.New(slog.NewTextHandler(log, nil))
 	}
 	st := openState(t, url, logger)
+	st.Kind = kind
 	reg := prometheus.NewRegistry()
 	st.Exact = ExactOptions{Dir: dir, FlushKeys: flushKeys, Registerer: reg}
 	t.Cleanup(func() {
@@ -124,7 +135,7 @@ func newTruth() *truth { return &truth{in: map[bloom.Span]map[string]bool{}} }
 // answer is the true answer to the TestAndAdd of key that f just made, and
 // records key in f's newest generation.
 func (tr *truth) answer(f *filter, key string) bool {
-	spans := f.s.Spans(nil)
+	spans := f.gens().Spans(nil)
 	held := map[bloom.Span]bool{}
 	seen := false
 	for _, sp := range spans {
@@ -239,13 +250,24 @@ func metricValue(m *dto.Metric) float64 {
 // Batches answer as records one by one.
 func TestExactAnswers(t *testing.T) {
 	t.Parallel()
+	for _, kind := range exactKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testExactAnswers(t, kind)
+		})
+	}
+}
+
+func testExactAnswers(t *testing.T, kind string) {
 	recs := stream(1, 12_000, base) // ~100 min: rotations, and keys leaving the window
-	st, reg := exactMemory(t, "file://"+t.TempDir(), t.TempDir(), 500, nil)
+	st, reg := exactMemoryOf(t, kind, "file://"+t.TempDir(), t.TempDir(), 500, nil)
 	_, f, _ := take(t, st, tinyParams)
 	tr := newTruth()
 	seen := feed(t, f, tr, recs)
 
-	plain, err := realState(t, t.TempDir()).NewFilter(tinyParams)
+	ps := realState(t, t.TempDir())
+	ps.Kind = kind
+	plain, err := ps.NewFilter(tinyParams)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +302,7 @@ func TestExactAnswers(t *testing.T) {
 
 	// The same stream in batches, on another memory with the same seed and
 	// another flush size: the same (true) answers.
-	one, _ := exactMemory(t, "file://"+t.TempDir(), t.TempDir(), 0, nil)
+	one, _ := exactMemoryOf(t, kind, "file://"+t.TempDir(), t.TempDir(), 0, nil)
 	_, g, _ := take(t, one, tinyParams)
 	g.seed = f.seed
 	want := make([]bool, len(recs))
@@ -291,7 +313,7 @@ func TestExactAnswers(t *testing.T) {
 			t.Fatalf("record %d: seen=%v, the generations held say %v", i, want[i], w)
 		}
 	}
-	batched, _ := exactMemory(t, "file://"+t.TempDir(), t.TempDir(), 7, nil)
+	batched, _ := exactMemoryOf(t, kind, "file://"+t.TempDir(), t.TempDir(), 7, nil)
 	_, k, _ := take(t, batched, tinyParams)
 	k.seed = f.seed
 	got := feedBatches(t, k, recs, 11)
@@ -333,8 +355,17 @@ func hasMetric(t *testing.T, reg *prometheus.Registry, name string, labels map[s
 // holds; dropped ones are deleted from disk.
 func TestExactRotationDrops(t *testing.T) {
 	t.Parallel()
+	for _, kind := range exactKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testExactRotationDrops(t, kind)
+		})
+	}
+}
+
+func testExactRotationDrops(t *testing.T, kind string) {
 	dir := t.TempDir()
-	st, _ := exactMemory(t, "file://"+t.TempDir(), dir, 200, nil)
+	st, _ := exactMemoryOf(t, kind, "file://"+t.TempDir(), dir, 200, nil)
 	_, f, _ := take(t, st, tinyParams)
 	tr := newTruth()
 	recs := stream(2, 20_000, base) // ~3 h: the ring turns over more than twice
@@ -373,11 +404,20 @@ func TestExactRotationDrops(t *testing.T) {
 // only new store files.
 func TestExactCheckpointRoundTrip(t *testing.T) {
 	t.Parallel()
+	for _, kind := range exactKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testExactCheckpointRoundTrip(t, kind)
+		})
+	}
+}
+
+func testExactCheckpointRoundTrip(t *testing.T, kind string) {
 	url := "file://" + t.TempDir()
 	dir := t.TempDir()
 	recs := stream(3, 16_000, base)
 	cut := 9_000
-	st, _ := exactMemory(t, url, dir, 300, nil)
+	st, _ := exactMemoryOf(t, kind, url, dir, 300, nil)
 	h, f, _ := take(t, st, tinyParams)
 	tr := newTruth()
 	// A checkpoint every 500 records: each store file is uploaded once,
@@ -393,8 +433,11 @@ func TestExactCheckpointRoundTrip(t *testing.T) {
 			t.Fatal("manifest without an exact section")
 		}
 		for _, g := range m.Generations {
-			if g.ExactGen == 0 {
+			switch {
+			case kind == KindRing && g.ExactGen == 0:
 				t.Errorf("generation %d has no exact generation", g.ID)
+			case kind == KindFingerprint && (g.ExactGen != 0 || len(g.ExactGens) != len(g.Ages) || len(g.Ages) == 0):
+				t.Errorf("table %d: exact generations %v for %d generations (ages %v)", g.ID, g.ExactGens, len(g.Ages), g.Ages)
 			}
 		}
 		for _, e := range m.Exact.Files {
@@ -440,7 +483,7 @@ func TestExactCheckpointRoundTrip(t *testing.T) {
 				}
 				d = dir
 			}
-			st2, _ := exactMemory(t, url, d, 300, nil)
+			st2, _ := exactMemoryOf(t, kind, url, d, 300, nil)
 			_, g, r := take(t, st2, tinyParams)
 			if r.InputOffset != int64(cut) {
 				t.Fatalf("restored offset %d, want %d", r.InputOffset, cut)
@@ -524,9 +567,19 @@ func TestExactCorruptStoreFileFallsBack(t *testing.T) {
 // logged once.
 func TestExactFromFilterOnlyCheckpoint(t *testing.T) {
 	t.Parallel()
+	for _, kind := range exactKinds {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testExactFromFilterOnlyCheckpoint(t, kind)
+		})
+	}
+}
+
+func testExactFromFilterOnlyCheckpoint(t *testing.T, kind string) {
 	url := "file://" + t.TempDir()
 	recs := stream(5, 20_000, base)
 	plain := openState(t, url, testLogger(t))
+	plain.Kind = kind
 	h, f, _ := take(t, plain, tinyParams)
 	tr := newTruth() // what each generation really holds
 	for _, r := range recs[:5000] {
@@ -536,13 +589,13 @@ func TestExactFromFilterOnlyCheckpoint(t *testing.T) {
 	commitT(t, h, f, tinyParams, 5000)
 
 	var logs kafkatest.LogBuffer
-	st, reg := exactMemory(t, url, t.TempDir(), 300, &logs)
+	st, reg := exactMemoryOf(t, kind, url, t.TempDir(), 300, &logs)
 	_, g, r := take(t, st, tinyParams)
 	if r.InputOffset != 5000 {
 		t.Fatalf("restored offset %d", r.InputOffset)
 	}
 	restored := map[bloom.Span]bool{}
-	for _, sp := range g.s.Spans(nil) {
+	for _, sp := range g.gens().Spans(nil) {
 		restored[sp] = true
 	}
 	// Positives that match only the restored generations are the
@@ -552,7 +605,7 @@ func TestExactFromFilterOnlyCheckpoint(t *testing.T) {
 		got := g.TestAndAdd([]byte(rec.key), rec.ts)
 		want := tr.answer(g, rec.key)
 		old := false
-		for _, sp := range g.s.Spans(nil) {
+		for _, sp := range g.gens().Spans(nil) {
 			old = old || restored[sp]
 		}
 		switch {
@@ -567,7 +620,7 @@ func TestExactFromFilterOnlyCheckpoint(t *testing.T) {
 	if n := counterValue(t, reg, "bloomgate_exact_positives_total", map[string]string{"result": "unverified"}); n == 0 || int(n) < fpBefore {
 		t.Errorf("%v unverified positives, %d false positives while restored generations were held", n, fpBefore)
 	}
-	for _, sp := range g.s.Spans(nil) {
+	for _, sp := range g.gens().Spans(nil) {
 		if restored[sp] {
 			t.Fatalf("the stream did not outlast the restored generations")
 		}
@@ -591,38 +644,45 @@ func TestExactPlanChange(t *testing.T) {
 		{"window 1h to 3h", tinyParams, worker.FilterParams{Window: 3 * time.Hour, Generations: 4, Capacity: 9_000, FPR: 0.3}},
 		{"window 1h to 20m", tinyParams, worker.FilterParams{Window: 20 * time.Minute, Generations: 4, Capacity: 1_000, FPR: 0.3}},
 		{"generations 4 to 7", tinyParams, worker.FilterParams{Window: time.Hour, Generations: 7, Capacity: 3_000, FPR: 0.3}},
+		// The same span (20 minutes): the fingerprint kind's legacy table
+		// has generations of the plan's spans.
+		{"window 1h to 2h, generations 4 to 7", tinyParams, worker.FilterParams{Window: 2 * time.Hour, Generations: 7, Capacity: 6_000, FPR: 0.3}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			url := "file://" + t.TempDir()
-			recs := stream(6, 40_000, base)
-			a, _ := exactMemory(t, url, t.TempDir(), 200, nil)
-			h, f, _ := take(t, a, c.old)
-			tr := newTruth()
-			feed(t, f, tr, recs[:8000])
-			commitT(t, h, f, c.old, 8000)
+		for _, kind := range exactKinds {
+			t.Run(kind+"/"+c.name, func(t *testing.T) {
+				t.Parallel()
+				url := "file://" + t.TempDir()
+				recs := stream(6, 40_000, base)
+				a, _ := exactMemoryOf(t, kind, url, t.TempDir(), 200, nil)
+				h, f, _ := take(t, a, c.old)
+				tr := newTruth()
+				feed(t, f, tr, recs[:8000])
+				commitT(t, h, f, c.old, 8000)
 
-			b, _ := exactMemory(t, url, t.TempDir(), 200, nil)
-			h2, g, _ := take(t, b, c.new)
-			if legacy := g.s.Stats().Legacy; legacy == 0 {
-				t.Fatalf("no legacy generations after the change")
-			}
-			tr2 := tr.clone()
-			feed(t, g, tr2, recs[8000:9000])
-			commitT(t, h2, g, c.new, 9000) // during the transition
-			trAt := tr2.clone()
-			feed(t, g, tr2, recs[9000:])
+				b, _ := exactMemoryOf(t, kind, url, t.TempDir(), 200, nil)
+				h2, g, _ := take(t, b, c.new)
+				// A ring keeps generations of the same span as its own.
+			sameSpan := span(c.old.Window, c.old.Generations) == span(c.new.Window, c.new.Generations)
+			if legacy, _, _ := g.legacy(); legacy == 0 && (kind == KindFingerprint || !sameSpan) {
+					t.Fatalf("no legacy generations after the change")
+				}
+				tr2 := tr.clone()
+				feed(t, g, tr2, recs[8000:9000])
+				commitT(t, h2, g, c.new, 9000) // during the transition
+				trAt := tr2.clone()
+				feed(t, g, tr2, recs[9000:])
 
-			d, _ := exactMemory(t, url, t.TempDir(), 200, nil)
-			_, k, r := take(t, d, c.new)
-			if r.InputOffset != 9000 {
-				t.Fatalf("restored offset %d", r.InputOffset)
-			}
-			feed(t, k, trAt, recs[9000:])
-			if g.s.Stats().Legacy != 0 {
-				t.Errorf("the stream did not outlast the legacy generations")
-			}
-		})
+				d, _ := exactMemoryOf(t, kind, url, t.TempDir(), 200, nil)
+				_, k, r := take(t, d, c.new)
+				if r.InputOffset != 9000 {
+					t.Fatalf("restored offset %d", r.InputOffset)
+				}
+				feed(t, k, trAt, recs[9000:])
+				if legacy, _, _ := g.legacy(); legacy != 0 {
+					t.Errorf("the stream did not outlast the legacy generations")
+				}
+			})
+		}
 	}
 }
 

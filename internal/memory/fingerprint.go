@@ -2,7 +2,6 @@ package memory
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -33,8 +32,6 @@ const (
 	KindRing        = "ring"
 	KindFingerprint = "fingerprint"
 )
-
-var errExactFingerprint = errors.New("creating filter: exact mode works with the ring filter only (--filter ring)")
 
 func (s *Store) fingerprint() bool { return s.Kind == KindFingerprint }
 
@@ -124,7 +121,7 @@ const mergeEvery = 16
 // the table taking inserts with the log of what it added since its stored
 // state, when its journal has it, or since its last merge point every
 // mergeEvery segments. merged[i] is set for the latter.
-func tablesOf(sn *bloom.FingerprintSnapshot) (gens []checkpoint.Generation, merged []bool) {
+func tablesOf(sn *bloom.FingerprintSnapshot, ex *exactSnapshot) (gens []checkpoint.Generation, merged []bool) {
 	gens = make([]checkpoint.Generation, 0, len(sn.Tables))
 	merged = make([]bool, len(sn.Tables))
 	for i, t := range sn.Tables {
@@ -133,6 +130,13 @@ func tablesOf(sn *bloom.FingerprintSnapshot) (gens []checkpoint.Generation, merg
 			ID: t.Serial, Sealed: t.Sealed, Start: st.Start, End: st.End,
 			Inserts: st.Adds, EstKeys: st.Live, Fill: st.Load, EstFPR: st.EstFPR, Stacks: st.Level,
 			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: checkpoint.TableLogShare, Source: t,
+		}
+		if ex != nil {
+			for _, sp := range st.GenerationSpans() {
+				if g := ex.ids[sp]; g != 0 {
+					cg.ExactGens = append(cg.ExactGens, checkpoint.ExactSpan{Start: sp.Start, End: sp.End, Gen: g})
+				}
+			}
 		}
 		if mark, ok := t.JournalMark(); ok && !t.Sealed {
 			if mark.FromToken != "" && mark.Chain-mark.FromChain >= mergeEvery {
@@ -177,9 +181,6 @@ func markTables(sn *bloom.FingerprintSnapshot, merged []bool, m *checkpoint.Mani
 // every table decoded and its log replayed. A table that fails to load
 // fails the manifest (no partial restore for this kind).
 func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params worker.FilterParams) (*bloom.FingerprintShard, error) {
-	if b.s.exactOn() {
-		return nil, errExactFingerprint
-	}
 	m := l.Manifest
 	tables := make([]*bloom.Table, 0, len(m.Generations))
 	for _, ref := range m.Generations {

@@ -223,17 +223,6 @@ func TestFingerprintPlanChange(t *testing.T) {
 	sameEncoding(t, "restored after the plan change", encodeTables(t, r2.Filter), want)
 }
 
-// TestFingerprintExactRefused: exact mode is the ring's only.
-func TestFingerprintExactRefused(t *testing.T) {
-	st := realState(t, t.TempDir())
-	st.Kind = KindFingerprint
-	st.Exact = ExactOptions{Dir: t.TempDir()}
-	params := worker.FilterParams{Window: time.Hour, Generations: 4, Capacity: 10_000, FPR: 0.01}
-	if _, err := st.Partition(tIn, 0).(worker.PartitionFilterMaker).NewFilter(params); !errors.Is(err, errExactFingerprint) {
-		t.Fatalf("exact mode with the fingerprint filter: %v", err)
-	}
-}
-
 // TestFingerprintLogMerges: within one generation, every mergeEvery log
 // segments of the open table are replaced by one (the log since the last
 // merge point), so that the chain stays short; restores along the way are

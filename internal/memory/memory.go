@@ -189,9 +189,6 @@ func (s *Store) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 	f := &filter{maxJump: s.MaxTimeJump}
 	if s.fingerprint() {
-		if s.exactOn() {
-			return nil, errExactFingerprint
-		}
 		fp, err := bloom.NewFingerprintShard(bloom.Config(p))
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
@@ -227,7 +224,7 @@ func (b *handle) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating exact store: %w", err)
 	}
-	if f.x, err = b.s.newExactState(b.tp, st, f.s, nil, 1); err != nil {
+	if f.x, err = b.s.newExactState(b.tp, st, f.gens(), nil, 1); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -304,14 +301,16 @@ func (f *filter) file(ts time.Time) time.Time {
 }
 
 func (f *filter) Stats() worker.FilterStats {
+	var fs worker.FilterStats
 	if f.fp != nil {
-		return f.fingerprintStats()
-	}
-	st := f.s.Stats()
-	fs := worker.FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
-		Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
-	if n := len(st.Generations); n > 0 {
-		fs.Fill = st.Generations[n-1].Fill
+		fs = f.fingerprintStats()
+	} else {
+		st := f.s.Stats()
+		fs = worker.FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
+			Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
+		if n := len(st.Generations); n > 0 {
+			fs.Fill = st.Generations[n-1].Fill
+		}
 	}
 	if f.x != nil && f.x.st != nil {
 		fs.Exact = f.x.stats()
@@ -328,9 +327,9 @@ func (f *filter) Snapshot() worker.Snapshot {
 	sn := &snapshot{from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
 	if f.fp != nil {
 		sn.fsn = f.fp.Snapshot()
-		return sn
+	} else {
+		sn.sn = f.s.Snapshot()
 	}
-	sn.sn = f.s.Snapshot()
 	if f.x != nil {
 		sn.exact = f.x.snapshot()
 	}
@@ -437,7 +436,11 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			return nil
 		}
 		if b.s.fingerprint() {
-			fp, err = b.loadTables(ctx, l, params)
+			if fp, err = b.loadTables(ctx, l, params); err != nil || !b.s.exactOn() {
+				return err
+			}
+			b.s.closeOpen(b.tp, nil)
+			x, err = b.restoreExact(ctx, l, fp, &loss)
 			return err
 		}
 		gens := make([]*bloom.Generation, 0, len(m.Generations))
@@ -658,7 +661,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	var gens []checkpoint.Generation
 	var merged []bool
 	if sn.fsn != nil {
-		gens, merged = tablesOf(sn.fsn)
+		gens, merged = tablesOf(sn.fsn, sn.exact)
 	}
 	for _, g := range snapshotGenerations(sn.sn) {
 		cg := checkpoint.Generation{
