@@ -662,8 +662,8 @@ func TestExactPlanChange(t *testing.T) {
 				b, _ := exactMemoryOf(t, kind, url, t.TempDir(), 200, nil)
 				h2, g, _ := take(t, b, c.new)
 				// A ring keeps generations of the same span as its own.
-			sameSpan := span(c.old.Window, c.old.Generations) == span(c.new.Window, c.new.Generations)
-			if legacy, _, _ := g.legacy(); legacy == 0 && (kind == KindFingerprint || !sameSpan) {
+				sameSpan := span(c.old.Window, c.old.Generations) == span(c.new.Window, c.new.Generations)
+				if legacy, _, _ := g.legacy(); legacy == 0 && (kind == KindFingerprint || !sameSpan) {
 					t.Fatalf("no legacy generations after the change")
 				}
 				tr2 := tr.clone()
