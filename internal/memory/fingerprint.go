@@ -1,9 +1,11 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
@@ -20,9 +22,10 @@ import (
 // one kind restored under the other is refused with ErrIncompatible, naming
 // both (docs/filter.md, "Choosing the kind").
 //
-// What the ring has and this kind does not (yet): exact mode (its store is
-// keyed by the ring's generations; refused at start), and partial restores
-// (a table that fails to load makes its manifest unusable, and an older one
+// Exact mode works as with the ring (exact.go): the shard lists its
+// generations as spans, and each table records the exact store's
+// generation of every generation it holds (checkpoint.ExactSpan). What the
+// ring has and this kind does not (yet): partial restores (a table that fails to load makes its manifest unusable, and an older one
 // is tried, as before partial restores: the table is a function of the
 // window's keys filed by the same rule, so a rebuild from the input is
 // possible in principle, but it is not built).
@@ -93,7 +96,32 @@ func (f *filter) legacy() (n int, last time.Time, what string) {
 func (f *filter) fingerprintStats() worker.FilterStats {
 	st := f.fp.Stats()
 	return worker.FilterStats{Bytes: st.Bytes, Fill: st.Load, EstFPR: st.EstFPR, EstKeys: st.Live,
-		Generations: st.Generations, OverflowStacks: st.Overflow, ClampedTimestamps: f.clamped}
+		Generations: st.Generations, OverflowStacks: st.Overflow, ClampedTimestamps: f.clamped, Ages: planAges(st)}
+}
+
+// planAges is the age histogram of the plan's generations: entries per
+// generation over the plan's tables (a table that filled up and the one
+// that took over may share one), oldest first.
+func planAges(st bloom.FingerprintStats) []uint64 {
+	by := map[bloom.Span]uint64{}
+	var spans []bloom.Span
+	for _, t := range st.Tables {
+		if t.Legacy {
+			continue
+		}
+		for i, sp := range t.GenerationSpans() {
+			if _, ok := by[sp]; !ok {
+				spans = append(spans, sp)
+			}
+			by[sp] += t.Ages[i]
+		}
+	}
+	slices.SortFunc(spans, func(a, b bloom.Span) int { return cmp.Compare(a.Start, b.Start) })
+	ages := make([]uint64, len(spans))
+	for i, sp := range spans {
+		ages[i] = by[sp]
+	}
+	return ages
 }
 
 // snapshotGenerations lists a ring snapshot's generations (none for nil).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -297,4 +298,49 @@ func TestFingerprintLogMerges(t *testing.T) {
 	}
 	sameEncoding(t, "restored after merges in a second process", encodeTables(t, r3.Filter), want)
 	t.Logf("%d merges, longest chain %d segments, last chain %d segments", merges, longest, len(chainOf().Log))
+}
+
+// TestFingerprintStatsAges: the status page's age histogram of the
+// fingerprint kind has one count per generation of the window, oldest
+// first, summing to the live entries, also across an overflow (two tables
+// holding one generation); the ring has none.
+func TestFingerprintStatsAges(t *testing.T) {
+	params := worker.FilterParams{Window: 7 * time.Hour, Generations: 8, Capacity: 700, FPR: 0.01}
+	st := realState(t, t.TempDir())
+	st.Kind = KindFingerprint
+	f, err := st.NewFilter(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	// 10 hours, one generation an hour: 60 keys in each of the first
+	// nine, then 1,000 in the tenth (more than the plan's 100 per
+	// generation: the table overflows).
+	k := 0
+	for h := range 10 {
+		n := 60
+		if h == 9 {
+			n = 1000
+		}
+		for range n {
+			f.TestAndAdd(fmt.Appendf(nil, "k%d", k), t0.Add(time.Duration(h)*time.Hour))
+			k++
+		}
+	}
+	fs := f.Stats()
+	if fs.OverflowStacks == 0 {
+		t.Fatalf("no overflow: %+v", fs)
+	}
+	var sum uint64
+	for _, a := range fs.Ages {
+		sum += a
+	}
+	if len(fs.Ages) != 8 || fs.Ages[0] != 60 || fs.Ages[7] > 1000 || fs.Ages[7] < 980 || sum != fs.EstKeys {
+		t.Errorf("ages %v (sum %d), want 8 generations, 60 … ~1000 (less the newest's false positives), summing to the live entries %d", fs.Ages, sum, fs.EstKeys)
+	}
+	ring, _ := realState(t, t.TempDir()).NewFilter(params)
+	ring.TestAndAdd([]byte("a"), t0)
+	if ages := ring.Stats().Ages; ages != nil {
+		t.Errorf("ring ages %v", ages)
+	}
 }

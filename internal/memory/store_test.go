@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -113,7 +114,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 		}
 	}
 	a, b := one.Stats(), batched.Stats()
-	if a != b || a.ClampedTimestamps == 0 || dups == 0 {
+	if !reflect.DeepEqual(a, b) || a.ClampedTimestamps == 0 || dups == 0 {
 		t.Fatalf("stats one by one %+v, batched %+v (%d duplicates); want equal, with clamped timestamps and duplicates", a, b, dups)
 	}
 	encode := func(f worker.Filter) [][]byte {

@@ -51,6 +51,8 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"seconds":  seconds,
 	"age":      age,
 	"add":      func(a, b uint64) uint64 { return a + b },
+	"ageBars":  ageBars,
+	"counts":   counts,
 	"size":     func(n int64) string { return byteSize(uint64(max(n, 0))) },
 	"in": func(now, t time.Time) string {
 		if !t.After(now) {
@@ -294,4 +296,32 @@ func handler(status func() worker.Status, now func() time.Time) http.Handler {
 		_ = enc.Encode(status())
 	})
 	return mux
+}
+
+// ageBars draws an age histogram (entries per generation, oldest first)
+// as a row of block characters, each scaled to the largest.
+func ageBars(ages []uint64) string {
+	const levels = "▁▂▃▄▅▆▇█"
+	var top uint64
+	for _, a := range ages {
+		top = max(top, a)
+	}
+	var b strings.Builder
+	for _, a := range ages {
+		i := 0
+		if top > 0 {
+			i = int((a*7 + top - 1) / top)
+		}
+		b.WriteRune([]rune(levels)[i])
+	}
+	return b.String()
+}
+
+// counts lists numbers as countOf writes them, comma-separated.
+func counts(ns []uint64) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = countOf(n)
+	}
+	return strings.Join(parts, ", ")
 }

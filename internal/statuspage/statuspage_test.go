@@ -29,7 +29,7 @@ func sampleStatus(now time.Time) worker.Status {
 					Exact: &worker.ExactStats{RefutedPositives: 1_234, Keys: 100_000, DiskBytes: 1_600_000}},
 				LastCheckpoint: now.Add(-42 * time.Second), LastCheckpointOffset: 110_000, RecoverySeconds: 190},
 			{Topic: "orders", Partition: 1, Generation: 3, State: "recovering", NextOffset: -1, Lag: 99, LSOLag: 12, Rate: 3.71e-05,
-				Filter:               worker.FilterStats{Generations: 2, OverflowStacks: 1, Fill: 1.7},
+				Filter:               worker.FilterStats{Generations: 2, OverflowStacks: 1, Fill: 1.7, Ages: []uint64{4_100, 5_200}},
 				LastCheckpointOffset: -1, CheckpointError: "s3: <access denied>", CommitsPaused: true,
 				Progress: &worker.Progress{Phase: "scanning", From: 500, To: 500}},
 			{Topic: "orders", Partition: 2, Generation: 3, State: "seeding", NextOffset: 0, Lag: -1,
@@ -77,7 +77,8 @@ func TestPageShowsPartitions(t *testing.T) {
 		"orders/1 recovering (scanning", "orders/2 seeding 42.0 %", // why not ready
 		"19.3 k",          // rate
 		"99.6 k", "100 k", // counts alike
-		"+1.20 k skipped",         // markers and aborted records
+		"+1.20 k skipped", // markers and aborted records
+		`title="age histogram: entries per generation, oldest first: 4.10 k, 5.20 k">▇█<`, // the fingerprint filter's
 		"94",                      // dead-lettered
 		"25.0 %",                  // fill
 		"0.006 %",                 // estimated FPR

@@ -57,6 +57,11 @@ type FilterStats struct {
 	// ClampedTimestamps counts records filed earlier than their timestamp
 	// because it was too far ahead of the partition's event time.
 	ClampedTimestamps uint64 `json:"clamped_timestamps"`
+	// Ages, for the fingerprint filter, is its age histogram: entries per
+	// generation of the window, oldest first (the last takes inserts); a
+	// generation about to leave holds what expires at the next change.
+	// Empty for the ring (its generations are its histogram).
+	Ages []uint64 `json:"ages,omitempty"`
 	// Exact describes an exact store behind the filter (nil: none).
 	Exact *ExactStats `json:"exact,omitempty"`
 }

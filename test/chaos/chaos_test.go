@@ -83,6 +83,21 @@ func TestChaosFingerprint(t *testing.T) {
 		pattern: []string{"upload-gens", "random", "upload-manifest", "rebalance", "upload-gens"}})
 }
 
+// TestChaosFingerprintExact is exact mode behind the fingerprint filter:
+// the exact stores keyed by the generations of the workers' tables (the
+// manifests' exact_generations), SIGKILLs during store file and table
+// uploads and at random. 0 lost, 0 forwarded twice, 0 false positives.
+func TestChaosFingerprintExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos test: runs processes for about a minute and a half; skipped with -short")
+	}
+	if *flagOnly != "" || *flagExact || *flagFilter != "ring" {
+		t.Skip("-chaos.only, -chaos.exact and -chaos.filter run TestChaos instead")
+	}
+	runChaos(t, chaosRun{kills: 5, duration: 60 * time.Second, events: 60_000, exact: true, filter: "fingerprint",
+		pattern: []string{"upload-exact", "random", "upload-gens", "rebalance"}})
+}
+
 // TestChaosExact is a short mixed run in exact mode: the workers' filters
 // at a 5 % false-positive rate, an exact store per worker slot on local
 // disk (kept across a slot's restarts, as a machine's disk is), SIGKILLs

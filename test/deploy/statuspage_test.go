@@ -230,6 +230,9 @@ func pageFixture(now time.Time) worker.Status {
 	p3.Filter = worker.FilterStats{Bytes: 96 << 20, Fill: 0.0021, EstFPR: 1.2e-12, EstKeys: 74_201, Generations: 1}
 	p3.LastCheckpoint = now.Add(-3 * time.Second)
 	p7.Dropped, p7.DeadLettered, p7.Filter.OverflowStacks, p7.Filter.ClampedTimestamps = 2, 41, 1, 17
+	// The fingerprint filter: its age histogram beside the fill.
+	p7.Filter.Generations = 8
+	p7.Filter.Ages = []uint64{2_301_556, 2_287_310, 2_296_004, 2_310_981, 2_278_122, 2_305_740, 2_299_117, 960_215}
 
 	replaying := worker.PartitionStatus{
 		Topic: "orders", Partition: 4, Generation: 7, State: "replaying",
@@ -292,7 +295,7 @@ func TestStatusPageFitsInChromium(t *testing.T) {
 
 	for _, width := range []int{1280, 1920} {
 		dom := assertFits(t, browser, probed.URL+"/", width)
-		for _, want := range []string{`id="not-ready"`, `class="more" data-partition="4"`, "replaying", "61.9 %", "48.3 k/s", "41 s left"} {
+		for _, want := range []string{`id="not-ready"`, `class="more" data-partition="4"`, "replaying", "61.9 %", "48.3 k/s", "41 s left", "███████▄"} {
 			if !strings.Contains(dom, want) {
 				t.Errorf("%d px: rendered page lacks %q", width, want)
 			}
