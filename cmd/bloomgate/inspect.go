@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -172,6 +173,15 @@ func writeInspectText(w io.Writer, r *checkpoint.Report) error {
 				exactGen = "\t-"
 				if g.ExactGen != 0 {
 					exactGen = fmt.Sprintf("\t%d", g.ExactGen)
+				}
+				if len(g.ExactGens) > 0 {
+					// A table: the store generation of each of its
+					// generations, oldest first.
+					gs := make([]string, len(g.ExactGens))
+					for i, e := range g.ExactGens {
+						gs[i] = strconv.FormatUint(e.Gen, 10)
+					}
+					exactGen = "\t" + strings.Join(gs, " ")
 				}
 			}
 			size := byteSize(g.Bytes)

@@ -259,8 +259,14 @@ func TestInspectFingerprint(t *testing.T) {
 		Generations: []checkpoint.Generation{{
 			ID: 1, Start: start, End: start.Add(3 * time.Hour), Inserts: 30_000, EstKeys: 29_000,
 			Fill: 0.34, EstFPR: 0.0027, Ages: []uint64{9_000, 10_000, 10_000},
+			ExactGens: []checkpoint.ExactSpan{
+				{Start: start.UnixNano(), End: start.Add(time.Hour).UnixNano(), Gen: 1},
+				{Start: start.Add(time.Hour).UnixNano(), End: start.Add(2 * time.Hour).UnixNano(), Gen: 2},
+				{Start: start.Add(2 * time.Hour).UnixNano(), End: start.Add(3 * time.Hour).UnixNano(), Gen: 3},
+			},
 			Source: bytesSource(bytes.Repeat([]byte{1}, 4096)),
 		}},
+		Exact: &checkpoint.ExactCheckpoint{Layout: "bloomgate-exact-runs-v1", Floor: 1, NextGen: 4, Keys: 29_000},
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +274,8 @@ func TestInspectFingerprint(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
-	for _, want := range []string{"fingerprint, window 7h, 8 generations", "table  state", "level", "entries per generation", "9000 10000 10000"} {
+	for _, want := range []string{"fingerprint, window 7h, 8 generations", "table  state", "level", "entries per generation", "9000 10000 10000",
+		"exact store", "1 2 3"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
