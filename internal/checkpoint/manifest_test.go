@@ -376,6 +376,54 @@ func TestManifestFingerprintGolden(t *testing.T) {
 	}
 }
 
+// fingerprintExactManifest is a fingerprint manifest of exact mode: each
+// table names the exact store generation of every generation it holds
+// (the two tables share the newest span, as a table that filled up and
+// the one that took over do).
+func fingerprintExactManifest() *Manifest {
+	m := fingerprintManifest()
+	m.Exact = exactManifest().Exact
+	m.Exact.Floor, m.Exact.NextGen = 5, 9
+	for i := range m.Generations {
+		end := m.Generations[i].End.UnixNano()
+		hour := int64(time.Hour)
+		m.Generations[i].ExactGens = []ExactSpan{
+			{Start: end - 3*hour, End: end - 2*hour, Gen: 6 + uint64(i)},
+			{Start: end - 2*hour, End: end - hour, Gen: 7 + uint64(i)},
+			{Start: end - hour, End: end, Gen: 8},
+		}
+	}
+	return m
+}
+
+// TestManifestFingerprintExactGolden pins a table's exact_generations;
+// one of an empty range or naming exact generation 0 is refused.
+func TestManifestFingerprintExactGolden(t *testing.T) {
+	m, _ := checkManifestGolden(t, "manifest-v3-fingerprint-exact.json", fingerprintExactManifest)
+	if len(m.Generations[1].ExactGens) != 3 || m.Generations[1].ExactGens[2].Gen != 8 {
+		t.Errorf("exact generations %+v", m.Generations[1].ExactGens)
+	}
+	for name, edit := range map[string]func(*ExactSpan){
+		"empty range":  func(e *ExactSpan) { e.End = e.Start },
+		"generation 0": func(e *ExactSpan) { e.Gen = 0 },
+	} {
+		v := fingerprintExactManifest()
+		edit(&v.Generations[0].ExactGens[1])
+		body, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(body)
+		forged, err := json.Marshal(envelope{Format: manifestFormat, Version: v.Version, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: decoded: %v", name, err)
+		}
+	}
+}
+
 // TestManifestLogGolden pins the log of a live generation; manifests
 // without one (manifest-v1.json) decode as before, with no log.
 func TestManifestLogGolden(t *testing.T) {
