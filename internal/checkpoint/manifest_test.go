@@ -361,19 +361,26 @@ func TestManifestFingerprintGolden(t *testing.T) {
 		v := fingerprintManifest()
 		v.Version = tc.version
 		v.Filter.Kind = tc.kind
-		body, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(body)
-		forged, err := json.Marshal(envelope{Format: manifestFormat, Version: tc.version, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeManifest(forgeManifest(t, v)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: decoded: %v", tc.name, err)
 		}
 	}
+}
+
+// forgeManifest wraps m in a well-formed envelope of its version (a valid
+// checksum), as a writer that skipped the encoder's checks would.
+func forgeManifest(t *testing.T, m *Manifest) []byte {
+	t.Helper()
+	body, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(body)
+	forged, err := json.Marshal(envelope{Format: manifestFormat, Version: m.Version, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return forged
 }
 
 // fingerprintExactManifest is a fingerprint manifest of exact mode: each
@@ -409,16 +416,7 @@ func TestManifestFingerprintExactGolden(t *testing.T) {
 	} {
 		v := fingerprintExactManifest()
 		edit(&v.Generations[0].ExactGens[1])
-		body, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(body)
-		forged, err := json.Marshal(envelope{Format: manifestFormat, Version: v.Version, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+		if _, err := decodeManifest(forgeManifest(t, v)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: decoded: %v", name, err)
 		}
 	}
@@ -442,16 +440,7 @@ func TestManifestLogGolden(t *testing.T) {
 	}
 	v1 := logManifest()
 	v1.Version = manifestVersionNoLog
-	body, err := json.Marshal(v1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(body)
-	forged, err := json.Marshal(envelope{Format: manifestFormat, Version: manifestVersionNoLog, SHA256: hex.EncodeToString(sum[:]), Manifest: body})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := decodeManifest(forged); !errors.Is(err, ErrCorrupt) {
+	if _, err := decodeManifest(forgeManifest(t, v1)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a version 1 manifest with a log decoded: %v", err)
 	}
 	for _, tc := range []struct {
