@@ -96,8 +96,8 @@ type restoredLoss struct {
 // returned it) that the shard holds empty or without their exact store,
 // and keeps the empty ones on f for the rebuild.
 func (f *filter) lostFrom(m *checkpoint.Manifest, loss restoredLoss) []worker.LostGeneration {
-	if f.s == nil {
-		return nil // the fingerprint kind restores whole or not at all
+	if f.fp != nil {
+		return f.lostTables(m, loss)
 	}
 	held := map[bloom.Span]bool{}
 	for _, sp := range f.s.Spans(nil) {
@@ -248,4 +248,26 @@ func fileAt(frontier *int64, maxJump time.Duration, ns int64) (_ int64, clamped 
 // describe names a lost generation for errors.
 func describe(ref checkpoint.GenerationRef) string {
 	return fmt.Sprintf("generation %d [%s, %s)", ref.ID, ref.Start.Format(time.RFC3339), ref.End.Format(time.RFC3339))
+}
+
+// lostTables is lostFrom for the fingerprint kind, whose tables restore
+// whole or not at all: only a lost exact store is reported, per table
+// whose generations it had verified. Their positives are unverified until
+// the table's newest generation leaves the window: (G−1) spans after its
+// end at the latest (a legacy table's leave earlier, at their end + the
+// window).
+func (f *filter) lostTables(m *checkpoint.Manifest, loss restoredLoss) []worker.LostGeneration {
+	if loss.exactLost == "" {
+		return nil
+	}
+	stay := time.Duration(f.fp.Config().Generations-1) * f.fp.Span()
+	var out []worker.LostGeneration
+	for i, ref := range m.Generations {
+		if loss.exactGens[i] == 0 || !ref.End.Add(stay).After(time.Unix(0, f.frontier)) {
+			continue
+		}
+		out = append(out, worker.LostGeneration{ID: ref.ID, Start: ref.Start, End: ref.End, Until: ref.End.Add(stay),
+			Keys: ref.Inserts, KeysFrom: -1, Checkpoint: m.Seq, ExactOnly: true, Reason: "exact store: " + loss.exactLost})
+	}
+	return out
 }

@@ -440,6 +440,11 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 				return err
 			}
 			b.s.closeOpen(b.tp, nil)
+			for i, ref := range m.Generations {
+				if len(ref.ExactGens) > 0 {
+					loss.exactGens[i] = ref.ExactGens[len(ref.ExactGens)-1].Gen
+				}
+			}
 			x, err = b.restoreExact(ctx, l, fp, &loss)
 			return err
 		}

@@ -394,12 +394,16 @@ func TestLostTwice(t *testing.T) {
 // no answer is a false negative. The next commit names no bad file.
 func TestPartialRestoreExactStoreFile(t *testing.T) {
 	t.Parallel()
-	for _, damage := range []string{"flipped", "removed"} {
-		t.Run(damage, func(t *testing.T) {
+	for _, c := range []struct{ kind, damage string }{
+		{KindRing, "flipped"}, {KindRing, "removed"}, {KindFingerprint, "flipped"}, {KindFingerprint, "removed"},
+	} {
+		kind, damage := c.kind, c.damage
+		t.Run(kind+"/"+damage, func(t *testing.T) {
+			t.Parallel()
 			bucket := t.TempDir()
 			url := "file://" + bucket
 			recs := stream(12, 8_000, base)
-			st, _ := exactMemory(t, url, t.TempDir(), 300, nil)
+			st, _ := exactMemoryOf(t, kind, url, t.TempDir(), 300, nil)
 			h, f, _ := take(t, st, tinyParams)
 			f.ReadingFrom(0, false)
 			tr := newTruth()
@@ -438,14 +442,14 @@ func TestPartialRestoreExactStoreFile(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			st2, reg := exactMemory(t, url, t.TempDir(), 300, nil)
+			st2, reg := exactMemoryOf(t, kind, url, t.TempDir(), 300, nil)
 			h2, g, r := take(t, st2, tinyParams)
 			if r.Sequence != ms[3].Seq || r.InputOffset != 4020 {
 				t.Fatalf("restored %d at %d, want %d at 4020", r.Sequence, r.InputOffset, ms[3].Seq)
 			}
 			verified := 0
 			for _, x := range ms[3].Generations {
-				if x.ExactGen != 0 {
+				if x.ExactGen != 0 || len(x.ExactGens) > 0 {
 					verified++
 				}
 			}
@@ -457,7 +461,11 @@ func TestPartialRestoreExactStoreFile(t *testing.T) {
 					t.Fatalf("lost %+v, want exact only, not rebuilt", lg)
 				}
 			}
-			sameEncoding(t, "filter without its exact store", encodeFilter(t, g), encodeFilter(t, f))
+			encode := encodeFilter
+			if kind == KindFingerprint {
+				encode = encodeTables
+			}
+			sameEncoding(t, "filter without its exact store", encode(t, g), encode(t, f))
 			tr2 := tr.clone()
 			for i, rec := range recs[4020:] {
 				if got, want := g.TestAndAdd([]byte(rec.key), rec.ts), tr2.answer(g, rec.key); want && !got {
