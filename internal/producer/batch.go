@@ -134,6 +134,17 @@ func nullBytesLen(b []byte) int {
 	return varintLen(int64(len(b))) + len(b)
 }
 
+// MaxRecordSize bounds the bytes Append adds for m, whatever its position
+// in a batch: its encoded size with the largest timestamp and offset
+// deltas. Summed over a run of records it sizes Grow without falling
+// short (a short Grow makes append regrow the buffer, by a quarter, and
+// the old buffer becomes garbage).
+func MaxRecordSize(m *kafka.Message) int {
+	const deltaSlack = 9 + 4 // varint lengths of the largest deltas, less the 1 byte each of recordBody(m, 0, 0)
+	body := recordBody(m, 0, 0) + deltaSlack
+	return varintLen(int64(body)) + body
+}
+
 // Grow makes room for n more bytes of records, so that appending them
 // allocates once.
 func (b *Batch) Grow(n int) {

@@ -76,6 +76,34 @@ func TestBatchReuseDoesNotAllocate(t *testing.T) {
 	}
 }
 
+// TestGrowByMaxRecordSize: the sum of MaxRecordSize bounds the bytes the
+// records add to a batch, with timestamps far apart and many records
+// before them (large deltas), so that Grow by it allocates once.
+func TestGrowByMaxRecordSize(t *testing.T) {
+	msgs := records()
+	msgs = append(msgs, kafka.Message{Key: []byte("late"), Value: []byte("v"), Time: time.Unix(1<<40, 0)})
+	var b Batch
+	for range 100000 { // offset deltas of 3 bytes
+		b.Append(&kafka.Message{Value: []byte{}})
+	}
+	need := 0
+	for i := range msgs {
+		need += MaxRecordSize(&msgs[i])
+	}
+	start := len(b.buf)
+	for i := range msgs {
+		b.Append(&msgs[i])
+	}
+	if added := len(b.buf) - start; added > need {
+		t.Fatalf("appending added %d bytes, the sum of MaxRecordSize is %d", added, need)
+	}
+	for i := range msgs {
+		if got, exact := MaxRecordSize(&msgs[i]), AloneSize(&msgs[i])-BatchOverhead; int64(got) < exact || int64(got) > exact+13 {
+			t.Errorf("record %d: MaxRecordSize %d, encoded alone %d", i, got, exact)
+		}
+	}
+}
+
 func cluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.Ports(0, 0, 0), kfake.NumBrokers(3), kfake.SeedTopics(2, "out")}, opts...)...)
