@@ -81,15 +81,69 @@ func denseToPos(i uint64) uint64 { return i/qSlots<<6 | i%qSlots }
 // emptyFrom is the first empty old slot at or after p (dense), or limit.
 func (m *merger) emptyFrom(p uint64) uint64 {
 	if !m.haveEmpty || m.empty < p {
-		if p >= m.limit {
-			m.empty = m.limit
-		} else {
-			m.empty = posIndex(m.t.firstEmpty(denseToPos(p)))
-		}
+		m.empty = m.t.emptyFrom(p)
 		m.haveEmpty = true
 	}
 	return m.empty
 }
+
+// emptyFrom is firstEmpty in dense slots (limit: none), by four slots at
+// a time. E, the runs pending after a slot (of quotients up to it, not
+// ended at it or before), starts a block at its offset; a slot j is empty
+// when E(j−1) + occupied(j) is 0. E drops by at most one a slot, so a
+// block whose E exceeds its runends still ahead has no empty slot left,
+// and four slots starting at E ≥ 5 none either; below that a table gives
+// the empty ones.
+func (t *qtable) emptyFrom(p uint64) uint64 {
+	c, i := p/qSlots, p%qSlots
+	for ; c < t.pblocks; c, i = c+1, 0 {
+		m := t.meta[c>>qMetaShift]
+		w := c & (1<<qMetaShift - 1) * 2
+		occ, re := m[w]&qSlotMask, m[w+1]&qSlotMask
+		below := uint64(1)<<i - 1
+		e := int(m[w]>>56|m[w+1]>>56<<8) + bits.OnesCount64(occ&below) - bits.OnesCount64(re&below)
+		if e > bits.OnesCount64(re>>i) {
+			continue
+		}
+		for j := i; j < qSlots; j += 4 {
+			o4, r4 := occ>>j&15, re>>j&15
+			if e >= 5 {
+				e += bits.OnesCount8(uint8(o4)) - bits.OnesCount8(uint8(r4))
+				continue
+			}
+			z := emptyNibbles[max(e, 0)<<8|int(o4<<4|r4)]
+			if zs := uint64(z & 15); zs != 0 {
+				if k := j + uint64(bits.TrailingZeros64(zs)); k < qSlots {
+					return c*qSlots + k
+				}
+			}
+			e = int(z >> 4)
+		}
+	}
+	return t.pblocks * qSlots
+}
+
+// emptyNibbles[E<<8 | o<<4 | r], for E < 5 and four slots of occupied
+// bits o and runend bits r: the empty slots among them (low 4 bits) and
+// E after them (the high bits; at least 0).
+var emptyNibbles = func() (t [5 << 8]uint8) {
+	for e0 := range 5 {
+		for o := range 16 {
+			for r := range 16 {
+				e, zs := e0, 0
+				for k := range 4 {
+					d := e + o>>k&1
+					if d == 0 {
+						zs |= 1 << k
+					}
+					e = max(d-r>>k&1, 0)
+				}
+				t[e0<<8|o<<4|r] = uint8(e<<4 | zs)
+			}
+		}
+	}
+	return t
+}()
 
 // advance places the old slots before q: the displacement shrinks at the
 // empty ones. It stops early (p < q) only if the displacement is still
@@ -237,12 +291,29 @@ func (t *qtable) moveEntries(a, b, d uint64) {
 
 // copyBitsBack copies n bits from bit sbit of src to bit dbit of dst,
 // highest first, so that a copy to higher bits of the same array is
-// safe.
+// safe: the destination's top partial word, then whole words, then the
+// rest.
 func copyBitsBack(dst []uint64, dbit uint64, src []uint64, sbit uint64, n uint64) {
-	for n > 0 {
-		k := min(n, 56)
+	end := dbit + n
+	if o := end & 63; o != 0 && n > 0 {
+		k := min(n, o)
 		n -= k
-		putBits(dst, dbit+n, k, getBits(src, sbit+n, k))
+		putBits(dst, end-k, k, getBits(src, sbit+n, k))
+		end -= k
+	}
+	for n >= 64 {
+		n -= 64
+		end -= 64
+		sb := sbit + n
+		k, o := sb>>6, sb&63
+		v := src[k] >> o
+		if o != 0 {
+			v |= src[k+1] << (64 - o)
+		}
+		dst[end>>6] = v
+	}
+	if n > 0 {
+		putBits(dst, dbit, n, getBits(src, sbit, n))
 	}
 }
 

@@ -243,3 +243,62 @@ func TestSortEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestQtableEmptyFrom: the dense emptyFrom agrees with firstEmpty on every
+// slot of random tables, crowded ones included.
+func TestQtableEmptyFrom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 300 {
+		q := newQtable(1+rng.Uint64N(20), 6, 2)
+		span := 1 + rng.Uint64N(q.slots())
+		lo := rng.Uint64N(q.slots() - span + 1)
+		for range int(rng.Float64() * 1.05 * float64(q.slots())) {
+			q.insert(pos(lo+rng.Uint64N(span)), rng.Uint64N(256))
+		}
+		for i := range q.pblocks * qSlots {
+			if got, want := q.emptyFrom(i), posIndex(q.firstEmpty(denseToPos(i))); got != want {
+				t.Fatalf("slot %d: emptyFrom %d, firstEmpty %d", i, got, want)
+			}
+		}
+	}
+}
+
+// TestCopyBitsBack: copies between arrays and up within one array (the
+// ranges overlapping) match a bit-by-bit copy.
+func TestCopyBitsBack(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	bit := func(ws []uint64, i uint64) uint64 { return ws[i>>6] >> (i & 63) & 1 }
+	for range 20_000 {
+		src := make([]uint64, 8)
+		for i := range src {
+			src[i] = rng.Uint64()
+		}
+		n := rng.Uint64N(300)
+		sb := rng.Uint64N(512 - n + 1)
+		same := rng.IntN(2) == 0
+		var db uint64
+		dst := make([]uint64, 8)
+		if same {
+			db = sb + rng.Uint64N(512-n-sb+1)
+			copy(dst, src)
+		} else {
+			db = rng.Uint64N(512 - n + 1)
+			for i := range dst {
+				dst[i] = rng.Uint64()
+			}
+		}
+		want := slices.Clone(dst)
+		for i := range n {
+			b := bit(src, sb+i)
+			want[(db+i)>>6] = want[(db+i)>>6]&^(1<<((db+i)&63)) | b<<((db+i)&63)
+		}
+		if same {
+			copyBitsBack(dst, db, dst, sb, n)
+		} else {
+			copyBitsBack(dst, db, src, sb, n)
+		}
+		if !slices.Equal(dst, want) {
+			t.Fatalf("n %d from %d to %d (same array %v): differs", n, sb, db, same)
+		}
+	}
+}
