@@ -145,8 +145,8 @@ var emptyNibbles = func() (t [5 << 8]uint8) {
 	return t
 }()
 
-// advance places the old slots before q: the displacement shrinks at the
-// empty ones. It stops early (p < q) only if the displacement is still
+// advance places the old slots before q: the displacement shrinks by one
+// at each empty one. It stops early (p < q) only if the displacement is still
 // positive at limit.
 func (m *merger) advance(q uint64) {
 	for m.d > 0 {
@@ -158,8 +158,16 @@ func (m *merger) advance(q uint64) {
 			m.moves = append(m.moves, mergeMove{m.seg, e, m.d})
 			m.touched = max(m.touched, e+m.d)
 		}
-		m.d--
-		m.p, m.seg = e+1, e+1
+		// The empty slots from e up to the next occupied quotient (D
+		// stays 0) take up to d of the displacement, those before q.
+		c, i := e/qSlots, e%qSlots
+		run := uint64(qSlots) - i
+		if rest := m.t.occ(c) >> (i + 1); rest != 0 {
+			run = uint64(bits.TrailingZeros64(rest)) + 1
+		}
+		k := min(run, m.d, q-e)
+		m.d -= k
+		m.p, m.seg = e+k, e+k
 	}
 	if m.d == 0 {
 		m.seg = q
