@@ -281,6 +281,13 @@ func FuzzTableLayout(f *testing.F) {
 			q.insert(pos(rng.Uint64N(q.slots())), rng.Uint64N(1<<8))
 		}
 		q.drop(1 << 2)
+		// A batch merged in, as a log's replay does.
+		adds := make([]uint64, 60)
+		for i := range adds {
+			adds[i] = rng.Uint64N(q.slots())<<q.s | rng.Uint64N(1<<8)
+		}
+		slices.Sort(adds)
+		q.merge(adds)
 		if err := q.checkLayout(); err != nil {
 			t.Fatalf("a table that passed checkLayout fails it after operations: %v", err)
 		}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math"
 	"math/bits"
-	"slices"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/klauspost/compress/zstd"
@@ -436,10 +435,10 @@ func (tb *Table) ApplyLog(l *TableLog) error { return tb.ApplyLogs([]*TableLog{l
 
 // ApplyLogs replays a chain's segments, in chain order, onto tb: their
 // counters are checked one after the other, then all their entries go in
-// at once, in the order of their home slots (the table is canonical, so
-// the order changes nothing but the memory accesses: a chain of 900 k
-// entries replays in a pass instead of 900 k cache misses), and the table
-// must hold the last segment's entry count.
+// at once, sorted (a radix sort) and merged into the table in one pass
+// that moves each stretch of entries once (qtable.merge; the table is
+// canonical, so this gives the table their inserts one by one would), and
+// the table must hold the last segment's entry count.
 func (tb *Table) ApplyLogs(ls []*TableLog) error {
 	fail := func(detail string) error {
 		return fmt.Errorf("replaying log onto table %d: %s: %w", tb.serial, detail, ErrCorrupt)
@@ -464,19 +463,18 @@ func (tb *Table) ApplyLogs(ls []*TableLog) error {
 	for _, l := range ls {
 		added = append(added, l.Added...)
 	}
-	slices.Sort(added)
+	sortEntries(added)
 	s := tb.q.s
 	tag := tb.tag(tb.newest)
 	for _, e := range added {
-		idx, v := e>>s, e&(1<<s-1)
-		if idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
+		if idx, v := e>>s, e&(1<<s-1); idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
 			return fail(fmt.Sprintf("entry %#x: home slot %d of %d, or not of generation %d", e, idx, tb.q.slots(), tb.newest))
 		}
-		before := tb.q.entries
-		if !tb.q.insert(idx/qSlots<<6|idx%qSlots, v) {
-			return fail("the table cannot take the entries")
-		}
-		tb.counts[tag] += tb.q.entries - before
+	}
+	n64, ok := tb.q.merge(added)
+	tb.counts[tag] += n64
+	if !ok {
+		return fail("the table cannot take the entries")
 	}
 	if tb.q.entries != entries {
 		return fail(fmt.Sprintf("%d entries after the segments, the last says %d", tb.q.entries, entries))
