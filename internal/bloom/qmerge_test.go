@@ -122,6 +122,65 @@ func TestQtableMergeMatchesInserts(t *testing.T) {
 	}
 }
 
+// TestQtableMergeLargeTables is TestQtableMergeMatchesInserts on tables
+// large enough that runs cross entry pages and the metadata page of 4096
+// blocks, with a snapshot outstanding: the merge gives the inserts' pages
+// and leaves the snapshot's pages as they were.
+func TestQtableMergeLargeTables(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 32))
+	cases := []struct {
+		nblocks uint64
+		r, a    uint
+	}{{400, 17, 3}, {4200, 40, 3}, {1500, 52, 3}, {4300, 7, 3}}
+	if raceEnabled || testing.Short() {
+		cases = cases[:2] // the inserts are slow under the race detector
+	}
+	for it, c := range cases {
+		q := newQtable(c.nblocks, c.r, c.a)
+		slots, vmax := q.slots(), uint64(1)<<q.s
+		key := func() uint64 { return rng.Uint64N(slots)<<q.s | rng.Uint64N(vmax) }
+		for range int(0.85 * float64(slots)) {
+			k := key()
+			q.insert(pos(k>>q.s), k&q.mask())
+		}
+		var adds []uint64
+		for range int(0.09 * float64(slots)) {
+			adds = append(adds, key())
+		}
+		slices.Sort(adds)
+		want, got := cloneQtable(q), cloneQtable(q)
+		view := got.snapshot()
+		frozen := pagesOf(got)
+		n1, ok1 := insertAll(want, adds)
+		n2, ok2 := got.merge(adds)
+		if !ok1 || !ok2 || n1 != n2 {
+			t.Fatalf("table %d: inserts %d %v, merge %d %v", it, n1, ok1, n2, ok2)
+		}
+		if err := got.verify(nil); err != nil {
+			t.Fatalf("table %d: %v", it, err)
+		}
+		a1, a2 := pagesOf(want), pagesOf(got)
+		for i := range a1 {
+			if a1[i] != a2[i] {
+				t.Fatalf("table %d (%d blocks, s %d): page %d differs", it, c.nblocks, q.s, i)
+			}
+		}
+		var held [][pageWords]uint64
+		for _, p := range view.meta {
+			held = append(held, *p)
+		}
+		for _, p := range view.ents {
+			held = append(held, *p)
+		}
+		for i := range frozen {
+			if frozen[i] != held[i] {
+				t.Fatalf("table %d: the snapshot's page %d changed", it, i)
+			}
+		}
+		view.release()
+	}
+}
+
 // TestQtableMergeOffsetOverflow: a batch whose runs would leave more than
 // 65535 runs pending at a block's start is refused, as the inserts refuse
 // it, and the table left empty, its layout sound.
