@@ -222,14 +222,7 @@ func TestTableApplyLogsMatchesInserts(t *testing.T) {
 		s.TestAndAdd(keyHash(i), at)
 	}
 	s.EnableJournal(1, 10_000_000)
-	sn := s.Snapshot()
-	ts := sn.Tables[len(sn.Tables)-1]
-	var base bytes.Buffer
-	if _, err := ts.WriteTo(&base); err != nil {
-		t.Fatal(err)
-	}
-	ts.MarkMerged("base", 0)
-	sn.Release()
+	base := encodeOpenBase(t, s)
 	var ls []*TableLog
 	for i := range 5 {
 		for j := range uint64(3000) {
@@ -246,7 +239,7 @@ func TestTableApplyLogsMatchesInserts(t *testing.T) {
 		ts.Mark("seg", i+1)
 		sn.Release()
 	}
-	tb, err := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	tb, err := DecodeTable(bytes.NewReader(base), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +272,7 @@ func TestTableApplyLogsMatchesInserts(t *testing.T) {
 		all[0] ^ 1, // another tag
 		tb.q.slots()<<tb.q.s | all[0]&tb.q.mask(), // past the home slots
 	} {
-		fresh, _ := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+		fresh, _ := DecodeTable(bytes.NewReader(base), 0)
 		l := *ls[0]
 		l.Added = append(slices.Clone(l.Added), bad)
 		if err := fresh.ApplyLogs([]*TableLog{&l}); !errors.Is(err, ErrCorrupt) {

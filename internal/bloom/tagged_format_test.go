@@ -46,6 +46,21 @@ func encodeTables(t testing.TB, s *FingerprintShard) [][]byte {
 	return out
 }
 
+// encodeOpenBase encodes the table taking inserts as a chain's base and
+// marks it merged there, so that its next log starts from it.
+func encodeOpenBase(t testing.TB, s *FingerprintShard) []byte {
+	t.Helper()
+	sn := s.Snapshot()
+	defer sn.Release()
+	ts := sn.Tables[len(sn.Tables)-1]
+	var base bytes.Buffer
+	if _, err := ts.WriteTo(&base); err != nil {
+		t.Fatal(err)
+	}
+	ts.MarkMerged("base", 0)
+	return base.Bytes()
+}
+
 func decodeTables(t testing.TB, enc [][]byte) []*Table {
 	t.Helper()
 	var out []*Table
@@ -154,14 +169,7 @@ func TestTableLogReplay(t *testing.T) {
 		}
 	}
 	add(3000)
-	sn := s.Snapshot()
-	ts := sn.Tables[len(sn.Tables)-1]
-	var base bytes.Buffer
-	if _, err := ts.WriteTo(&base); err != nil {
-		t.Fatal(err)
-	}
-	ts.MarkMerged("base", 0)
-	sn.Release()
+	base := encodeOpenBase(t, s)
 	var segs [][]byte
 	for i := range 3 {
 		add(2000)
@@ -185,7 +193,7 @@ func TestTableLogReplay(t *testing.T) {
 		sn.Release()
 	}
 	want := encodeTables(t, s)
-	tb, err := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	tb, err := DecodeTable(bytes.NewReader(base), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +214,7 @@ func TestTableLogReplay(t *testing.T) {
 		t.Fatal("base + segments differ from the table")
 	}
 	// All segments at once (as a restore replays a chain): the same.
-	all, err := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	all, err := DecodeTable(bytes.NewReader(base), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,23 +237,23 @@ func TestTableLogReplay(t *testing.T) {
 		t.Fatal("base + all segments at once differ from the table")
 	}
 	// Segments out of chain order are refused.
-	again, _ := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	again, _ := DecodeTable(bytes.NewReader(base), 0)
 	if err := again.ApplyLogs([]*TableLog{ls[1], ls[0]}); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("segments out of order: %v", err)
 	}
 	// A segment replayed onto the wrong state is refused.
 	l, _ := DecodeTableLog(bytes.NewReader(segs[0]), 1<<20)
 	l.Entries++
-	fresh, _ := DecodeTable(bytes.NewReader(base.Bytes()), 0)
+	fresh, _ := DecodeTable(bytes.NewReader(base), 0)
 	if err := fresh.ApplyLog(l); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("inconsistent segment: %v", err)
 	}
 	// A generation change gives the journal up: the next checkpoint
 	// stores the table whole.
 	s.TestAndAdd(keyHash(1), at.Add(s.Span()))
-	sn = s.Snapshot()
+	sn := s.Snapshot()
 	defer sn.Release()
-	ts = sn.Tables[len(sn.Tables)-1]
+	ts := sn.Tables[len(sn.Tables)-1]
 	if m, ok := ts.JournalMark(); ok {
 		if _, ok := ts.LogSince(m.Pos); ok {
 			t.Fatal("a log across a generation change")
