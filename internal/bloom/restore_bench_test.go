@@ -108,25 +108,7 @@ func buildRestoreChains(b *testing.B) {
 				}
 				return out
 			},
-			seg: func() []byte {
-				sn := fp.Snapshot()
-				defer sn.Release()
-				t := sn.Tables[len(sn.Tables)-1]
-				m, ok := t.JournalMark()
-				if !ok {
-					b.Fatal("fingerprint: no journal mark")
-				}
-				l, ok := t.LogSince(m.Pos)
-				if !ok {
-					b.Fatal("fingerprint: no log")
-				}
-				var buf bytes.Buffer
-				if _, err := l.WriteTo(&buf); err != nil {
-					b.Fatal(err)
-				}
-				t.Mark("seg", 1)
-				return buf.Bytes()
-			}},
+			seg: func() []byte { return encodeOpenLog(b, fp, 1) }},
 	}
 	for _, k := range kinds {
 		t0 := time.Unix(0, 0).Add(2000 * k.span)

@@ -61,6 +61,30 @@ func encodeOpenBase(t testing.TB, s *FingerprintShard) []byte {
 	return base.Bytes()
 }
 
+// encodeOpenLog encodes the log the table taking inserts added since its
+// journal's mark and marks the chain at that segment (chain segments).
+func encodeOpenLog(t testing.TB, s *FingerprintShard, chain int) []byte {
+	t.Helper()
+	sn := s.Snapshot()
+	defer sn.Release()
+	ts := sn.Tables[len(sn.Tables)-1]
+	m, ok := ts.JournalMark()
+	if !ok {
+		t.Fatal("fingerprint: no journal mark")
+	}
+	l, ok := ts.LogSince(m.Pos)
+	if !ok {
+		t.Fatal("fingerprint: no log")
+	}
+	var b bytes.Buffer
+	n, err := l.WriteTo(&b)
+	if err != nil || n != l.Size() {
+		t.Fatalf("log: %d bytes (size %d), %v", n, l.Size(), err)
+	}
+	ts.Mark("seg", chain)
+	return b.Bytes()
+}
+
 func decodeTables(t testing.TB, enc [][]byte) []*Table {
 	t.Helper()
 	var out []*Table
@@ -173,24 +197,7 @@ func TestTableLogReplay(t *testing.T) {
 	var segs [][]byte
 	for i := range 3 {
 		add(2000)
-		sn := s.Snapshot()
-		ts := sn.Tables[len(sn.Tables)-1]
-		m, ok := ts.JournalMark()
-		if !ok {
-			t.Fatal("no mark")
-		}
-		l, ok := ts.LogSince(m.Pos)
-		if !ok {
-			t.Fatal("no log")
-		}
-		var b bytes.Buffer
-		n, err := l.WriteTo(&b)
-		if err != nil || n != l.Size() {
-			t.Fatalf("log: %d bytes (size %d), %v", n, l.Size(), err)
-		}
-		segs = append(segs, b.Bytes())
-		ts.Mark("seg", i+1)
-		sn.Release()
+		segs = append(segs, encodeOpenLog(t, s, i+1))
 	}
 	want := encodeTables(t, s)
 	tb, err := DecodeTable(bytes.NewReader(base), 0)
