@@ -86,21 +86,22 @@ func timestamp(t time.Time) int64 {
 	return t.UnixNano() / int64(time.Millisecond)
 }
 
-// SizeWith is b's size if m were appended next.
-func (b *Batch) SizeWith(m *kafka.Message) int64 {
+// SizeWith is b's size if m, with the headers extra after its own, were
+// appended next.
+func (b *Batch) SizeWith(m *kafka.Message, extra ...kafka.Header) int64 {
 	ts := b.ts(m.Time)
 	var delta int64
 	if b.n > 0 {
 		delta = ts - b.first
 	}
-	body := recordBody(m, delta, int64(b.n))
+	body := recordBody(m, extra, delta, int64(b.n))
 	return b.Size() + int64(varintLen(int64(body))+body)
 }
 
-// AloneSize is the size of a batch holding m alone: the least
-// max.message.bytes of a topic that takes m.
-func AloneSize(m *kafka.Message) int64 {
-	body := recordBody(m, 0, 0)
+// AloneSize is the size of a batch holding m (with the headers extra after
+// its own) alone: the least max.message.bytes of a topic that takes it.
+func AloneSize(m *kafka.Message, extra ...kafka.Header) int64 {
+	body := recordBody(m, extra, 0, 0)
 	return BatchOverhead + int64(varintLen(int64(body))+body)
 }
 
@@ -117,11 +118,16 @@ func (b *Batch) ts(t time.Time) int64 {
 }
 
 // recordBody is the size of a record after its length.
-func recordBody(m *kafka.Message, tsDelta, offDelta int64) int {
-	n := 1 + varintLen(tsDelta) + varintLen(offDelta) +
-		nullBytesLen(m.Key) + nullBytesLen(m.Value) + varintLen(int64(len(m.Headers)))
-	for i := range m.Headers {
-		h := &m.Headers[i]
+func recordBody(m *kafka.Message, extra []kafka.Header, tsDelta, offDelta int64) int {
+	return 1 + varintLen(tsDelta) + varintLen(offDelta) +
+		nullBytesLen(m.Key) + nullBytesLen(m.Value) + varintLen(int64(len(m.Headers)+len(extra))) +
+		headersLen(m.Headers) + headersLen(extra)
+}
+
+func headersLen(hs []kafka.Header) int {
+	n := 0
+	for i := range hs {
+		h := &hs[i]
 		n += varintLen(int64(len(h.Key))) + len(h.Key) + nullBytesLen(h.Value)
 	}
 	return n
@@ -139,9 +145,9 @@ func nullBytesLen(b []byte) int {
 // deltas. Summed over a run of records it sizes Grow without falling
 // short (a short Grow makes append regrow the buffer, by a quarter, and
 // the old buffer becomes garbage).
-func MaxRecordSize(m *kafka.Message) int {
-	const deltaSlack = 9 + 4 // varint lengths of the largest deltas, less the 1 byte each of recordBody(m, 0, 0)
-	body := recordBody(m, 0, 0) + deltaSlack
+func MaxRecordSize(m *kafka.Message, extra ...kafka.Header) int {
+	const deltaSlack = 9 + 4 // varint lengths of the largest deltas, less the 1 byte each of recordBody(m, extra, 0, 0)
+	body := recordBody(m, extra, 0, 0) + deltaSlack
 	return varintLen(int64(body)) + body
 }
 
@@ -155,8 +161,10 @@ func (b *Batch) Grow(n int) {
 }
 
 // Append adds a copy of m's key, value, headers and time (its topic,
-// partition and offset are not used) to b.
-func (b *Batch) Append(m *kafka.Message) {
+// partition and offset are not used), with the headers extra after m's
+// own, to b. Writing a record's added headers this way spares building
+// a message with a header array for each record written.
+func (b *Batch) Append(m *kafka.Message, extra ...kafka.Header) {
 	if !b.started {
 		b.start()
 	}
@@ -169,23 +177,28 @@ func (b *Batch) Append(m *kafka.Message) {
 	}
 	b.max = max(b.max, ts)
 	delta := ts - b.first
-	body := recordBody(m, delta, int64(b.n))
+	body := recordBody(m, extra, delta, int64(b.n))
 	buf := binary.AppendVarint(b.buf, int64(body))
 	buf = append(buf, 0) // record attributes
 	buf = binary.AppendVarint(buf, delta)
 	buf = binary.AppendVarint(buf, int64(b.n))
 	buf = appendNullBytes(buf, m.Key)
 	buf = appendNullBytes(buf, m.Value)
-	buf = binary.AppendVarint(buf, int64(len(m.Headers)))
-	for i := range m.Headers {
-		h := &m.Headers[i]
+	buf = binary.AppendVarint(buf, int64(len(m.Headers)+len(extra)))
+	buf = appendHeaders(buf, m.Headers)
+	b.buf = appendHeaders(buf, extra)
+	b.n++
+	b.sealed = false
+}
+
+func appendHeaders(buf []byte, hs []kafka.Header) []byte {
+	for i := range hs {
+		h := &hs[i]
 		buf = binary.AppendVarint(buf, int64(len(h.Key)))
 		buf = append(buf, h.Key...)
 		buf = appendNullBytes(buf, h.Value)
 	}
-	b.buf = buf
-	b.n++
-	b.sealed = false
+	return buf
 }
 
 func appendNullBytes(buf, v []byte) []byte {

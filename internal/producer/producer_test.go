@@ -58,6 +58,34 @@ func TestBatchMatchesKafkaGo(t *testing.T) {
 	}
 }
 
+// TestAppendExtraHeaders: a record appended with extra headers is encoded,
+// sized and bounded exactly as the record whose headers are its own
+// followed by the extra ones (null and empty extra values included).
+func TestAppendExtraHeaders(t *testing.T) {
+	extra := []kafka.Header{{Key: "src", Value: []byte("7")}, {Key: "null", Value: nil}, {Key: "empty", Value: []byte{}}}
+	var split, merged Batch
+	for i, m := range records() {
+		for n := 0; n <= len(extra); n++ {
+			whole := m
+			whole.Headers = append(append([]kafka.Header{}, m.Headers...), extra[:n]...)
+			if got, want := split.SizeWith(&m, extra[:n]...), merged.SizeWith(&whole); got != want {
+				t.Fatalf("record %d, %d extra: SizeWith %d, want %d", i, n, got, want)
+			}
+			if got, want := AloneSize(&m, extra[:n]...), AloneSize(&whole); got != want {
+				t.Fatalf("record %d, %d extra: AloneSize %d, want %d", i, n, got, want)
+			}
+			if got, want := MaxRecordSize(&m, extra[:n]...), MaxRecordSize(&whole); got != want {
+				t.Fatalf("record %d, %d extra: MaxRecordSize %d, want %d", i, n, got, want)
+			}
+			split.Append(&m, extra[:n]...)
+			merged.Append(&whole)
+		}
+	}
+	if got, want := split.encoded(), merged.encoded(); !bytes.Equal(got, want) {
+		t.Fatalf("batches differ\n got %x\nwant %x", got[:min(len(got), 120)], want[:min(len(want), 120)])
+	}
+}
+
 // TestBatchReuseDoesNotAllocate: once grown, a reset batch takes the same
 // records without allocating.
 func TestBatchReuseDoesNotAllocate(t *testing.T) {

@@ -56,8 +56,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	var fatal error
 	var stalled *stallError
 	hwm := b.hwm
-	for i := range batch {
-		m := &batch[i]
+	for i, m := range batch {
 		if m.Offset < next {
 			continue
 		}
@@ -121,7 +120,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		pp.rb = recordBuilder{}
 		return 0, err
 	}
-	if len(pp.rb.msgs) > 0 {
+	if len(pp.rb.recs) > 0 {
 		if err := pp.writeOut(ctx, &t); err != nil {
 			// The failed records may still be referenced by the writer.
 			pp.rb = recordBuilder{}
@@ -136,7 +135,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	pp.apply(&t)
 	for i := len(batch) - 1; i >= 0; i-- {
 		if o := batch[i].Offset; o < next && o >= pp.next {
-			m := markOf(&batch[i])
+			m := markOf(batch[i])
 			pp.mark = &m
 			break
 		}
@@ -185,19 +184,20 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 		pp.com.Fence(errPaused)
 		return fmt.Errorf("not writing: %w", errPaused)
 	}
-	msgs := pp.rb.msgs
+	recs := pp.rb.recs
 	start := 0
-	for i := 0; i <= len(msgs); i++ {
-		if i < len(msgs) && !pp.plan[i].alone {
+	for i := 0; i <= len(recs); i++ {
+		if i < len(recs) && !pp.plan[i].alone {
 			continue
 		}
 		if i > start {
-			if err := pp.writeRun(ctx, msgs[start:i], pp.plan[start:i]); err != nil {
+			if err := pp.writeRun(ctx, recs[start:i], pp.plan[start:i]); err != nil {
 				return err
 			}
 		}
-		if i < len(msgs) {
-			if err := pp.writeOne(ctx, t, &msgs[i], pp.plan[i]); err != nil {
+		if i < len(recs) {
+			m := pp.rb.message(i)
+			if err := pp.writeOne(ctx, t, &m, pp.plan[i]); err != nil {
 				return err
 			}
 		}
@@ -209,12 +209,12 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 // writeRun writes records in one write. A write refused for what it holds
 // marks its records' input offsets to be written one record per request
 // after the recovery that follows.
-func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, plan []planned) error {
+func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord, plan []planned) error {
 	w := pp.w
 	// A write is never cancelled by a revoke: a cancelled request may
 	// still land. WriteTimeout bounds it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-	err := w.out.write(wctx, pp.p, msgs)
+	err := w.out.write(wctx, pp.p, recs)
 	cancel()
 	if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
 		err = errors.New("acknowledgement lost (test)")
@@ -241,9 +241,9 @@ func (pp *partitionProc) writeRun(ctx context.Context, msgs []kafka.Message, pla
 	}
 	if pp.isolate != nil {
 		return fmt.Errorf("writing %d records: %w; writing input offsets %d to %d one record per request after recovery",
-			len(msgs), summarizeWriteErrors(err), pp.isolate.lo, pp.isolate.hi)
+			len(recs), summarizeWriteErrors(err), pp.isolate.lo, pp.isolate.hi)
 	}
-	return fmt.Errorf("writing %d records: %w", len(msgs), summarizeWriteErrors(err))
+	return fmt.Errorf("writing %d records: %w", len(recs), summarizeWriteErrors(err))
 }
 
 // writeOne writes one record in a produce request of its own; one refused

@@ -179,7 +179,8 @@ func TestRecordBuilderHeaders(t *testing.T) {
 		in.Offset = int64(12345 + i)
 		b.add("out", &in, "")
 	}
-	for i, m := range b.msgs {
+	for i := range b.recs {
+		m := b.message(i)
 		p, o, ok := srcOf(m.Headers)
 		if !ok || p != 7 || o != int64(12345+i) {
 			t.Fatalf("record %d: src = %d/%d/%v, want 7/%d", i, p, o, ok, 12345+i)

@@ -54,6 +54,24 @@ func fitValue(m *kafka.Message, size int64) bool {
 	return false
 }
 
+// fitBuilt sets m's value so that the record rb builds of it for tOut is
+// size bytes alone, and adds that record to rb; false if none is.
+func fitBuilt(rb *recordBuilder, m *kafka.Message, size int64) bool {
+	m.Value = []byte{}
+	rb.add(tOut, m, "")
+	n := size - rb.size(len(rb.recs)-1)
+	rb.pop()
+	for d := int64(0); d < 4 && n-d >= 0; d++ {
+		m.Value = make([]byte, n-d)
+		rb.add(tOut, m, "")
+		if rb.size(len(rb.recs)-1) == size {
+			return true
+		}
+		rb.pop()
+	}
+	return false
+}
+
 // TestRecordSizeIsTheBrokers: recordSize is the size the broker compares
 // with max.message.bytes: a record whose batch is exactly the limit is
 // taken, one byte more is refused (MESSAGE_TOO_LARGE) — for records of
@@ -103,25 +121,30 @@ func TestBoundFitsTheBroker(t *testing.T) {
 			bound := l.bound(tOut)
 			o := testOutput(t, brokers)
 			o.limit = l.bound
-			hs := []kafka.Header{{Key: HeaderSrcPartition, Value: []byte("0")}, {Key: HeaderSrcOffset, Value: []byte("123456789")}}
-			one := kafka.Message{Topic: tOut, Key: []byte("k"), Headers: hs, Time: time.Now()}
-			if !fitValue(&one, bound) {
+			// Records as the worker writes them: the src headers added.
+			one := kafka.Message{Offset: 123456789, Key: []byte("k"), Time: time.Now()}
+			var rb recordBuilder
+			rb.reset(0, nil)
+			if !fitBuilt(&rb, &one, bound) {
 				t.Fatalf("no record of %d bytes", bound)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := o.write(ctx, 0, []kafka.Message{one}); err != nil {
+			if err := o.write(ctx, 0, rb.recs); err != nil {
 				t.Fatalf("one record of the bound (%d) for max.message.bytes %d: %v", bound, limit, err)
 			}
-			var many []kafka.Message
-			for i := range min(4*limit/50, 25_000) {
+			n := min(4*limit/50, 25_000)
+			many := make([]kafka.Message, n)
+			rb.reset(0, nil)
+			for i := range many {
 				ts := time.Unix(0, 0)
 				if i%2 == 1 {
 					ts = time.Date(2400, 1, 1, 0, 0, 0, 0, time.UTC)
 				}
-				many = append(many, kafka.Message{Topic: tOut, Key: []byte(fmt.Sprint(i)), Value: []byte("v"), Headers: hs, Time: ts})
+				many[i] = kafka.Message{Offset: int64(123456789 + i), Key: []byte(fmt.Sprint(i)), Value: []byte("v"), Time: ts}
+				rb.add(tOut, &many[i], "")
 			}
-			if err := o.write(ctx, 0, many); err != nil {
+			if err := o.write(ctx, 0, rb.recs); err != nil {
 				t.Fatalf("%d small records in batches of at most %d bytes for max.message.bytes %d: %v", len(many), bound, limit, err)
 			}
 			if got, want := o.ackedOffset(tOut, 0), int64(1+len(many)); got != want {

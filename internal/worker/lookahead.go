@@ -28,7 +28,7 @@ const maxArenaRetained = 1 << 20
 // tests-and-adds them as one batch. It covers records up to the first one
 // whose key fails to extract under on-missing-key=fail: handle may stop
 // there, and nothing past a stop may reach the filter.
-func (pp *partitionProc) filterAhead(batch []kafka.Message) {
+func (pp *partitionProc) filterAhead(batch []*kafka.Message) {
 	w, la := pp.w, &pp.ahead
 	if cap(la.arena) > maxArenaRetained {
 		la.arena = nil
@@ -36,8 +36,7 @@ func (pp *partitionProc) filterAhead(batch []kafka.Message) {
 	la.n, la.at, la.errs = 0, la.at[:0], la.errs[:0]
 	la.arena, la.keys, la.ts = la.arena[:0], la.keys[:0], la.ts[:0]
 	next := pp.next
-	for i := range batch {
-		m := &batch[i]
+	for i, m := range batch {
 		la.at = append(la.at, -1)
 		la.errs = append(la.errs, nil)
 		la.n = i + 1

@@ -83,7 +83,11 @@ func TestFilterAheadMatchesRecordByRecord(t *testing.T) {
 			w:      &Worker{cfg: Config{OnMissingKey: policy}, deps: Deps{Extractor: ex}},
 			filter: got, next: next, resume: resume,
 		}
-		pp.filterAhead(batch)
+		ptrs := make([]*kafka.Message, len(batch))
+		for i := range batch {
+			ptrs[i] = &batch[i]
+		}
+		pp.filterAhead(ptrs)
 		var gotSeen []string
 		n = next
 		for i := range batch {

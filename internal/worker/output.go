@@ -73,9 +73,9 @@ func newOutput(cfg Config, prod *producer.Producer, partitions map[string]int, l
 }
 
 // target is the partition of topic that a record of input partition src
-// goes to.
-func (o *output) target(src int, m *kafka.Message) int {
-	ps := o.parts[m.Topic]
+// with m's key goes to.
+func (o *output) target(src int, topic string, m *kafka.Message) int {
+	ps := o.parts[topic]
 	if len(ps) == 0 {
 		return 0
 	}
@@ -104,28 +104,29 @@ func (r *run) at(k int) int {
 
 // write writes the records of input partition p and returns once every
 // produce request it sent completed. On failure the error is a
-// kafka.WriteErrors aligned with msgs: nil for the records acknowledged,
+// kafka.WriteErrors aligned with recs: nil for the records acknowledged,
 // the broker's refusal (a *producer.Error) for those of a refused batch,
 // and errNotSent for those of the batches after a failed one (not sent,
 // to keep the order).
-func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
-	if len(msgs) == 0 {
+func (o *output) write(ctx context.Context, p int, recs []outRecord) error {
+	if len(recs) == 0 {
 		return nil
 	}
 	o.pmu.Lock()
-	o.pending[p] += len(msgs)
+	o.pending[p] += len(recs)
 	o.pmu.Unlock()
 	defer func() {
 		o.pmu.Lock()
-		o.pending[p] -= len(msgs)
+		o.pending[p] -= len(recs)
 		o.pcond.Broadcast()
 		o.pmu.Unlock()
 	}()
 
-	runs := o.split(p, msgs)
+	src := strconv.AppendInt(make([]byte, 0, 20), int64(p), 10) // bloomgate-src-partition
+	runs := o.split(p, recs)
 	var errs kafka.WriteErrors
 	if len(runs) == 1 {
-		errs = o.writeRun(ctx, msgs, runs[0], errs)
+		errs = o.writeRun(ctx, recs, src, runs[0], errs)
 	} else {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -134,10 +135,10 @@ func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
 			go func() {
 				defer wg.Done()
 				var own kafka.WriteErrors
-				if own = o.writeRun(ctx, msgs, r, nil); own != nil {
+				if own = o.writeRun(ctx, recs, src, r, nil); own != nil {
 					mu.Lock()
 					if errs == nil {
-						errs = make(kafka.WriteErrors, len(msgs))
+						errs = make(kafka.WriteErrors, len(recs))
 					}
 					for k := range r.len() {
 						errs[r.at(k)] = own[r.at(k)]
@@ -154,20 +155,20 @@ func (o *output) write(ctx context.Context, p int, msgs []kafka.Message) error {
 	return nil
 }
 
-// split groups msgs by the topic partition they go to, keeping their order.
-func (o *output) split(p int, msgs []kafka.Message) []run {
-	first := topicPartition{msgs[0].Topic, o.target(p, &msgs[0])}
+// split groups recs by the topic partition they go to, keeping their order.
+func (o *output) split(p int, recs []outRecord) []run {
+	first := topicPartition{recs[0].topic, o.target(p, recs[0].topic, recs[0].in)}
 	same := true
-	for i := 1; i < len(msgs) && same; i++ {
-		same = msgs[i].Topic == first.topic && (o.bal.mode != PartitioningHash || o.target(p, &msgs[i]) == first.partition)
+	for i := 1; i < len(recs) && same; i++ {
+		same = recs[i].topic == first.topic && (o.bal.mode != PartitioningHash || o.target(p, recs[i].topic, recs[i].in) == first.partition)
 	}
 	if same {
-		return []run{{tp: first, n: len(msgs)}}
+		return []run{{tp: first, n: len(recs)}}
 	}
 	var runs []run
 	at := map[topicPartition]int{}
-	for i := range msgs {
-		tp := topicPartition{msgs[i].Topic, o.target(p, &msgs[i])}
+	for i := range recs {
+		tp := topicPartition{recs[i].topic, o.target(p, recs[i].topic, recs[i].in)}
 		j, ok := at[tp]
 		if !ok {
 			j = len(runs)
@@ -185,9 +186,10 @@ func (o *output) split(p int, msgs []kafka.Message) []run {
 var errNotSent = errors.New("not sent: an earlier batch of the partition failed")
 
 // writeRun sends r's records in batches bounded by the topic's limit, each
-// after the previous one is acknowledged. It returns nil, or errs (made
-// if nil) with the failed records' errors set.
-func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+// after the previous one is acknowledged; src is the
+// bloomgate-src-partition value. It returns nil, or errs (made if nil)
+// with the failed records' errors set.
+func (o *output) writeRun(ctx context.Context, recs []outRecord, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
 	limit := o.limit(r.tp.topic)
@@ -204,7 +206,7 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 	}
 	fail := func(err error) kafka.WriteErrors {
 		if errs == nil {
-			errs = make(kafka.WriteErrors, len(msgs))
+			errs = make(kafka.WriteErrors, len(recs))
 		}
 		for k := start; k < r.len(); k++ {
 			if k-start < b.Len() {
@@ -221,18 +223,21 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 	// varints (~5 %) made append regrow every run's buffer by a quarter
 	// ("Peak RSS at 4 M keys" in docs/benchmarks.md).
 	var est int64
+	var hb [4]kafka.Header
 	for k := 0; k < r.len() && est < limit; k++ {
-		est += int64(producer.MaxRecordSize(&msgs[r.at(k)]))
+		rec := &recs[r.at(k)]
+		est += int64(producer.MaxRecordSize(rec.in, rec.headers(src, &hb)...))
 	}
 	b.Grow(int(min(est, limit)))
 	for k := range r.len() {
-		m := &msgs[r.at(k)]
-		if b.Len() > 0 && b.SizeWith(m) > limit {
+		rec := &recs[r.at(k)]
+		extra := rec.headers(src, &hb)
+		if b.Len() > 0 && b.SizeWith(rec.in, extra...) > limit {
 			if err := flush(k); err != nil {
 				return fail(err)
 			}
 		}
-		b.Append(m)
+		b.Append(rec.in, extra...)
 	}
 	if err := flush(r.len()); err != nil {
 		return fail(err)
@@ -243,7 +248,7 @@ func (o *output) writeRun(ctx context.Context, msgs []kafka.Message, r run, errs
 // writeOne writes m alone, in a produce request of its own, to the
 // partition write would choose for input partition p.
 func (o *output) writeOne(ctx context.Context, p int, m *kafka.Message) error {
-	tp := topicPartition{m.Topic, o.target(p, m)}
+	tp := topicPartition{m.Topic, o.target(p, m.Topic, m)}
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
 	b.Reset()
@@ -339,73 +344,108 @@ func (b *balancer) Balance(msg kafka.Message, partitions ...int) int {
 // topic of n partitions in same mode.
 func targetPartition(src, n int) int { return src % n }
 
-// recordBuilder builds written records for one batch, keeping the header
-// values of the batch in one arena.
+// recordBuilder builds written records for one batch: each an outRecord
+// pointing at its input record, the values of the headers the worker adds
+// kept in one arena. The producer encodes input and headers straight into
+// the batch (producer.Batch.Append): no message with a header array is
+// built per written record, which held ~310 bytes per record of a batch
+// being written (~5 MiB at 8 partitions; docs/benchmarks.md, "Fewer
+// copies").
 type recordBuilder struct {
 	// prov writes the provenance header (nil: none, in unit tests of the
 	// builder alone).
 	prov           *provenance
 	partitionValue []byte
 	arena          []byte
-	headers        []kafka.Header
-	msgs           []kafka.Message
-	// used counts the headers of the batch, in every array; reset grows
-	// the array to it, so that a batch like the last needs one array.
-	used int
+	recs           []outRecord
+}
+
+// outRecord is a record the worker writes to topic: the key, value, time
+// and headers of input record in, then the worker's headers
+// (bloomgate-src-partition, bloomgate-src-offset, the provenance header
+// if set, bloomgate-error if set). in and the values are valid while the
+// batch is handled.
+type outRecord struct {
+	in        *kafka.Message
+	topic     string
+	srcOffset []byte // the bloomgate-src-offset value
+	prov      []byte // the provenance header's value; nil: none
+	errValue  []byte // the bloomgate-error value; nil: none
+}
+
+// headers fills dst with r's added headers, srcPartition being the
+// bloomgate-src-partition value, and returns them.
+func (r *outRecord) headers(srcPartition []byte, dst *[4]kafka.Header) []kafka.Header {
+	dst[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
+	dst[1] = kafka.Header{Key: HeaderSrcOffset, Value: r.srcOffset}
+	n := 2
+	if r.prov != nil {
+		dst[n] = kafka.Header{Key: HeaderProvenance, Value: r.prov}
+		n++
+	}
+	if r.errValue != nil {
+		dst[n] = kafka.Header{Key: HeaderError, Value: r.errValue}
+		n++
+	}
+	return dst[:n]
+}
+
+// size is the size of a batch holding r alone (recordSize).
+func (r *outRecord) size(srcPartition []byte) int64 {
+	var hb [4]kafka.Header
+	return producer.AloneSize(r.in, r.headers(srcPartition, &hb)...)
+}
+
+// message builds r as a message of its own (its topic, key, value, time and
+// all headers), for the paths that write one record at a time.
+func (r *outRecord) message(srcPartition []byte) kafka.Message {
+	var hb [4]kafka.Header
+	extra := r.headers(srcPartition, &hb)
+	hs := make([]kafka.Header, 0, len(r.in.Headers)+len(extra))
+	hs = append(append(hs, r.in.Headers...), extra...)
+	ts := r.in.Time
+	if ts.IsZero() {
+		ts = time.Unix(0, 0)
+	}
+	return kafka.Message{Topic: r.topic, Key: r.in.Key, Value: r.in.Value, Headers: hs, Time: ts}
 }
 
 func (b *recordBuilder) reset(partition int, prov *provenance) {
 	b.prov = prov
 	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
+	// Earlier batches' records are written (a write returns once its
+	// batches are encoded and sent), so the arena can be reused.
 	b.arena = b.arena[:0]
-	// Earlier batches' records are done with their headers (a write
-	// returns once its batches are encoded and sent), so the arrays can be
-	// reused.
-	clear(b.headers)
-	if b.used > cap(b.headers) {
-		b.headers = make([]kafka.Header, 0, b.used)
-	}
-	b.headers, b.used = b.headers[:0], 0
-	for i := range b.msgs {
-		b.msgs[i] = kafka.Message{}
-	}
-	b.msgs = b.msgs[:0]
+	clear(b.recs)
+	b.recs = b.recs[:0]
 }
 
-// add appends a copy of in addressed to topic, with the src headers and, if
-// reason is set, a bloomgate-error header.
+// add appends the record of input in addressed to topic, with the src
+// headers and, if reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
-	n := len(in.Headers) + 4
-	b.used += n
-	if cap(b.headers)-len(b.headers) < n {
-		// A new array; records built so far keep the old one.
-		b.headers = make([]kafka.Header, 0, max(4096, 2*n))
-	}
-	hs := b.headers[len(b.headers) : len(b.headers) : len(b.headers)+n]
-	hs = append(hs, in.Headers...)
+	// The arena may grow; records keep their own slices of the old array,
+	// which stays alive and unchanged, so that is safe.
 	start := len(b.arena)
 	b.arena = strconv.AppendInt(b.arena, in.Offset, 10)
-	// The arena may grow; headers keep their own slices of the old array,
-	// which stays alive and unchanged, so that is safe.
-	off := b.arena[start:len(b.arena):len(b.arena)]
-	hs = append(hs,
-		kafka.Header{Key: HeaderSrcPartition, Value: b.partitionValue},
-		kafka.Header{Key: HeaderSrcOffset, Value: off})
+	r := outRecord{in: in, topic: topic, srcOffset: b.arena[start:len(b.arena):len(b.arena)]}
 	if b.prov != nil {
 		start = len(b.arena)
 		b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
-		hs = append(hs, kafka.Header{Key: HeaderProvenance, Value: b.arena[start:len(b.arena):len(b.arena)]})
+		r.prov = b.arena[start:len(b.arena):len(b.arena)]
 	}
 	if reason != "" {
-		hs = append(hs, kafka.Header{Key: HeaderError, Value: []byte(reason)})
+		start = len(b.arena)
+		b.arena = append(b.arena, reason...)
+		r.errValue = b.arena[start:len(b.arena):len(b.arena)]
 	}
-	ts := in.Time
-	if ts.IsZero() {
-		ts = time.Unix(0, 0)
-	}
-	b.headers = b.headers[:len(b.headers)+len(hs)]
-	b.msgs = append(b.msgs, kafka.Message{Topic: topic, Key: in.Key, Value: in.Value, Headers: hs, Time: ts})
+	b.recs = append(b.recs, r)
 }
+
+// size is the size of record i alone (recordSize).
+func (b *recordBuilder) size(i int) int64 { return b.recs[i].size(b.partitionValue) }
+
+// message builds record i as a message of its own.
+func (b *recordBuilder) message(i int) kafka.Message { return b.recs[i].message(b.partitionValue) }
 
 // writeRetryReasons label bloomgate_output_write_retries_total.
 var writeRetryReasons = []string{"not_leader", "unknown_partition", "leader_epoch", "no_leader"}

@@ -50,7 +50,7 @@ type partitionProc struct {
 	legacyBefore map[topicPartition]int64
 	cp           *checkpointer
 	pieces       chan piece
-	joined       []kafka.Message // pieces joined into one batch (nextBatch)
+	joined       []*kafka.Message // the records of the batch being handled (nextBatch)
 	lsoLag       int64
 
 	rb             recordBuilder

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,15 +12,13 @@ import (
 	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
-func srcMsgs(p, n int) []kafka.Message {
-	msgs := make([]kafka.Message, n)
-	for i := range msgs {
-		msgs[i] = kafka.Message{Topic: tOut, Value: []byte("v"), Headers: []kafka.Header{
-			{Key: HeaderSrcPartition, Value: []byte(strconv.Itoa(p))},
-			{Key: HeaderSrcOffset, Value: []byte(strconv.Itoa(i))},
-		}}
+func srcMsgs(p, n int) []outRecord {
+	var rb recordBuilder
+	rb.reset(p, nil)
+	for i := range n {
+		rb.add(tOut, &kafka.Message{Offset: int64(i), Value: []byte("v")}, "")
 	}
-	return msgs
+	return rb.recs
 }
 
 // testOutput is the output of a worker writing to tOut (4 partitions) on

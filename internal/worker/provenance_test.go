@@ -110,7 +110,8 @@ func TestRecordBuilderWritesProvenance(t *testing.T) {
 		topic := []string{"out", "dups", "dlq"}[i%3]
 		b.add(topic, &in, "")
 	}
-	for i, m := range b.msgs {
+	for i := range b.recs {
+		m := b.message(i)
 		v, _ := lastHeader(m.Headers, HeaderProvenance)
 		if got, _ := pv.verify(v, 1, int64(100+i), m.Topic); got != provOurs {
 			t.Errorf("record %d: verdict %d for %q", i, got, v)

@@ -16,7 +16,7 @@ import (
 // aborted transactions and compacted offsets are passed over by the read
 // path and never become events, but the committed offset moves past them.
 type batch struct {
-	msgs []kafka.Message
+	msgs []*kafka.Message
 	next int64
 	// As of the last fetch that contributed, -1 if none did.
 	hwm, lso int64
@@ -25,10 +25,15 @@ type batch struct {
 }
 
 // piece is what the pump hands over: at most BatchSize records of one
-// fetch, or a fetch error that ends the session.
+// fetch (slicing the fetch's records, no copy), or a fetch error that
+// ends the session.
 type piece struct {
-	batch
-	err error
+	msgs []kafka.Message
+	next int64
+	// As of the fetch.
+	hwm, lso         int64
+	markers, aborted int
+	err              error
 }
 
 // isolation maps the setting to the fetcher's level.
@@ -147,7 +152,7 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 			// Nothing new: only the offsets are news (an open transaction
 			// holds the LSO).
 			select {
-			case out <- piece{batch: batch{next: from, hwm: c.HighWatermark, lso: c.LastStableOffset}}:
+			case out <- piece{next: from, hwm: c.HighWatermark, lso: c.LastStableOffset}:
 			case <-ctx.Done():
 				return
 			}
@@ -156,15 +161,15 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 		recs := c.Records
 		for first := true; first || len(recs) > 0; first = false {
 			n := min(len(recs), size)
-			b := batch{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next}
+			pc := piece{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next}
 			recs = recs[n:]
 			if len(recs) > 0 {
-				b.next = b.msgs[n-1].Offset + 1
+				pc.next = pc.msgs[n-1].Offset + 1
 			} else {
-				b.markers, b.aborted = c.Markers, c.Aborted
+				pc.markers, pc.aborted = c.Markers, c.Aborted
 			}
 			select {
-			case out <- piece{batch: b}:
+			case out <- pc:
 			case <-ctx.Done():
 				return
 			}
@@ -176,12 +181,15 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // to BatchTimeout for the batch to fill. A batch with no records whose next
 // is pp.next means idle.
 //
-// Pieces are joined in pp.joined, which the batch before no longer needs:
-// handle is done with it, and everything that outlives handle (written
-// records, a stalled record) is a copy. Fetches smaller than a batch
-// would otherwise copy every batch into a new slice.
+// A batch points into its pieces' records (pp.joined, which the batch
+// before no longer needs: handle is done with it, and everything that
+// outlives handle, written records and a stalled record, is a copy). A
+// batch joins pieces of two or more fetches whenever a fetch holds fewer
+// records than a batch (at the defaults, about every batch): copying the
+// records themselves cost 152 bytes per record and ~3 MiB at 8
+// partitions, pointers cost 8 (docs/benchmarks.md, "Fewer copies").
 func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (batch, error) {
-	clear(pp.joined) // drop references into earlier fetches' arenas
+	clear(pp.joined) // drop references into earlier fetches' records
 	pp.joined = pp.joined[:0]
 	b := batch{next: pp.next, hwm: -1, lso: -1}
 	t := time.NewTimer(idle)
@@ -204,16 +212,10 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 			if len(pc.msgs) == 0 && pc.next <= b.next {
 				continue
 			}
-			switch {
-			case len(b.msgs) == 0:
-				b.msgs = pc.msgs
-			case len(pp.joined) == 0:
-				pp.joined = append(append(pp.joined, b.msgs...), pc.msgs...)
-				b.msgs = pp.joined
-			default:
-				pp.joined = append(pp.joined, pc.msgs...)
-				b.msgs = pp.joined
+			for i := range pc.msgs {
+				pp.joined = append(pp.joined, &pc.msgs[i])
 			}
+			b.msgs = pp.joined
 			b.next = max(b.next, pc.next)
 			b.markers += pc.markers
 			b.aborted += pc.aborted

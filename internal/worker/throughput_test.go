@@ -56,7 +56,7 @@ func TestThroughput(t *testing.T) {
 				}
 				rb.add(tDup, &m, "")
 				got++
-				for len(rb.msgs) < 5000 && got < per[p] {
+				for len(rb.recs) < 5000 && got < per[p] {
 					fctx, cancel := context.WithTimeout(ctx, 2*time.Millisecond)
 					m, err := r.FetchMessage(fctx)
 					cancel()
@@ -66,7 +66,11 @@ func TestThroughput(t *testing.T) {
 					rb.add(tDup, &m, "")
 					got++
 				}
-				if err := w.WriteMessages(ctx, rb.msgs...); err != nil {
+				msgs := make([]kafka.Message, len(rb.recs))
+				for i := range msgs {
+					msgs[i] = rb.message(i)
+				}
+				if err := w.WriteMessages(ctx, msgs...); err != nil {
 					t.Error(err)
 					return
 				}

@@ -77,7 +77,7 @@ func refusalReason(err error) string {
 }
 
 // planned describes one record of the batch being built (aligned with
-// recordBuilder.msgs).
+// recordBuilder.recs).
 type planned struct {
 	in     *kafka.Message // the input record it stands for
 	reason string         // its bloomgate-error header, "" if none
@@ -103,13 +103,13 @@ func (pp *partitionProc) isolateOffset(off int64) {
 // its size.
 func (pp *partitionProc) build(topic string, m *kafka.Message, reason string) int64 {
 	pp.rb.add(topic, m, reason)
-	return recordSize(&pp.rb.msgs[len(pp.rb.msgs)-1])
+	return pp.rb.size(len(pp.rb.recs) - 1)
 }
 
 // pop removes the record added last.
 func (b *recordBuilder) pop() {
-	b.msgs[len(b.msgs)-1] = kafka.Message{}
-	b.msgs = b.msgs[:len(b.msgs)-1]
+	b.recs[len(b.recs)-1] = outRecord{}
+	b.recs = b.recs[:len(b.recs)-1]
 }
 
 // route adds the record of input m for topic (with the bloomgate-error
@@ -243,8 +243,8 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		rb.reset(pp.p, pp.writtenProvenance())
 	}
 	rb.add(topic, src, header)
-	rec := &rb.msgs[len(rb.msgs)-1]
-	size, bound = recordSize(rec), w.limits.bound(topic)
+	last := len(rb.recs) - 1
+	size, bound = rb.size(last), w.limits.bound(topic)
 	if size > bound {
 		rb.pop()
 		return false, ReasonRecordTooLarge, nil, size, bound, nil
@@ -253,7 +253,8 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		pp.planLast(m, header, size)
 		return true, "", nil, size, bound, nil
 	}
-	if werr := w.writeAlone(ctx, pp.p, rec); werr != nil {
+	rec := rb.message(last)
+	if werr := w.writeAlone(ctx, pp.p, &rec); werr != nil {
 		if why := refusalReason(werr); why != "" {
 			return false, why, werr, size, bound, nil
 		}
@@ -376,8 +377,7 @@ func (pp *partitionProc) cutAtStall(b *batch) bool {
 	if st == nil || st.msg != nil {
 		return false
 	}
-	for j := range b.msgs {
-		m := &b.msgs[j]
+	for j, m := range b.msgs {
 		if m.Offset < st.offset {
 			continue
 		}
