@@ -122,7 +122,8 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 	}
 	if len(pp.rb.recs) > 0 {
 		if err := pp.writeOut(ctx, &t); err != nil {
-			// The failed records may still be referenced by the writer.
+			// A new builder: the session ends, and its records point
+			// into fetches it will not read again.
 			pp.rb = recordBuilder{}
 			return 0, err
 		}

@@ -173,10 +173,9 @@ func TestBalancerSame(t *testing.T) {
 func TestRecordBuilderHeaders(t *testing.T) {
 	var b recordBuilder
 	b.reset(7, nil)
-	in := kafka.Message{Offset: 12345, Key: []byte("k"), Value: []byte("v"), Time: time.Unix(100, 0),
-		Headers: []kafka.Header{{Key: "trace", Value: []byte("abc")}}}
 	for i := 0; i < 100; i++ { // grow the arena across reallocations
-		in.Offset = int64(12345 + i)
+		in := kafka.Message{Offset: int64(12345 + i), Key: []byte("k"), Value: []byte("v"), Time: time.Unix(100, 0),
+			Headers: []kafka.Header{{Key: "trace", Value: []byte("abc")}}}
 		b.add("out", &in, "")
 	}
 	for i := range b.recs {

@@ -182,9 +182,10 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // is pp.next means idle.
 //
 // A batch points into its pieces' records (pp.joined, which the batch
-// before no longer needs: handle is done with it, and everything that
-// outlives handle, written records and a stalled record, is a copy). A
-// batch joins pieces of two or more fetches whenever a fetch holds fewer
+// before no longer needs: handle is done with it). Fetched records are
+// never changed or reused, so what points at them past handle (the
+// written records' builder and plan until the next batch) stays valid;
+// a stalled record is a copy. A batch joins pieces of two or more fetches whenever a fetch holds fewer
 // records than a batch (at the defaults, about every batch): copying the
 // records themselves cost 152 bytes per record and ~3 MiB at 8
 // partitions, pointers cost 8 (docs/benchmarks.md, "Fewer copies").

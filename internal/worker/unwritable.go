@@ -254,6 +254,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		return true, "", nil, size, bound, nil
 	}
 	rec := rb.message(last)
+	rb.pop() // rbAlone would keep the input record, and its fetch, until the next one
 	if werr := w.writeAlone(ctx, pp.p, &rec); werr != nil {
 		if why := refusalReason(werr); why != "" {
 			return false, why, werr, size, bound, nil
