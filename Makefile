@@ -28,6 +28,7 @@ FUZZ_TARGETS := \
 	./internal/bloom:FuzzDecodeLog \
 	./internal/bloom:FuzzDecodeTable \
 	./internal/bloom:FuzzDecodeTableLog \
+	./internal/bloom:FuzzDecodeSealedSet \
 	./internal/bloom:FuzzTableLayout \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \

@@ -1,0 +1,289 @@
+package bloom
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/bits"
+)
+
+// Sealed set format v1, little-endian, streamed: the sealed generations of
+// a fingerprint table (sealed.go), to be stored beside its live table.
+//
+//	header   magic "\x89BGSET\r\n", version u16 = 1, flags u16 (0),
+//	         length u32 of the fields up to the header CRC, quotients u64,
+//	         remainder bits u32, tag bits u32, entries u64, set chunks u32
+//	         (quotients / 16384), reserved u32 (0), then 2^tag bits counts
+//	         u64 (entries per tag); CRC-32C u32 of all the header bytes
+//	         before it.
+//	sizes    entries u32 per set chunk; CRC-32C u32 of them.
+//	pieces   each set chunk's words — its unary quotient code (entries +
+//	         16384 bits), then its packed entries (entries × (r + a) bits)
+//	         — in pieces of at most 8192 words, framed as the pages of the
+//	         table format (kind, length, CRC, payload: raw, zstd, or all
+//	         zero).
+//	trailer  magic "BGSETEND", pieces u64, bytes before the trailer u64,
+//	         CRC-32C u32 of the trailer bytes before it.
+//
+// The decoder checks every field's range, the declared size before
+// allocating (ErrTooLarge), each piece's CRC, and each chunk's code: as
+// many ones as entries, a 0 ending the last quotient, no bits past the
+// code or the entries, entries strictly increasing within a quotient, and
+// the entries per tag as declared. A set that passes is one the merge
+// could have built: every lookup stays inside it, and it re-encodes to the
+// same bytes.
+const (
+	sealedVersion  = 1
+	sealedHdrFixed = 8 + 4 + 4 + 8 + 4 + 4
+)
+
+var (
+	sealedMagic        = [8]byte{0x89, 'B', 'G', 'S', 'E', 'T', '\r', '\n'}
+	sealedTrailerMagic = [8]byte{'B', 'G', 'S', 'E', 'T', 'E', 'N', 'D'}
+)
+
+// wordsLen is the number of words of the chunk's code and of its entries.
+func (c *ssChunk) wordsLen(s uint) (high, low uint64) {
+	return (c.n + ssChunkQ + 63) / 64, (c.n*uint64(s) + 63) / 64
+}
+
+// WriteTo encodes the set in sealed set format v1. Sets never change once
+// built, so a set may be encoded while its table goes on taking inserts.
+func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
+	bw := bufio.NewWriterSize(w, 256<<10)
+	cw := &countingWriter{w: bw}
+	ntags := 1 << s.a
+	hdr := make([]byte, 0, 16+sealedHdrFixed+8*ntags+4)
+	hdr = append(hdr, sealedMagic[:]...)
+	hdr = binary.LittleEndian.AppendUint16(hdr, sealedVersion)
+	hdr = binary.LittleEndian.AppendUint16(hdr, 0)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(sealedHdrFixed+8*ntags))
+	hdr = binary.LittleEndian.AppendUint64(hdr, s.nq)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(s.r))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(s.a))
+	hdr = binary.LittleEndian.AppendUint64(hdr, s.n)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(s.chunks)))
+	hdr = binary.LittleEndian.AppendUint32(hdr, 0)
+	for _, c := range s.counts {
+		hdr = binary.LittleEndian.AppendUint64(hdr, c)
+	}
+	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
+	sizes := make([]byte, 0, 4*len(s.chunks)+4)
+	for _, c := range s.chunks {
+		sizes = binary.LittleEndian.AppendUint32(sizes, uint32(c.n))
+	}
+	sizes = binary.LittleEndian.AppendUint32(sizes, crc32.Checksum(sizes, castagnoli))
+	if err := cw.write(hdr); err != nil {
+		return cw.n, fmt.Errorf("writing sealed set header: %w", err)
+	}
+	if err := cw.write(sizes); err != nil {
+		return cw.n, fmt.Errorf("writing sealed set sizes: %w", err)
+	}
+	pc := pageChunks{cw: cw}
+	defer pc.close()
+	var words []uint64
+	for _, c := range s.chunks {
+		words = append(append(words[:0], c.high...), c.low...)
+		for len(words) > 0 {
+			n := min(len(words), pageWords)
+			if err := pc.write(words[:n]); err != nil {
+				return cw.n, fmt.Errorf("writing sealed set piece: %w", err)
+			}
+			words = words[n:]
+		}
+	}
+	tr := make([]byte, 0, trailerSz)
+	tr = append(tr, sealedTrailerMagic[:]...)
+	tr = binary.LittleEndian.AppendUint64(tr, pc.chunks)
+	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n))
+	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
+	if err := cw.write(tr); err != nil {
+		return cw.n, fmt.Errorf("writing sealed set trailer: %w", err)
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing sealed set: %w", err)
+	}
+	return cw.n, nil
+}
+
+// decodeSealedSet reads a set in sealed set format v1 whose memory is at
+// most maxBytes (≤ 0: MaxFilterBytes). Format problems are *FormatError
+// wrapping ErrCorrupt, ErrUnsupportedVersion or ErrTooLarge; a non-nil
+// error means a nil set.
+func decodeSealedSet(r io.Reader, maxBytes int64) (*sealedSet, error) {
+	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
+		maxBytes = MaxFilterBytes
+	}
+	d := &decoder{r: r}
+	_, b, err := d.header(header{magic: sealedMagic, noun: "sealed set", version: sealedVersion, minLen: sealedHdrFixed + 8*2,
+		maxLen: sealedHdrFixed + 8<<6, unit: 8, fixed: sealedHdrFixed})
+	if err != nil {
+		return nil, err
+	}
+	hlen := uint32(len(b))
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
+	nq, r32, a32, n, nchunks, res := u64(), u32(), u32(), u64(), u32(), u32()
+	switch {
+	case res != 0:
+		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
+	case a32 < 1 || a32 > 6 || hlen != sealedHdrFixed+8<<a32:
+		return nil, d.fail("header", fmt.Sprintf("%d tag bits in a %d-byte header", a32, hlen), ErrCorrupt)
+	case r32 < 1 || r32+a32 >= ssMaxS:
+		return nil, d.fail("header", fmt.Sprintf("remainder of %d bits", r32), ErrCorrupt)
+	case nq == 0 || nq%ssChunkQ != 0 || nq/ssChunkQ != uint64(nchunks):
+		return nil, d.fail("header", fmt.Sprintf("%d quotients in %d chunks", nq, nchunks), ErrCorrupt)
+	case uint64(nchunks)*8 > uint64(maxBytes):
+		return nil, d.fail("header", fmt.Sprintf("%d chunks, limit %d bytes", nchunks, maxBytes), ErrTooLarge)
+	}
+	set := &sealedSet{nq: nq, r: uint(r32), a: uint(a32), s: uint(r32 + a32), n: n, counts: make([]uint64, 1<<a32)}
+	var sum uint64
+	for t := range set.counts {
+		set.counts[t] = u64()
+		sum += set.counts[t]
+		if sum < set.counts[t] {
+			return nil, d.fail("header", "tag counts overflow", ErrCorrupt)
+		}
+	}
+	if sum != n {
+		return nil, d.fail("header", fmt.Sprintf("%d entries, tags count %d", n, sum), ErrCorrupt)
+	}
+	sizes := make([]byte, 4*int(nchunks)+4)
+	if err := d.read("sizes", sizes); err != nil {
+		return nil, err
+	}
+	if crc32.Checksum(sizes[:4*nchunks], castagnoli) != binary.LittleEndian.Uint32(sizes[4*nchunks:]) {
+		return nil, d.fail("sizes", "checksum mismatch", ErrCorrupt)
+	}
+	// The memory, before any of it is allocated.
+	total, entries := uint64(nchunks)*8, uint64(0)
+	for i := range nchunks {
+		cn := uint64(binary.LittleEndian.Uint32(sizes[4*i:]))
+		entries += cn
+		c := ssChunk{n: cn}
+		hw, lw := c.wordsLen(set.s)
+		total += (hw + lw) * 8
+		if total > uint64(maxBytes) {
+			return nil, d.fail("sizes", fmt.Sprintf("set of more than %d bytes", maxBytes), ErrTooLarge)
+		}
+	}
+	if entries != n {
+		return nil, d.fail("sizes", fmt.Sprintf("chunks of %d entries in a set of %d", entries, n), ErrCorrupt)
+	}
+	set.chunks = make([]*ssChunk, nchunks)
+	cr := &chunkReader{d: d}
+	defer cr.Close()
+	got := make([]uint64, 1<<a32)
+	var words []uint64
+	for i := range set.chunks {
+		cn := uint64(binary.LittleEndian.Uint32(sizes[4*i:]))
+		c := &ssChunk{n: cn}
+		hw, lw := c.wordsLen(set.s)
+		words = make([]uint64, hw+lw)
+		for rest := words; len(rest) > 0; {
+			piece := rest[:min(len(rest), pageWords)]
+			raw := pageAsBytes(piece)
+			kind, pn, err := cr.next()
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case kind == kindRaw && int(pn) == len(raw), kind == kindZstd && pn > 0 && int(pn) < len(raw), kind == kindZero && pn == 0:
+			default:
+				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte piece", kind, pn, len(raw)), ErrCorrupt)
+			}
+			if err := cr.fill(kind, pn, raw); err != nil {
+				return nil, err
+			}
+			if !littleEndian {
+				for j := range piece {
+					piece[j] = bits.ReverseBytes64(piece[j])
+				}
+			}
+			rest = rest[len(piece):]
+		}
+		c.high, c.low = words[:hw:hw], words[hw:]
+		if len(c.low) == 0 {
+			c.low = nil
+		}
+		if err := c.index(set.s, set.a, got); err != nil {
+			return nil, d.fail("chunk", fmt.Sprintf("set chunk %d: %v", i, err), ErrCorrupt)
+		}
+		if cn == 0 {
+			c = ssEmptyChunk
+		}
+		set.chunks[i] = c
+	}
+	for t := range got {
+		if got[t] != set.counts[t] {
+			return nil, d.fail("chunk", fmt.Sprintf("%d entries of tag %d, header says %d", got[t], t, set.counts[t]), ErrCorrupt)
+		}
+	}
+	bodyLen := d.off
+	var tr [trailerSz]byte
+	if err := d.read("trailer", tr[:]); err != nil {
+		return nil, err
+	}
+	if [8]byte(tr[:8]) != sealedTrailerMagic ||
+		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
+		binary.LittleEndian.Uint64(tr[8:]) != cr.chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
+		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
+	}
+	return set, nil
+}
+
+// index checks a decoded chunk's code (c.n entries, c.high and c.low
+// read) and builds its block index; it adds the entries per tag to counts.
+func (c *ssChunk) index(s, a uint, counts []uint64) error {
+	hb := c.n + ssChunkQ
+	if popcountWords(c.high) != c.n {
+		return fmt.Errorf("%d ones for %d entries", popcountWords(c.high), c.n)
+	}
+	if hb%64 != 0 && c.high[len(c.high)-1]>>(hb%64) != 0 {
+		return fmt.Errorf("bits past the quotient code")
+	}
+	if c.high[(hb-1)>>6]>>((hb-1)&63)&1 != 0 {
+		return fmt.Errorf("the last quotient is not ended")
+	}
+	if lb := c.n * uint64(s); lb%64 != 0 && c.low[len(c.low)-1]>>(lb%64) != 0 {
+		return fmt.Errorf("bits past the entries")
+	}
+	nb := uint64(ssChunkQ / ssBlockQ)
+	if hb > 1<<16 {
+		c.wide = make([]uint32, nb)
+	} else {
+		c.idx = make([]uint16, nb)
+	}
+	setIdx := func(b, v uint64) {
+		if c.wide != nil {
+			c.wide[b] = uint32(v)
+		} else {
+			c.idx[b] = uint16(v)
+		}
+	}
+	var err error
+	b, prevJ, prevV := uint64(0), ^uint64(0), uint64(0)
+	tm := uint64(1)<<a - 1
+	e := uint64(0)
+	c.each(s, func(j, v uint64) {
+		if err != nil {
+			return
+		}
+		if j == prevJ && v <= prevV {
+			err = fmt.Errorf("entries of quotient %d out of order", j)
+			return
+		}
+		for ; b*ssBlockQ <= j; b++ {
+			setIdx(b, b*ssBlockQ+e)
+		}
+		prevJ, prevV = j, v
+		counts[v&tm]++
+		e++
+	})
+	for ; b < nb; b++ {
+		setIdx(b, b*ssBlockQ+c.n)
+	}
+	return err
+}
