@@ -180,8 +180,9 @@ func popcountWords(p []uint64) uint64 {
 
 // decoder reads a generation with offsets for error messages.
 type decoder struct {
-	r   io.Reader // unbuffered: payloads are read straight into the pages
-	off int64
+	r       io.Reader // unbuffered: payloads are read straight into the pages
+	off     int64
+	version uint16 // the format version header read
 }
 
 // header describes the preamble and header of a format: magic, version,
@@ -191,6 +192,7 @@ type header struct {
 	magic                       [8]byte
 	noun                        string // "generation", "table": in the bad-magic message
 	version                     uint16
+	newest                      uint16 // versions version … newest are read (0: version only)
 	fixed, unit, minLen, maxLen uint32
 	flags                       uint16
 }
@@ -206,8 +208,13 @@ func (d *decoder) header(h header) (flags uint16, body []byte, err error) {
 	if [8]byte(pre[:8]) != h.magic {
 		return 0, nil, d.fail("header", "bad magic: not a bloomgate "+h.noun, ErrCorrupt)
 	}
-	if v := binary.LittleEndian.Uint16(pre[8:]); v != h.version {
-		return 0, nil, d.fail("header", fmt.Sprintf("version %d, this build reads %d", v, h.version), ErrUnsupportedVersion)
+	d.version = binary.LittleEndian.Uint16(pre[8:])
+	if v := d.version; v < h.version || v > max(h.version, h.newest) {
+		reads := fmt.Sprint(h.version)
+		if h.newest > h.version {
+			reads = fmt.Sprintf("%d to %d", h.version, h.newest)
+		}
+		return 0, nil, d.fail("header", fmt.Sprintf("version %d, this build reads %s", v, reads), ErrUnsupportedVersion)
 	}
 	flags = binary.LittleEndian.Uint16(pre[10:])
 	hlen := binary.LittleEndian.Uint32(pre[12:])

@@ -213,72 +213,74 @@ func TestQtableMergeOffsetOverflow(t *testing.T) {
 // fingerprint kind; entries of another generation or past the table are
 // refused.
 func TestTableApplyLogsMatchesInserts(t *testing.T) {
-	s, err := NewFingerprintShard(Config{Window: 10 * time.Hour, Generations: 8, Capacity: 200_000, FPR: 0.01})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at := time.Unix(0, 0).Add(400_000 * s.Span())
-	for i := range uint64(150_000) {
-		s.TestAndAdd(keyHash(i), at)
-	}
-	s.EnableJournal(1, 10_000_000)
-	base := encodeOpenBase(t, s)
-	var ls []*TableLog
-	for i := range 5 {
-		for j := range uint64(3000) {
-			s.TestAndAdd(keyHash(1_000_000+uint64(i)*3000+j), at)
+	forLayouts(t, func(t *testing.T) {
+		s, err := NewFingerprintShard(Config{Window: 10 * time.Hour, Generations: 8, Capacity: 200_000, FPR: 0.01})
+		if err != nil {
+			t.Fatal(err)
 		}
-		sn := s.Snapshot()
-		ts := sn.Tables[len(sn.Tables)-1]
-		m, _ := ts.JournalMark()
-		l, ok := ts.LogSince(m.Pos)
-		if !ok {
-			t.Fatal("no log")
+		at := time.Unix(0, 0).Add(400_000 * s.Span())
+		for i := range uint64(150_000) {
+			s.TestAndAdd(keyHash(i), at)
 		}
-		ls = append(ls, l)
-		ts.Mark("seg", i+1)
-		sn.Release()
-	}
-	tb, err := DecodeTable(bytes.NewReader(base), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := cloneQtable(tb.q)
-	var all []uint64
-	for _, l := range ls {
-		all = append(all, l.Added...)
-	}
-	if _, ok := insertAll(ref, all); !ok {
-		t.Fatal("inserts failed")
-	}
-	if err := tb.ApplyLogs(ls); err != nil {
-		t.Fatal(err)
-	}
-	a1, a2 := pagesOf(ref), pagesOf(tb.q)
-	for i := range a1 {
-		if a1[i] != a2[i] {
-			t.Fatalf("page %d differs from the inserts'", i)
+		s.EnableJournal(1, 10_000_000)
+		base := encodeOpenBase(t, s)
+		var ls []*TableLog
+		for i := range 5 {
+			for j := range uint64(3000) {
+				s.TestAndAdd(keyHash(1_000_000+uint64(i)*3000+j), at)
+			}
+			sn := s.Snapshot()
+			ts := sn.Tables[len(sn.Tables)-1]
+			m, _ := ts.JournalMark()
+			l, ok := ts.LogSince(m.Pos)
+			if !ok {
+				t.Fatal("no log")
+			}
+			ls = append(ls, l)
+			ts.Mark("seg", i+1)
+			sn.Release()
 		}
-	}
-	want := encodeTables(t, s)
-	var got bytes.Buffer
-	if _, err := tb.WriteTo(&got); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
-		t.Fatal("replayed table differs from the live one")
-	}
-	for _, bad := range []uint64{
-		all[0] ^ 1, // another tag
-		tb.q.slots()<<tb.q.s | all[0]&tb.q.mask(), // past the home slots
-	} {
-		fresh, _ := DecodeTable(bytes.NewReader(base), 0)
-		l := *ls[0]
-		l.Added = append(slices.Clone(l.Added), bad)
-		if err := fresh.ApplyLogs([]*TableLog{&l}); !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("entry %#x: %v", bad, err)
+		tb, err := DecodeTable(bytes.NewReader(base), 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		ref := cloneQtable(tb.q)
+		var all []uint64
+		for _, l := range ls {
+			all = append(all, l.Added...)
+		}
+		if _, ok := insertAll(ref, all); !ok {
+			t.Fatal("inserts failed")
+		}
+		if err := tb.ApplyLogs(ls); err != nil {
+			t.Fatal(err)
+		}
+		a1, a2 := pagesOf(ref), pagesOf(tb.q)
+		for i := range a1 {
+			if a1[i] != a2[i] {
+				t.Fatalf("page %d differs from the inserts'", i)
+			}
+		}
+		want := encodeTables(t, s)
+		var got bytes.Buffer
+		if _, err := tb.WriteTo(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
+			t.Fatal("replayed table differs from the live one")
+		}
+		for _, bad := range []uint64{
+			all[0] ^ 1, // another tag
+			tb.q.slots()<<tb.q.s | all[0]&tb.q.mask(), // past the home slots
+		} {
+			fresh, _ := DecodeTable(bytes.NewReader(base), 0)
+			l := *ls[0]
+			l.Added = append(slices.Clone(l.Added), bad)
+			if err := fresh.ApplyLogs([]*TableLog{&l}); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("entry %#x: %v", bad, err)
+			}
+		}
+	})
 }
 
 // TestSortEntries: the radix sort sorts.

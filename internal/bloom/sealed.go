@@ -493,3 +493,23 @@ func (c *qCursor) next() (x, v uint64, ok bool) {
 	}
 	return x, v, true
 }
+
+// sealedPeakBytes is the memory of a hybrid of this size at its fullest:
+// the live table, and a set of G−1 generations of perGen entries.
+func sealedPeakBytes(hs hybridSize, perGen uint64, gens int) uint64 {
+	nq := max(ssChunkQ, (hs.nq+ssChunkQ-1)/ssChunkQ*ssChunkQ)
+	m := newLiveMap(nq, hs.nblocks*qSlots)
+	e := perGen * uint64(gens-1)
+	s := uint64(hs.r + tagBits(gens))
+	chunks := nq / ssChunkQ
+	set := (nq+e)/8 + e*s/8 + chunks*(ssChunkQ/ssBlockQ*2+96+8+16)
+	return qBytes(hs.nblocks, m.d+hs.r) + set
+}
+
+// frozen is a copy of the set that the next seal leaves as it is: the
+// chunk list and counts copied, the chunks (immutable) shared.
+func (s *sealedSet) frozen() *sealedSet {
+	c := *s
+	c.chunks, c.counts = slices.Clone(s.chunks), slices.Clone(s.counts)
+	return &c
+}

@@ -54,6 +54,18 @@ func (c *ssChunk) wordsLen(s uint) (high, low uint64) {
 func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	cw := &countingWriter{w: bw}
+	if err := s.write(cw); err != nil {
+		return cw.n, err
+	}
+	if err := bw.Flush(); err != nil {
+		return cw.n, fmt.Errorf("writing sealed set: %w", err)
+	}
+	return cw.n, nil
+}
+
+// write encodes the set into cw (unflushed): alone, or inside a table.
+func (s *sealedSet) write(cw *countingWriter) error {
+	start := cw.n
 	ntags := 1 << s.a
 	hdr := make([]byte, 0, 16+sealedHdrFixed+8*ntags+4)
 	hdr = append(hdr, sealedMagic[:]...)
@@ -76,10 +88,10 @@ func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
 	}
 	sizes = binary.LittleEndian.AppendUint32(sizes, crc32.Checksum(sizes, castagnoli))
 	if err := cw.write(hdr); err != nil {
-		return cw.n, fmt.Errorf("writing sealed set header: %w", err)
+		return fmt.Errorf("writing sealed set header: %w", err)
 	}
 	if err := cw.write(sizes); err != nil {
-		return cw.n, fmt.Errorf("writing sealed set sizes: %w", err)
+		return fmt.Errorf("writing sealed set sizes: %w", err)
 	}
 	pc := pageChunks{cw: cw}
 	defer pc.close()
@@ -89,7 +101,7 @@ func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
 		for len(words) > 0 {
 			n := min(len(words), pageWords)
 			if err := pc.write(words[:n]); err != nil {
-				return cw.n, fmt.Errorf("writing sealed set piece: %w", err)
+				return fmt.Errorf("writing sealed set piece: %w", err)
 			}
 			words = words[n:]
 		}
@@ -97,15 +109,12 @@ func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
 	tr := make([]byte, 0, trailerSz)
 	tr = append(tr, sealedTrailerMagic[:]...)
 	tr = binary.LittleEndian.AppendUint64(tr, pc.chunks)
-	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n))
+	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n-start))
 	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
 	if err := cw.write(tr); err != nil {
-		return cw.n, fmt.Errorf("writing sealed set trailer: %w", err)
+		return fmt.Errorf("writing sealed set trailer: %w", err)
 	}
-	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("writing sealed set: %w", err)
-	}
-	return cw.n, nil
+	return nil
 }
 
 // decodeSealedSet reads a set in sealed set format v1 whose memory is at
@@ -116,7 +125,12 @@ func decodeSealedSet(r io.Reader, maxBytes int64) (*sealedSet, error) {
 	if maxBytes <= 0 || maxBytes > MaxFilterBytes {
 		maxBytes = MaxFilterBytes
 	}
-	d := &decoder{r: r}
+	return readSealedSet(&decoder{r: r}, maxBytes)
+}
+
+// readSealedSet reads a set from d: alone, or inside a table.
+func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
+	start := d.off
 	_, b, err := d.header(header{magic: sealedMagic, noun: "sealed set", version: sealedVersion, minLen: sealedHdrFixed + 8*2,
 		maxLen: sealedHdrFixed + 8<<6, unit: 8, fixed: sealedHdrFixed})
 	if err != nil {
@@ -221,7 +235,7 @@ func decodeSealedSet(r io.Reader, maxBytes int64) (*sealedSet, error) {
 			return nil, d.fail("chunk", fmt.Sprintf("%d entries of tag %d, header says %d", got[t], t, set.counts[t]), ErrCorrupt)
 		}
 	}
-	bodyLen := d.off
+	bodyLen := d.off - start
 	var tr [trailerSz]byte
 	if err := d.read("trailer", tr[:]); err != nil {
 		return nil, err

@@ -30,21 +30,23 @@ func TestSpansChangesMatching(t *testing.T) {
 // fingerprint kind: the same stream, the same changes of plan (legacy
 // tables), and a plan small enough that its tables overflow.
 func TestFingerprintSpansChangesMatching(t *testing.T) {
-	testSpansChangesMatching(t, func(t *testing.T, cfg Config) spanShard {
-		s, err := NewFingerprintShard(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}, func(t *testing.T, s spanShard, cfg Config) spanShard {
-		if st := s.(*FingerprintShard).Stats(); cfg.Capacity == 60 && st.Overflow == 0 {
-			t.Errorf("the small plan's stream overflowed no table: %+v", st)
-		}
-		r, err := RestoreFingerprintShard(cfg, decodeTables(t, encodeTables(t, s.(*FingerprintShard))))
-		if err != nil {
-			t.Fatalf("restoring under %+v: %v", cfg, err)
-		}
-		return r
+	forLayouts(t, func(t *testing.T) {
+		testSpansChangesMatching(t, func(t *testing.T, cfg Config) spanShard {
+			s, err := NewFingerprintShard(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}, func(t *testing.T, s spanShard, cfg Config) spanShard {
+			if st := s.(*FingerprintShard).Stats(); cfg.Capacity == 60 && st.Overflow == 0 {
+				t.Errorf("the small plan's stream overflowed no table: %+v", st)
+			}
+			r, err := RestoreFingerprintShard(cfg, decodeTables(t, encodeTables(t, s.(*FingerprintShard))))
+			if err != nil {
+				t.Fatalf("restoring under %+v: %v", cfg, err)
+			}
+			return r
+		})
 	})
 }
 

@@ -41,6 +41,11 @@ type tableSize struct {
 	capacity uint64  // entries it takes before it closes: ⌊α·slots⌋
 	fpr      float64 // its false-positive rate at capacity: α·2^−r
 	level    int
+	// nq is the quotients of a sealed table's set (sealed.go): the table
+	// is then a live table of one generation (nblocks, capacity: that
+	// generation's) beside a static set of the sealed ones. 0: one table
+	// of tagged entries.
+	nq uint64
 }
 
 // fpPlan is the derived sizing of a fingerprint shard.
@@ -85,10 +90,39 @@ func (c Config) fingerprintPlan() fpPlan {
 	}
 	p.level0.nblocks = max(p.level0.nblocks, 1)
 	p.level0.capacity = uint64(math.Floor(min(tableAlphaMax, tableShare*c.FPR*math.Exp2(float64(p.level0.r))) * float64(p.level0.nblocks*qSlots)))
-	if p.level0.nblocks >= qMaxBlocks || qBytes(p.level0.nblocks, p.level0.r+p.a) > MaxFilterBytes {
+	// The plan's own table keeps its sealed generations in a static set
+	// when that takes less memory (it does at every rate and G ≥ 4 the
+	// sizing meets: docs/filter.md); overflow levels stay tagged tables.
+	if hs, ok := sealedSizing(p.perGen, p.gens, c.FPR, tableAlphaMax, tableShare); ok && sealedLayout != sealedNever &&
+		(sealedLayout == sealedAlways || sealedPeakBytes(hs, p.perGen, p.gens) < qBytes(p.level0.nblocks, p.level0.r+p.a)) {
+		p.level0 = tableSize{r: hs.r, nblocks: hs.nblocks, capacity: hs.capacity, fpr: hs.fpr, nq: hs.nq}
+	}
+	if p.level0.nblocks >= qMaxBlocks || p.level0.peakBytes(p.perGen, p.gens) > MaxFilterBytes {
 		p.err = fmt.Errorf("a table of %d keys at fpr %v needs more than %d GiB: %w", uint64(peak), c.FPR, MaxFilterBytes>>30, ErrTooLarge)
 	}
 	return p
+}
+
+// sealedLayout is how the plan's table is laid out: sealedAuto, the
+// smaller of a tagged table and a sealed one (small plans, whose tables
+// are a few 64 KiB pages, stay tagged); tests set sealedAlways or
+// sealedNever to run the same contract over both.
+var sealedLayout = sealedAuto
+
+const (
+	sealedAuto = iota
+	sealedAlways
+	sealedNever
+)
+
+// peakBytes is the memory of a table of this size at its fullest: a
+// tagged table's pages, or a sealed table's live table and set with G−1
+// full generations.
+func (ts tableSize) peakBytes(perGen uint64, gens int) uint64 {
+	if ts.nq == 0 {
+		return qBytes(ts.nblocks, ts.r+tagBits(gens))
+	}
+	return sealedPeakBytes(hybridSize{nblocks: ts.nblocks, nq: ts.nq, r: ts.r}, perGen, gens)
 }
 
 // level is the sizing of a table of level L: level 0 is the plan's; level
@@ -128,7 +162,7 @@ func (c Config) FingerprintPlannedBytes() uint64 {
 		return 0
 	}
 	p := c.fingerprintPlan()
-	return qBytes(p.level0.nblocks, p.level0.r+p.a)
+	return p.level0.peakBytes(p.perGen, p.gens)
 }
 
 // FingerprintBitsPerKey is the planned memory per expected distinct key of
@@ -147,7 +181,13 @@ func FingerprintBitsPerKey(fpr float64, generations int) (float64, error) {
 // them. It is what a checkpoint stores of the shard, one object per table
 // (see WriteTo and DecodeTable).
 type Table struct {
+	// q is the table of tagged entries, or a sealed table's live table
+	// (entries: the low d bits of the set quotient, then the remainder;
+	// no tag: all are of generation newest); h is a sealed table's, nil
+	// for a tagged one.
 	q      *qtable
+	h      *hybrid
+	a      uint // tag bits
 	serial uint64 // tables opened by the memory, counted from 1: its identity
 	first  uint64 // first generation it holds
 	newest uint64 // newest generation it holds (the shard's while it is open)
@@ -168,13 +208,66 @@ type Table struct {
 }
 
 func newTable(serial, gen uint64, p fpPlan, size tableSize) *Table {
-	return &Table{
-		q: newQtable(size.nblocks, size.r, p.a), serial: serial, first: gen, newest: gen,
+	tb := &Table{
+		a: p.a, serial: serial, first: gen, newest: gen,
 		span: p.span, gens: p.gens, size: size, counts: make([]uint64, 1<<p.a),
 	}
+	if size.nq > 0 {
+		tb.h = newHybrid(hybridSize{nblocks: size.nblocks, nq: size.nq, r: size.r}, p.gens)
+		tb.q = tb.h.live
+	} else {
+		tb.q = newQtable(size.nblocks, size.r, p.a)
+	}
+	return tb
 }
 
-func (tb *Table) tag(gen uint64) uint64 { return gen & (1<<tb.q.a - 1) }
+func (tb *Table) tag(gen uint64) uint64 { return gen & (1<<tb.a - 1) }
+
+// bytes is the table's memory.
+func (tb *Table) bytes() uint64 {
+	if tb.h != nil {
+		return tb.h.bytes()
+	}
+	return tb.q.bytes()
+}
+
+// planBytes is the table's memory at its fullest (what its journal's
+// share is of): a sealed table's set grows over its first G generations.
+func (tb *Table) planBytes() uint64 {
+	if tb.h != nil {
+		return sealedPeakBytes(hybridSize{nblocks: tb.size.nblocks, nq: tb.size.nq, r: tb.size.r}, tb.size.capacity, tb.gens)
+	}
+	return tb.q.bytes()
+}
+
+// entries is the number of entries held.
+func (tb *Table) entries() uint64 {
+	if tb.h != nil {
+		return tb.q.entries + tb.h.set.n
+	}
+	return tb.q.entries
+}
+
+// insert adds h's entry of tag (the newest generation's) and returns its
+// log entry (home slot · 2^s + the entry); false if the table cannot take
+// it.
+func (tb *Table) insert(h Hash, tag uint64) (logEntry uint64, ok bool) {
+	if tb.h != nil {
+		_, x, v, _ := tb.h.key(h)
+		return posIndex(x)<<tb.q.s | v, tb.q.insert(x, v)
+	}
+	x, rem := tb.key(h)
+	return posIndex(x)<<tb.q.s | rem<<tb.a | tag, tb.q.insert(x, rem<<tb.a|tag)
+}
+
+// touch loads what the lookups of hs will read first (see qtable.touch).
+func (tb *Table) touch(hs []Hash) {
+	if tb.h != nil {
+		tb.h.touch(hs)
+	} else {
+		tb.q.touch(hs)
+	}
+}
 
 // key maps a hash to the table's quotient and remainder: the quotient from
 // H1 by multiply-shift, the remainder from the top bits of H2.
@@ -184,13 +277,20 @@ func (tb *Table) key(h Hash) (x, rem uint64) {
 
 // tagsOf returns the live tags of the entries of h.
 func (tb *Table) tagsOf(h Hash) uint64 {
+	if tb.h != nil {
+		live, tags := tb.h.lookup(h)
+		if live {
+			tags |= 1 << tb.tag(tb.newest)
+		}
+		return tags & tb.live
+	}
 	x, rem := tb.key(h)
 	return tb.q.tags(x, rem) & tb.live
 }
 
 // genOf is the generation of tag t among those the table may hold.
 func (tb *Table) genOf(t uint64) uint64 {
-	return tb.newest - (tb.newest-t)&(1<<tb.q.a-1)
+	return tb.newest - (tb.newest-t)&(1<<tb.a-1)
 }
 
 // tagMask is the mask of the tags of generations lo … hi.
@@ -198,8 +298,8 @@ func (tb *Table) tagMask(lo, hi uint64) uint64 {
 	if lo > hi {
 		return 0
 	}
-	if hi-lo+1 >= 1<<tb.q.a {
-		return 1<<(1<<tb.q.a) - 1
+	if hi-lo+1 >= 1<<tb.a {
+		return 1<<(1<<tb.a) - 1
 	}
 	var m uint64
 	for g := lo; g <= hi; g++ {
@@ -228,6 +328,17 @@ func (tb *Table) liveEntries() (n uint64) {
 // never-added key meets on average liveEntries/slots entries of its
 // quotient, each with the same remainder with probability 2^−r.
 func (tb *Table) estFPR() float64 {
+	if tb.h != nil {
+		// The set: its live entries per quotient, each matching with
+		// probability 2^−r; the live table: its entries per slot, 2^−(r+d).
+		live := tb.liveEntries()
+		var fresh uint64
+		if tb.live>>tb.tag(tb.newest)&1 != 0 {
+			fresh = tb.q.entries
+		}
+		return float64(live-fresh)/float64(tb.h.set.nq)/math.Exp2(float64(tb.h.r)) +
+			float64(fresh)/float64(tb.q.slots())/math.Exp2(float64(tb.q.r))
+	}
 	return float64(tb.liveEntries()) / float64(tb.q.slots()) / math.Exp2(float64(tb.q.r))
 }
 
@@ -290,6 +401,9 @@ func (s *FingerprintShard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
 
 func (s *FingerprintShard) testAndAdd(h Hash) (seen bool) {
 	if len(s.tables) == 1 && len(s.legacy) == 0 && !s.tables[0].closed {
+		if s.tables[0].h != nil {
+			return s.testAndAddSealed(s.tables[0], h)
+		}
 		return s.testAndAddOne(s.tables[0], h)
 	}
 	here := false // an entry of the newest generation exists
@@ -331,20 +445,38 @@ func (s *FingerprintShard) testAndAddOne(tb *Table, h Hash) bool {
 	if m>>tag&1 != 0 {
 		return true
 	}
-	if !tb.q.insertRun(x, rem<<tb.q.a|tag, start, end, found) {
+	if !tb.q.insertRun(x, rem<<tb.a|tag, start, end, found) {
 		s.add(h) // the table cannot take it: add opens the next one
 		return m != 0
 	}
-	s.added(tb, x, rem, tag)
+	s.added(tb, tag, posIndex(x)<<tb.q.s|rem<<tb.a|tag)
 	return m != 0
 }
 
-// added records an entry just inserted into the open table tb.
-func (s *FingerprintShard) added(tb *Table, x, rem, tag uint64) {
+// testAndAddSealed is testAndAddOne for a sealed table: the live table's
+// run is located once for the lookup and the insert.
+func (s *FingerprintShard) testAndAddSealed(tb *Table, h Hash) bool {
+	q, x, v, rem := tb.h.key(h)
+	start, end, found := tb.q.run(x)
+	if found && tb.q.tagsIn(start, end, v) != 0 {
+		return true // an entry of the newest generation
+	}
+	seen := tb.h.set.tags(q, rem)&tb.live != 0
+	if !tb.q.insertRun(x, v, start, end, found) {
+		s.add(h)
+		return seen
+	}
+	s.added(tb, tb.tag(s.t), posIndex(x)<<tb.q.s|v)
+	return seen
+}
+
+// added records an entry just inserted into the open table tb: its tag and
+// its log entry.
+func (s *FingerprintShard) added(tb *Table, tag, logEntry uint64) {
 	tb.counts[tag]++
 	tb.adds++
 	if tb.j != nil {
-		tb.j.add(posIndex(x)<<tb.q.s | rem<<tb.q.a | tag)
+		tb.j.add(logEntry)
 	}
 	if tb.q.entries >= tb.size.capacity {
 		s.overflow()
@@ -358,16 +490,15 @@ func (s *FingerprintShard) add(h Hash) {
 	if tb == nil {
 		return // saturated: past the size limit
 	}
-	x, rem := tb.key(h)
 	tag := tb.tag(s.t)
-	if !tb.q.insert(x, rem<<tb.q.a|tag) {
+	e, ok := tb.insert(h, tag)
+	if !ok {
 		if tb = s.overflow(); tb == nil {
 			return
 		}
-		x, rem = tb.key(h)
-		tb.q.insert(x, rem<<tb.q.a|tag) // an empty table takes it
+		e, _ = tb.insert(h, tag) // an empty table takes it
 	}
-	s.added(tb, x, rem, tag)
+	s.added(tb, tag, e)
 }
 
 // overflow closes the open table and opens one of the next free level,
@@ -379,7 +510,7 @@ func (s *FingerprintShard) overflow() *Table {
 	var total uint64
 	for _, tb := range s.tables {
 		used[tb.size.level] = true
-		total += tb.q.bytes()
+		total += tb.bytes()
 	}
 	L := old.size.level + 1
 	for used[L] {
@@ -387,7 +518,7 @@ func (s *FingerprintShard) overflow() *Table {
 	}
 	L = min(L, maxTableLevels)
 	size := s.plan.level(L)
-	if s.saturated || total+qBytes(size.nblocks, size.r+s.plan.a) > MaxFilterBytes || size.nblocks >= qMaxBlocks {
+	if s.saturated || total+size.peakBytes(s.plan.perGen, s.plan.gens) > MaxFilterBytes || size.nblocks >= qMaxBlocks {
 		s.saturated = true
 		old.closed = false // keeps taking what it can
 		return nil
@@ -436,6 +567,26 @@ func (s *FingerprintShard) rotate(idx uint64) {
 	if tb := s.open(); tb != nil {
 		if s.backToPlan(tb, old) {
 			tb.closed, tb.j = true, nil
+		} else if tb.h != nil {
+			// Seal the generation that ended into the set, less the
+			// generations pushed out (all of them, the ended one too, on
+			// a jump of G or more).
+			var drop uint64
+			if idx >= g && idx-g >= tb.newest {
+				drop = 1<<(1<<tb.a) - 1
+			} else if idx >= g {
+				lo := tb.first
+				if tb.newest+1 > g {
+					lo = max(lo, tb.newest+1-g)
+				}
+				drop = tb.tagMask(lo, idx-g)
+			}
+			tb.h.seal(tb.tag(tb.newest), drop)
+			copy(tb.counts, tb.h.set.counts)
+			tb.newest = idx
+			if tb.j != nil {
+				tb.j.restart()
+			}
 		} else {
 			// Drop the generations pushed out, so that their tags are free
 			// (those before newest−G+1 went at earlier changes).
@@ -492,7 +643,7 @@ func (s *FingerprintShard) backToPlan(tb *Table, ended uint64) bool {
 }
 
 func (s *FingerprintShard) isPlanTable(tb *Table) bool {
-	return tb.size == s.plan.level0 && tb.q.a == s.plan.a
+	return tb.size == s.plan.level0 && tb.a == s.plan.a
 }
 
 // expireLegacy drops the legacy generations whose end + Window ≤ now, and
@@ -540,7 +691,7 @@ func (s *FingerprintShard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []boo
 		hi := min(lo+batchChunk, len(hs))
 		for _, gs := range [2][]*Table{s.tables, s.legacy} {
 			for _, tb := range gs {
-				tb.q.touch(hs[lo:hi])
+				tb.touch(hs[lo:hi])
 			}
 		}
 		for i := lo; i < hi; i++ {
@@ -565,7 +716,7 @@ func (tb *Table) startJournal(p *journalPlan) {
 		return
 	}
 	tb.jplan = p
-	tb.j = &tableJournal{limit: journalLimit(tb.q.bytes(), p.share, p.maxEntries, tableLogEntrySize)}
+	tb.j = &tableJournal{limit: journalLimit(tb.planBytes(), p.share, p.maxEntries, tableLogEntrySize)}
 }
 
 // packable reports whether an entry and its home slot fit the 64 bits of

@@ -34,10 +34,21 @@ import (
 //
 // The pages are the table itself (qtable.go), canonical: the same entries
 // give the same bytes whatever the order they were added in.
+//
+// Table format v2 is a sealed table (a live table beside a static set of
+// the sealed generations, sealed.go): the header of v1 with version 2 and
+// quotients u64 (the set's) before the counts; blocks, capacity and
+// entries are the live table's, whose entries are d + remainder bits (d
+// from the quotients and the live slots, liveMap); the counts are per tag
+// over the set and the live table (whose entries are all of the newest
+// generation). After the live table's pages the set, in sealed set format
+// v1 (sealed_format.go), then the trailer. Tagged tables are still
+// written as v1.
 const (
-	tableVersion    = 1
-	tableFlagClosed = 1 << 0
-	tableHdrFixed   = 8*3 + 8 + 4*4 + 8*5 + 4*4
+	tableVersion       = 1
+	tableSealedVersion = 2
+	tableFlagClosed    = 1 << 0
+	tableHdrFixed      = 8*3 + 8 + 4*4 + 8*5 + 4*4
 )
 
 var (
@@ -50,12 +61,26 @@ var (
 func (tb *Table) WriteTo(w io.Writer) (int64, error) {
 	v := qtableView{meta: tb.q.meta, ents: tb.q.ents, entries: tb.q.entries}
 	m := tb.meta()
-	return encodeTable(w, &m, &v)
+	var set *sealedSet
+	if tb.h != nil {
+		set = tb.h.set
+	}
+	return encodeTable(w, &m, &v, set)
 }
 
-// WriteTo encodes the table as it was at snapshot time (table format v1).
+// WriteTo encodes the table as it was at snapshot time (table format v1,
+// v2 for a sealed table).
 func (ts *TableSnapshot) WriteTo(w io.Writer) (int64, error) {
-	return encodeTable(w, &ts.meta, &ts.view)
+	return encodeTable(w, &ts.meta, &ts.view, ts.set)
+}
+
+// entryBits is the bits of an entry of the table's pages: remainder and
+// tag, or a sealed table's live entry (d + remainder bits).
+func (m *tableMeta) entryBits() uint {
+	if m.size.nq > 0 {
+		return newLiveMap(m.size.nq, m.size.nblocks*qSlots).d + m.size.r
+	}
+	return m.size.r + m.a
 }
 
 // tableUsed is the number of words of each page a table uses.
@@ -66,19 +91,23 @@ func tableUsed(pblocks, bpp uint64, s uint, meta bool, pi uint64) uint64 {
 	return (min(bpp, pblocks-pi*bpp)*qSlots*uint64(s) + 63) / 64
 }
 
-func encodeTable(w io.Writer, m *tableMeta, v *qtableView) (int64, error) {
+func encodeTable(w io.Writer, m *tableMeta, v *qtableView, set *sealedSet) (int64, error) {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	cw := &countingWriter{w: bw}
 	ntags := 1 << m.a
-	hdr := make([]byte, 0, 16+tableHdrFixed+8*ntags+4)
+	version, fixed := uint16(tableVersion), tableHdrFixed
+	if set != nil {
+		version, fixed = tableSealedVersion, tableHdrFixed+8
+	}
+	hdr := make([]byte, 0, 16+fixed+8*ntags+4)
 	hdr = append(hdr, tableMagic[:]...)
-	hdr = binary.LittleEndian.AppendUint16(hdr, tableVersion)
+	hdr = binary.LittleEndian.AppendUint16(hdr, version)
 	var flags uint16
 	if m.closed {
 		flags |= tableFlagClosed
 	}
 	hdr = binary.LittleEndian.AppendUint16(hdr, flags)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(tableHdrFixed+8*ntags))
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(fixed+8*ntags))
 	for _, x := range []uint64{m.serial, m.first, m.newest, uint64(m.span)} {
 		hdr = binary.LittleEndian.AppendUint64(hdr, x)
 	}
@@ -91,6 +120,9 @@ func encodeTable(w io.Writer, m *tableMeta, v *qtableView) (int64, error) {
 	for _, x := range []uint32{pageBytes, uint32(len(v.meta)), uint32(len(v.ents)), 0} {
 		hdr = binary.LittleEndian.AppendUint32(hdr, x)
 	}
+	if set != nil {
+		hdr = binary.LittleEndian.AppendUint64(hdr, set.nq)
+	}
 	for _, c := range m.counts {
 		hdr = binary.LittleEndian.AppendUint64(hdr, c)
 	}
@@ -98,17 +130,23 @@ func encodeTable(w io.Writer, m *tableMeta, v *qtableView) (int64, error) {
 	if err := cw.write(hdr); err != nil {
 		return cw.n, fmt.Errorf("writing table header: %w", err)
 	}
-	pblocks, bpp, _, _ := qGeometry(m.size.nblocks, m.size.r+m.a)
+	es := m.entryBits()
+	pblocks, bpp, _, _ := qGeometry(m.size.nblocks, es)
 	pc := pageChunks{cw: cw}
 	defer pc.close()
 	for i, p := range v.meta {
-		if err := pc.write(p[:tableUsed(pblocks, bpp, m.size.r+m.a, true, uint64(i))]); err != nil {
+		if err := pc.write(p[:tableUsed(pblocks, bpp, es, true, uint64(i))]); err != nil {
 			return cw.n, fmt.Errorf("writing table chunk: %w", err)
 		}
 	}
 	for i, p := range v.ents {
-		if err := pc.write(p[:tableUsed(pblocks, bpp, m.size.r+m.a, false, uint64(i))]); err != nil {
+		if err := pc.write(p[:tableUsed(pblocks, bpp, es, false, uint64(i))]); err != nil {
 			return cw.n, fmt.Errorf("writing table chunk: %w", err)
+		}
+	}
+	if set != nil {
+		if err := set.write(cw); err != nil {
+			return cw.n, err
 		}
 	}
 	tr := make([]byte, 0, trailerSz)
@@ -195,12 +233,17 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		maxBytes = MaxFilterBytes
 	}
 	d := &decoder{r: r}
-	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, minLen: tableHdrFixed + 8*2,
-		maxLen: tableHdrFixed + 8*filterplan.MaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
+	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, newest: tableSealedVersion,
+		minLen: tableHdrFixed + 8*2, maxLen: tableHdrFixed + 8 + 8*filterplan.MaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
 	if err != nil {
 		return nil, err
 	}
+	sealed := d.version == tableSealedVersion
 	hlen := uint32(len(b))
+	fixed := uint32(tableHdrFixed)
+	if sealed {
+		fixed += 8
+	}
 	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
 	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
 	m := tableMeta{serial: u64(), first: u64(), newest: u64(), span: int64(u64()), closed: flags&tableFlagClosed != 0}
@@ -208,20 +251,27 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	m.size.nblocks, m.size.capacity, m.size.fpr = u64(), u64(), math.Float64frombits(u64())
 	m.entries, m.adds = u64(), u64()
 	pb, mpages, epages, res := u32(), u32(), u32(), u32()
+	if sealed {
+		m.size.nq = u64()
+	}
 	switch {
 	case pb != pageBytes:
 		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
 	case res != 0:
 		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
-	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != tableHdrFixed+8<<m.a:
+	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != fixed+8<<m.a:
 		return nil, d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
 	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
 		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):
 		return nil, d.fail("header", fmt.Sprintf("remainder %d bits, %d blocks, level %d, fpr %v", m.size.r, m.size.nblocks, m.size.level, m.size.fpr), ErrCorrupt)
 	case m.serial == 0 || m.span <= 0 || m.first > m.newest || m.newest >= math.MaxInt64/uint64(m.span):
 		return nil, d.fail("header", fmt.Sprintf("table %d: generations %d … %d of %d ns", m.serial, m.first, m.newest, m.span), ErrCorrupt)
+	case sealed && (m.size.nq == 0 || m.size.nq%ssChunkQ != 0 || m.size.nq > uint64(maxBytes)*8 || m.size.level != 0 || m.size.r+m.a >= ssMaxS ||
+		m.entryBits() >= qMaxBits):
+		return nil, d.fail("header", fmt.Sprintf("sealed table of %d quotients, level %d, remainder %d bits", m.size.nq, m.size.level, m.size.r), ErrCorrupt)
 	}
-	pblocks, bpp, mp, ep := qGeometry(m.size.nblocks, m.size.r+m.a)
+	es := m.entryBits()
+	pblocks, bpp, mp, ep := qGeometry(m.size.nblocks, es)
 	switch {
 	case uint64(mpages) != mp || uint64(epages) != ep:
 		return nil, d.fail("header", fmt.Sprintf("%d+%d pages for %d blocks", mpages, epages, m.size.nblocks), ErrCorrupt)
@@ -237,7 +287,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 	m.counts = make([]uint64, 1<<m.a)
 	var sum uint64
-	held := (&Table{q: &qtable{a: m.a}, first: m.first, newest: m.newest}).tagMask(lo, m.newest)
+	held := (&Table{a: m.a, first: m.first, newest: m.newest}).tagMask(lo, m.newest)
 	for t := range m.counts {
 		m.counts[t] = u64()
 		if m.counts[t] != 0 && held>>t&1 == 0 {
@@ -248,11 +298,16 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 			return nil, d.fail("header", "tag counts overflow", ErrCorrupt)
 		}
 	}
-	if sum != m.entries {
+	if !sealed && sum != m.entries {
 		return nil, d.fail("header", fmt.Sprintf("%d entries, tags count %d", m.entries, sum), ErrCorrupt)
 	}
 
-	q := newQtable(m.size.nblocks, m.size.r, m.a)
+	var q *qtable
+	if sealed {
+		q = newQtable(m.size.nblocks, es, 0)
+	} else {
+		q = newQtable(m.size.nblocks, m.size.r, m.a)
+	}
 	cr := &chunkReader{d: d}
 	defer cr.Close()
 	for i, p := range append(append([]*[pageWords]uint64(nil), q.meta...), q.ents...) {
@@ -261,7 +316,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		if !isMeta {
 			pi -= uint64(len(q.meta))
 		}
-		used := p[:tableUsed(pblocks, bpp, q.s, isMeta, pi)]
+		used := p[:tableUsed(pblocks, bpp, es, isMeta, pi)]
 		raw := pageAsBytes(used)
 		kind, n, err := cr.next()
 		if err != nil {
@@ -281,6 +336,30 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 			}
 		}
 	}
+	var h *hybrid
+	if sealed {
+		set, err := readSealedSet(d, maxBytes-int64((mp+ep)*pageBytes))
+		if err != nil {
+			return nil, err
+		}
+		tnew := (&Table{a: m.a}).tag(m.newest)
+		switch {
+		case set.nq != m.size.nq || set.r != m.size.r || set.a != m.a:
+			return nil, d.fail("table", fmt.Sprintf("set of %d quotients, %d+%d bits in a table of %d, %d+%d", set.nq, set.r, set.a, m.size.nq, m.size.r, m.a), ErrCorrupt)
+		case set.counts[tnew] != 0:
+			return nil, d.fail("table", fmt.Sprintf("sealed entries with the newest generation's tag %d", tnew), ErrCorrupt)
+		}
+		for t := range m.counts {
+			want := set.counts[t]
+			if uint64(t) == tnew {
+				want = m.entries
+			}
+			if m.counts[t] != want {
+				return nil, d.fail("table", fmt.Sprintf("tag %d: %d entries, the set and live table hold %d", t, m.counts[t], want), ErrCorrupt)
+			}
+		}
+		h = &hybrid{live: q, set: set, m: newLiveMap(set.nq, m.size.nblocks*qSlots), r: m.size.r}
+	}
 	bodyLen := d.off
 	var tr [trailerSz]byte
 	if err := d.read("trailer", tr[:]); err != nil {
@@ -295,7 +374,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	if err := q.checkLayout(); err != nil {
 		return nil, d.fail("table", err.Error(), ErrCorrupt)
 	}
-	tb := &Table{q: q, serial: m.serial, first: m.first, newest: m.newest, span: m.span, gens: m.gens,
+	tb := &Table{q: q, h: h, a: m.a, serial: m.serial, first: m.first, newest: m.newest, span: m.span, gens: m.gens,
 		size: m.size, closed: m.closed, counts: m.counts, adds: m.adds}
 	tb.setLive(lo)
 	return tb, nil
@@ -467,7 +546,7 @@ func (tb *Table) ApplyLogs(ls []*TableLog) error {
 	s := tb.q.s
 	tag := tb.tag(tb.newest)
 	for _, e := range added {
-		if idx, v := e>>s, e&(1<<s-1); idx >= tb.q.slots() || v&(1<<tb.q.a-1) != tag {
+		if idx, v := e>>s, e&(1<<s-1); idx >= tb.q.slots() || (tb.h == nil && v&(1<<tb.a-1) != tag) {
 			return fail(fmt.Sprintf("entry %#x: home slot %d of %d, or not of generation %d", e, idx, tb.q.slots(), tb.newest))
 		}
 	}

@@ -135,167 +135,212 @@ func TestTableGolden(t *testing.T) {
 	}
 }
 
-// TestTableEncodeDecodeEncode: decode → encode is byte-identical, and a
-// restored shard goes on exactly like the original (same answers, same
-// bytes), through generation changes and an overflow.
-func TestTableEncodeDecodeEncode(t *testing.T) {
+// TestTableGoldenSealed pins table format v2 (a sealed table): the golden
+// shard's plan table laid out sealed, closed after its first generation
+// overflowed. The decoder reads the golden file, the encoder reproduces
+// it, and the keys survive it with the level-1 table.
+func TestTableGoldenSealed(t *testing.T) {
+	defer func(old int) { sealedLayout = old }(sealedLayout)
+	sealedLayout = sealedAlways
 	s := goldenFingerprint(t)
 	enc := encodeTables(t, s)
-	for i, tb := range decodeTables(t, enc) {
-		var b bytes.Buffer
-		if _, err := tb.WriteTo(&b); err != nil {
+	if len(enc) < 2 || s.Tables()[0].h == nil || !s.Tables()[0].closed {
+		t.Fatalf("golden shard shape changed: %d tables", len(enc))
+	}
+	path := filepath.Join("testdata", "table_v2_closed.bin")
+	if *update {
+		if err := os.WriteFile(path, enc[0], 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(b.Bytes(), enc[i]) {
-			t.Fatalf("table %d: decode → encode differs", i)
-		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestTableGoldenSealed -update to create)", err)
+	}
+	if _, err := DecodeTable(bytes.NewReader(want), 0); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if !bytes.Equal(enc[0], want) {
+		t.Errorf("%s: encoding differs from the golden file (format v2 changed? rerun with -update only if intended)", path)
 	}
 	r, err := RestoreFingerprintShard(goldenFingerprintCfg, decodeTables(t, enc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := time.Unix(0, 0).Add(500_000*s.Span() + 12_000*900*time.Millisecond)
-	for i := range uint64(20_000) {
-		k := 100_000 + i
-		if i%7 == 0 {
-			k = i
-		}
-		ts := at.Add(time.Duration(i) * 1100 * time.Millisecond)
-		if a, b := s.TestAndAdd(keyHash(k), ts), r.TestAndAdd(keyHash(k), ts); a != b {
-			t.Fatalf("step %d: original %v, restored %v", i, a, b)
+	for i := uint64(11_000); i < 12_000; i++ {
+		if i%10 != 0 && !r.Test(keyHash(i)) {
+			t.Fatalf("key %d lost through the golden files", i)
 		}
 	}
-	a, b := encodeTables(t, s), encodeTables(t, r)
-	if len(a) != len(b) {
-		t.Fatalf("%d tables, restored %d", len(a), len(b))
-	}
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) {
-			t.Fatalf("table %d differs after the same inserts", i)
+}
+
+// TestTableEncodeDecodeEncode: decode → encode is byte-identical, and a
+// restored shard goes on exactly like the original (same answers, same
+// bytes), through generation changes and an overflow.
+func TestTableEncodeDecodeEncode(t *testing.T) {
+	forLayouts(t, func(t *testing.T) {
+		s := goldenFingerprint(t)
+		enc := encodeTables(t, s)
+		for i, tb := range decodeTables(t, enc) {
+			var b bytes.Buffer
+			if _, err := tb.WriteTo(&b); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(b.Bytes(), enc[i]) {
+				t.Fatalf("table %d: decode → encode differs", i)
+			}
 		}
-	}
+		r, err := RestoreFingerprintShard(goldenFingerprintCfg, decodeTables(t, enc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := time.Unix(0, 0).Add(500_000*s.Span() + 12_000*900*time.Millisecond)
+		for i := range uint64(20_000) {
+			k := 100_000 + i
+			if i%7 == 0 {
+				k = i
+			}
+			ts := at.Add(time.Duration(i) * 1100 * time.Millisecond)
+			if a, b := s.TestAndAdd(keyHash(k), ts), r.TestAndAdd(keyHash(k), ts); a != b {
+				t.Fatalf("step %d: original %v, restored %v", i, a, b)
+			}
+		}
+		a, b := encodeTables(t, s), encodeTables(t, r)
+		if len(a) != len(b) {
+			t.Fatalf("%d tables, restored %d", len(a), len(b))
+		}
+		for i := range a {
+			if !bytes.Equal(a[i], b[i]) {
+				t.Fatalf("table %d differs after the same inserts", i)
+			}
+		}
+	})
 }
 
 // TestTableLogReplay: a base stored at one checkpoint plus the segments of
 // the following ones decode to exactly the table of the last one.
 func TestTableLogReplay(t *testing.T) {
-	s, err := NewFingerprintShard(Config{Window: 10 * time.Hour, Generations: 8, Capacity: 100_000, FPR: 0.01})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.EnableJournal(0.25, 10_000_000)
-	at := time.Unix(0, 0).Add(400_000 * s.Span())
-	next := uint64(0)
-	add := func(n uint64) {
-		for range n {
-			s.TestAndAdd(keyHash(next%9_000), at) // repeats included
-			next++
-		}
-	}
-	add(3000)
-	base := encodeOpenBase(t, s)
-	var segs [][]byte
-	for i := range 3 {
-		add(2000)
-		segs = append(segs, encodeOpenLog(t, s, i+1))
-	}
-	want := encodeTables(t, s)
-	tb, err := DecodeTable(bytes.NewReader(base), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, seg := range segs {
-		l, err := DecodeTableLog(bytes.NewReader(seg), 1<<20)
+	forLayouts(t, func(t *testing.T) {
+		s, err := NewFingerprintShard(Config{Window: 10 * time.Hour, Generations: 8, Capacity: 100_000, FPR: 0.01})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := tb.ApplyLog(l); err != nil {
-			t.Fatalf("segment %d: %v", i, err)
+		s.EnableJournal(0.25, 10_000_000)
+		at := time.Unix(0, 0).Add(400_000 * s.Span())
+		next := uint64(0)
+		add := func(n uint64) {
+			for range n {
+				s.TestAndAdd(keyHash(next%9_000), at) // repeats included
+				next++
+			}
 		}
-	}
-	var got bytes.Buffer
-	if _, err := tb.WriteTo(&got); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
-		t.Fatal("base + segments differ from the table")
-	}
-	// All segments at once (as a restore replays a chain): the same.
-	all, err := DecodeTable(bytes.NewReader(base), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ls []*TableLog
-	for _, seg := range segs {
-		l, err := DecodeTableLog(bytes.NewReader(seg), 1<<20)
+		add(3000)
+		base := encodeOpenBase(t, s)
+		var segs [][]byte
+		for i := range 3 {
+			add(2000)
+			segs = append(segs, encodeOpenLog(t, s, i+1))
+		}
+		want := encodeTables(t, s)
+		tb, err := DecodeTable(bytes.NewReader(base), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls = append(ls, l)
-	}
-	if err := all.ApplyLogs(ls); err != nil {
-		t.Fatal(err)
-	}
-	got.Reset()
-	if _, err := all.WriteTo(&got); err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
-		t.Fatal("base + all segments at once differ from the table")
-	}
-	// Segments out of chain order are refused.
-	again, _ := DecodeTable(bytes.NewReader(base), 0)
-	if err := again.ApplyLogs([]*TableLog{ls[1], ls[0]}); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("segments out of order: %v", err)
-	}
-	// A segment replayed onto the wrong state is refused.
-	l, _ := DecodeTableLog(bytes.NewReader(segs[0]), 1<<20)
-	l.Entries++
-	fresh, _ := DecodeTable(bytes.NewReader(base), 0)
-	if err := fresh.ApplyLog(l); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("inconsistent segment: %v", err)
-	}
-	// A generation change gives the journal up: the next checkpoint
-	// stores the table whole.
-	s.TestAndAdd(keyHash(1), at.Add(s.Span()))
-	sn := s.Snapshot()
-	defer sn.Release()
-	ts := sn.Tables[len(sn.Tables)-1]
-	if m, ok := ts.JournalMark(); ok {
-		if _, ok := ts.LogSince(m.Pos); ok {
-			t.Fatal("a log across a generation change")
+		for i, seg := range segs {
+			l, err := DecodeTableLog(bytes.NewReader(seg), 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tb.ApplyLog(l); err != nil {
+				t.Fatalf("segment %d: %v", i, err)
+			}
 		}
-	}
+		var got bytes.Buffer
+		if _, err := tb.WriteTo(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
+			t.Fatal("base + segments differ from the table")
+		}
+		// All segments at once (as a restore replays a chain): the same.
+		all, err := DecodeTable(bytes.NewReader(base), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ls []*TableLog
+		for _, seg := range segs {
+			l, err := DecodeTableLog(bytes.NewReader(seg), 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls = append(ls, l)
+		}
+		if err := all.ApplyLogs(ls); err != nil {
+			t.Fatal(err)
+		}
+		got.Reset()
+		if _, err := all.WriteTo(&got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Bytes(), want[len(want)-1]) {
+			t.Fatal("base + all segments at once differ from the table")
+		}
+		// Segments out of chain order are refused.
+		again, _ := DecodeTable(bytes.NewReader(base), 0)
+		if err := again.ApplyLogs([]*TableLog{ls[1], ls[0]}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("segments out of order: %v", err)
+		}
+		// A segment replayed onto the wrong state is refused.
+		l, _ := DecodeTableLog(bytes.NewReader(segs[0]), 1<<20)
+		l.Entries++
+		fresh, _ := DecodeTable(bytes.NewReader(base), 0)
+		if err := fresh.ApplyLog(l); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("inconsistent segment: %v", err)
+		}
+		// A generation change gives the journal up: the next checkpoint
+		// stores the table whole.
+		s.TestAndAdd(keyHash(1), at.Add(s.Span()))
+		sn := s.Snapshot()
+		defer sn.Release()
+		ts := sn.Tables[len(sn.Tables)-1]
+		if m, ok := ts.JournalMark(); ok {
+			if _, ok := ts.LogSince(m.Pos); ok {
+				t.Fatal("a log across a generation change")
+			}
+		}
+	})
 }
 
 // TestTableDecodeErrors: truncations, flipped bytes and a size over the
 // limit are refused with the right error and a nil table.
 func TestTableDecodeErrors(t *testing.T) {
-	enc := encodeTables(t, goldenFingerprint(t))[1]
-	for _, n := range []int{0, 10, 16, 100, len(enc) / 2, len(enc) - 1} {
-		tb, err := DecodeTable(bytes.NewReader(enc[:n]), 0)
-		if tb != nil || !errors.Is(err, ErrCorrupt) {
-			t.Errorf("truncated at %d: %v", n, err)
+	forLayouts(t, func(t *testing.T) {
+		enc := encodeTables(t, goldenFingerprint(t))[1]
+		for _, n := range []int{0, 10, 16, 100, len(enc) / 2, len(enc) - 1} {
+			tb, err := DecodeTable(bytes.NewReader(enc[:n]), 0)
+			if tb != nil || !errors.Is(err, ErrCorrupt) {
+				t.Errorf("truncated at %d: %v", n, err)
+			}
 		}
-	}
-	for _, i := range []int{9, 20, 100, 200, len(enc) / 3, len(enc) - 10} {
-		bad := bytes.Clone(enc)
-		bad[i] ^= 0x10
-		if tb, err := DecodeTable(bytes.NewReader(bad), 0); tb != nil || err == nil {
-			t.Errorf("flipped byte %d accepted", i)
+		for _, i := range []int{9, 20, 100, 200, len(enc) / 3, len(enc) - 10} {
+			bad := bytes.Clone(enc)
+			bad[i] ^= 0x10
+			if tb, err := DecodeTable(bytes.NewReader(bad), 0); tb != nil || err == nil {
+				t.Errorf("flipped byte %d accepted", i)
+			}
 		}
-	}
-	if tb, err := DecodeTable(bytes.NewReader(enc), 1000); tb != nil || !errors.Is(err, ErrTooLarge) {
-		t.Errorf("limit 1000 bytes: %v", err)
-	}
-	var fe *FormatError
-	if _, err := DecodeTable(bytes.NewReader(append([]byte("\x89BGGEN\r\n"), enc[8:]...)), 0); !errors.As(err, &fe) {
-		t.Errorf("generation magic: %v", err)
-	}
+		if tb, err := DecodeTable(bytes.NewReader(enc), 1000); tb != nil || !errors.Is(err, ErrTooLarge) {
+			t.Errorf("limit 1000 bytes: %v", err)
+		}
+		var fe *FormatError
+		if _, err := DecodeTable(bytes.NewReader(append([]byte("\x89BGGEN\r\n"), enc[8:]...)), 0); !errors.As(err, &fe) {
+			t.Errorf("generation magic: %v", err)
+		}
+	})
 }
 
 func FuzzDecodeTable(f *testing.F) {
-	for _, name := range []string{"table_v1_closed.bin", "table_v1_open.bin"} {
+	for _, name := range []string{"table_v1_closed.bin", "table_v1_open.bin", "table_v2_closed.bin"} {
 		good, _ := os.ReadFile(filepath.Join("testdata", name))
 		f.Add(good)
 		f.Add(good[:min(len(good), 200)])
@@ -364,59 +409,61 @@ func FuzzDecodeTableLog(f *testing.F) {
 // rewrites the table) and overflows (run with -race) encode exactly the
 // state at snapshot time.
 func TestTableSnapshotConcurrentEncode(t *testing.T) {
-	s, err := NewFingerprintShard(Config{Window: 3 * time.Hour, Generations: 4, Capacity: 20_000, FPR: 0.01})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.EnableJournal(0.25, 10_000_000)
-	type job struct {
-		sn   *FingerprintSnapshot
-		want [][]byte
-	}
-	jobs := make(chan job, 4)
-	errs := make(chan error, 1)
-	go func() {
-		defer close(errs)
-		for j := range jobs {
-			for i, ts := range j.sn.Tables {
-				var b bytes.Buffer
-				if _, err := ts.WriteTo(&b); err != nil {
-					errs <- err
-					return
-				}
-				if m, ok := ts.JournalMark(); ok {
-					ts.LogSince(m.Pos)
-				}
-				if !bytes.Equal(b.Bytes(), j.want[i]) {
-					errs <- errors.New("a snapshot encoded concurrently differs from the state at snapshot time")
-					return
-				}
-				ts.Mark("t", 0)
-			}
-			j.sn.Release()
+	forLayouts(t, func(t *testing.T) {
+		s, err := NewFingerprintShard(Config{Window: 3 * time.Hour, Generations: 4, Capacity: 20_000, FPR: 0.01})
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	at := time.Unix(0, 0).Add(700_000 * s.Span())
-	for i := range uint64(60_000) {
-		s.TestAndAdd(keyHash(i), at.Add(time.Duration(i)*500*time.Millisecond))
-		if i%3000 == 0 {
-			sn := s.Snapshot()
-			var want [][]byte
-			for _, tb := range s.Tables() {
-				var b bytes.Buffer
-				if _, err := tb.WriteTo(&b); err != nil {
-					t.Fatal(err)
-				}
-				want = append(want, b.Bytes())
-			}
-			jobs <- job{sn, want}
+		s.EnableJournal(0.25, 10_000_000)
+		type job struct {
+			sn   *FingerprintSnapshot
+			want [][]byte
 		}
-	}
-	close(jobs)
-	if err := <-errs; err != nil {
-		t.Fatal(err)
-	}
-	if st := s.Stats(); st.Overflow == 0 {
-		t.Fatal("no overflow table: the test should overflow")
-	}
+		jobs := make(chan job, 4)
+		errs := make(chan error, 1)
+		go func() {
+			defer close(errs)
+			for j := range jobs {
+				for i, ts := range j.sn.Tables {
+					var b bytes.Buffer
+					if _, err := ts.WriteTo(&b); err != nil {
+						errs <- err
+						return
+					}
+					if m, ok := ts.JournalMark(); ok {
+						ts.LogSince(m.Pos)
+					}
+					if !bytes.Equal(b.Bytes(), j.want[i]) {
+						errs <- errors.New("a snapshot encoded concurrently differs from the state at snapshot time")
+						return
+					}
+					ts.Mark("t", 0)
+				}
+				j.sn.Release()
+			}
+		}()
+		at := time.Unix(0, 0).Add(700_000 * s.Span())
+		for i := range uint64(60_000) {
+			s.TestAndAdd(keyHash(i), at.Add(time.Duration(i)*500*time.Millisecond))
+			if i%3000 == 0 {
+				sn := s.Snapshot()
+				var want [][]byte
+				for _, tb := range s.Tables() {
+					var b bytes.Buffer
+					if _, err := tb.WriteTo(&b); err != nil {
+						t.Fatal(err)
+					}
+					want = append(want, b.Bytes())
+				}
+				jobs <- job{sn, want}
+			}
+		}
+		close(jobs)
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.Overflow == 0 {
+			t.Fatal("no overflow table: the test should overflow")
+		}
+	})
 }

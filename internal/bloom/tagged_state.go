@@ -19,7 +19,9 @@ type TableStats struct {
 	Entries       uint64    // entries held, expired ones of a closed table included
 	Live          uint64    // entries of generations still in the window
 	Adds          uint64    // entries added over its life
-	Load          float64   // entries / home slots
+	// Load is entries / home slots: of the live table (the newest
+	// generation's) in a sealed table.
+	Load float64
 	EstFPR        float64   // from its live entries
 	Bytes         uint64
 	Capacity      uint64  // entries it takes before it closes
@@ -29,6 +31,10 @@ type TableStats struct {
 	Ages   []uint64
 	Closed bool // takes no inserts: unchanged until its generations leave
 	Legacy bool // written under a plan with another span or G
+	// SealedSet: the generations before Newest are in a static set beside a
+	// live table of the newest (sealed.go); Capacity is then per
+	// generation.
+	SealedSet bool
 }
 
 // FingerprintStats describes a fingerprint shard: per table (legacy ones
@@ -50,9 +56,9 @@ func (tb *Table) Stats() TableStats {
 	st := TableStats{
 		Serial: tb.serial, First: tb.first, Newest: tb.newest,
 		Start: time.Unix(0, int64(tb.first)*tb.span).UTC(), End: time.Unix(0, int64(tb.newest+1)*tb.span).UTC(),
-		Level: tb.size.level, Entries: tb.q.entries, Live: tb.liveEntries(), Adds: tb.adds,
-		Load: float64(tb.q.entries) / float64(tb.q.slots()), EstFPR: tb.estFPR(), Bytes: tb.q.bytes(),
-		Capacity: tb.size.capacity, FPR: tb.size.fpr, Closed: tb.closed,
+		Level: tb.size.level, Entries: tb.entries(), Live: tb.liveEntries(), Adds: tb.adds,
+		Load: float64(tb.q.entries) / float64(tb.q.slots()), EstFPR: tb.estFPR(), Bytes: tb.bytes(),
+		Capacity: tb.size.capacity, FPR: tb.size.fpr, Closed: tb.closed, SealedSet: tb.h != nil,
 	}
 	if tb.live != 0 {
 		for g := tb.liveLo; g <= tb.newest; g++ {
@@ -105,6 +111,7 @@ type TableSnapshot struct {
 	Stats   TableStats
 	meta    tableMeta
 	view    qtableView
+	set     *sealedSet // a sealed table's set as it was (chunks never change)
 	journal journalViewOf[uint64]
 }
 
@@ -122,7 +129,7 @@ type tableMeta struct {
 
 func (tb *Table) meta() tableMeta {
 	return tableMeta{
-		serial: tb.serial, first: tb.first, newest: tb.newest, span: tb.span, gens: tb.gens, size: tb.size, a: tb.q.a,
+		serial: tb.serial, first: tb.first, newest: tb.newest, span: tb.span, gens: tb.gens, size: tb.size, a: tb.a,
 		entries: tb.q.entries, adds: tb.adds, counts: slices.Clone(tb.counts), closed: tb.closed,
 	}
 }
@@ -136,6 +143,9 @@ func (s *FingerprintShard) Snapshot() *FingerprintSnapshot {
 			st := tb.Stats()
 			st.Legacy = i == 0
 			ts := &TableSnapshot{Serial: tb.serial, Sealed: tb.closed || i == 0, Stats: st, meta: tb.meta(), view: tb.q.snapshot()}
+			if tb.h != nil {
+				ts.set = tb.h.set.frozen()
+			}
 			if tb.j != nil {
 				ts.journal = tb.j.view()
 			}

@@ -22,50 +22,67 @@ func keyHash(i uint64) Hash {
 // G·span or more before is not (unless it is a false positive, which the
 // test tells apart by asking for fresh keys only).
 func TestFingerprintNoFalseNegatives(t *testing.T) {
-	for _, gens := range []int{2, 4, 8, 13} {
-		cfg := Config{Window: 24 * time.Hour, Generations: gens, Capacity: 20_000, FPR: 0.01}
-		s, err := NewFingerprintShard(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rng := rand.New(rand.NewPCG(uint64(gens), 1))
-		last := map[uint64]int64{} // key → latest sighting (filed event time)
-		var keys []uint64
-		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-		frontier := now
-		next := uint64(0)
-		for step := range 60_000 {
-			switch r := rng.IntN(1000); {
-			case r < 2: // a gap of several generations
-				now += int64(rng.IntN(3*gens)) * int64(s.Span())
-			case r < 900:
-				now += int64(rng.IntN(int(time.Minute)))
+	forLayouts(t, func(t *testing.T) {
+		for _, gens := range []int{2, 4, 8, 13} {
+			cfg := Config{Window: 24 * time.Hour, Generations: gens, Capacity: 20_000, FPR: 0.01}
+			s, err := NewFingerprintShard(cfg)
+			if err != nil {
+				t.Fatal(err)
 			}
-			ts := now
-			if rng.IntN(20) == 0 { // late event
-				ts -= int64(rng.IntN(int(6 * time.Hour)))
-			}
-			var k uint64
-			if len(keys) > 0 && rng.IntN(3) == 0 {
-				k = keys[rng.IntN(len(keys))]
-			} else {
-				k, next = next, next+1
-				keys = append(keys, k)
-			}
-			frontier = max(frontier, ts)
-			prev, seenBefore := last[k]
-			got := s.TestAndAdd(keyHash(k), time.Unix(0, ts))
-			if seenBefore && frontier-prev < int64(cfg.Window) && !got {
-				t.Fatalf("G=%d step %d: key %d last seen %v before the frontier, reported unseen", gens, step, k, time.Duration(frontier-prev))
-			}
-			// The key is filed under its generation or the newest.
-			last[k] = max(prev, min(ts, frontier))
-			if step%5000 == 0 {
-				if err := s.check(); err != nil {
-					t.Fatalf("G=%d step %d: %v", gens, step, err)
+			rng := rand.New(rand.NewPCG(uint64(gens), 1))
+			last := map[uint64]int64{} // key → latest sighting (filed event time)
+			var keys []uint64
+			now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+			frontier := now
+			next := uint64(0)
+			for step := range 60_000 {
+				switch r := rng.IntN(1000); {
+				case r < 2: // a gap of several generations
+					now += int64(rng.IntN(3*gens)) * int64(s.Span())
+				case r < 900:
+					now += int64(rng.IntN(int(time.Minute)))
+				}
+				ts := now
+				if rng.IntN(20) == 0 { // late event
+					ts -= int64(rng.IntN(int(6 * time.Hour)))
+				}
+				var k uint64
+				if len(keys) > 0 && rng.IntN(3) == 0 {
+					k = keys[rng.IntN(len(keys))]
+				} else {
+					k, next = next, next+1
+					keys = append(keys, k)
+				}
+				frontier = max(frontier, ts)
+				prev, seenBefore := last[k]
+				got := s.TestAndAdd(keyHash(k), time.Unix(0, ts))
+				if seenBefore && frontier-prev < int64(cfg.Window) && !got {
+					t.Fatalf("G=%d step %d: key %d last seen %v before the frontier, reported unseen", gens, step, k, time.Duration(frontier-prev))
+				}
+				// The key is filed under its generation or the newest.
+				last[k] = max(prev, min(ts, frontier))
+				if step%5000 == 0 {
+					if err := s.check(); err != nil {
+						t.Fatalf("G=%d step %d: %v", gens, step, err)
+					}
 				}
 			}
 		}
+	})
+}
+
+// forLayouts runs f with the plan's table laid out as a tagged table and
+// as a sealed one (sealedLayout), whatever the plan's size would choose.
+func forLayouts(t *testing.T, f func(t *testing.T)) {
+	for _, l := range []struct {
+		name   string
+		layout int
+	}{{"tagged", sealedNever}, {"sealed", sealedAlways}} {
+		t.Run(l.name, func(t *testing.T) {
+			defer func(old int) { sealedLayout = old }(sealedLayout)
+			sealedLayout = l.layout
+			f(t)
+		})
 	}
 }
 
@@ -73,7 +90,23 @@ func TestFingerprintNoFalseNegatives(t *testing.T) {
 func (s *FingerprintShard) check() error {
 	for _, tb := range s.Tables() {
 		counts := make([]uint64, len(tb.counts))
-		if err := tb.q.verify(counts); err != nil {
+		if tb.h != nil {
+			live := make([]uint64, 1)
+			if err := tb.q.verify(live); err != nil {
+				return err
+			}
+			copy(counts, tb.h.set.counts)
+			counts[tb.tag(tb.newest)] += live[0]
+			set := make([]uint64, len(counts))
+			for _, c := range tb.h.set.chunks {
+				c.each(tb.h.set.s, func(_, v uint64) { set[v&(1<<tb.a-1)]++ })
+			}
+			for i := range set {
+				if set[i] != tb.h.set.counts[i] {
+					return &FormatError{Section: "counts", Detail: "set tag counts differ", Err: ErrCorrupt}
+				}
+			}
+		} else if err := tb.q.verify(counts); err != nil {
 			return err
 		}
 		for i := range counts {
@@ -110,81 +143,85 @@ func fillFingerprint(s *FingerprintShard, first, n uint64, start time.Time, d ti
 // target; the measured rate within 1.1× it (1 M probes: ±3 % at 1 %,
 // ±10 % at 0.1 %, as TestShardFPR allows).
 func TestFingerprintFPRAtCapacity(t *testing.T) {
-	for _, fpr := range []float64{0.01, 0.001} {
-		for _, load := range []float64{1, 2, 4} {
-			cfg := Config{Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: fpr}
-			s, err := NewFingerprintShard(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			span := s.Span()
-			at := time.Unix(0, 0).Add(1000 * span)
-			perGen := uint64(float64(cfg.Capacity) / 7 * load)
-			next := uint64(0)
-			for range 8 { // G generations: the peak, just before the oldest leaves
-				at = fillFingerprint(s, next, perGen, at, span)
-				next += perGen
-			}
-			got := measureFPR(s.Test, 77+uint64(load), 1_000_000)
-			st := s.Stats()
-			t.Logf("fpr %v, %.0f× the plan: measured %.4f %%, estimated %.4f %%, %d tables (%d overflow), %.2f bits per planned key",
-				fpr, load, got*100, st.EstFPR*100, len(st.Tables), st.Overflow, float64(st.Bytes)*8/float64(cfg.Capacity))
-			if got > 1.1*fpr || st.EstFPR > fpr {
-				t.Errorf("fpr %v at %.0f× the plan: measured %v, estimated %v", fpr, load, got, st.EstFPR)
-			}
-			if load > 1 && st.Overflow == 0 {
-				t.Errorf("fpr %v at %.0f× the plan: no overflow table", fpr, load)
-			}
-			if err := s.check(); err != nil {
-				t.Fatal(err)
+	forLayouts(t, func(t *testing.T) {
+		for _, fpr := range []float64{0.01, 0.001} {
+			for _, load := range []float64{1, 2, 4} {
+				cfg := Config{Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: fpr}
+				s, err := NewFingerprintShard(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				span := s.Span()
+				at := time.Unix(0, 0).Add(1000 * span)
+				perGen := uint64(float64(cfg.Capacity) / 7 * load)
+				next := uint64(0)
+				for range 8 { // G generations: the peak, just before the oldest leaves
+					at = fillFingerprint(s, next, perGen, at, span)
+					next += perGen
+				}
+				got := measureFPR(s.Test, 77+uint64(load), 1_000_000)
+				st := s.Stats()
+				t.Logf("fpr %v, %.0f× the plan: measured %.4f %%, estimated %.4f %%, %d tables (%d overflow), %.2f bits per planned key",
+					fpr, load, got*100, st.EstFPR*100, len(st.Tables), st.Overflow, float64(st.Bytes)*8/float64(cfg.Capacity))
+				if got > 1.1*fpr || st.EstFPR > fpr {
+					t.Errorf("fpr %v at %.0f× the plan: measured %v, estimated %v", fpr, load, got, st.EstFPR)
+				}
+				if load > 1 && st.Overflow == 0 {
+					t.Errorf("fpr %v at %.0f× the plan: no overflow table", fpr, load)
+				}
+				if err := s.check(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-	}
+	})
 }
 
 // TestFingerprintDeterministic: the same keys and timestamps give
 // byte-identical tables, whether fed one by one or in batches.
 func TestFingerprintDeterministic(t *testing.T) {
-	cfg := Config{Window: 6 * time.Hour, Generations: 8, Capacity: 5_000, FPR: 0.01}
-	run := func(batch bool) [][]byte {
-		s, _ := NewFingerprintShard(cfg)
-		rng := rand.New(rand.NewPCG(5, 5))
-		at := time.Unix(1_700_000_000, 0)
-		var hs []Hash
-		var ts []time.Time
-		for i := range 30_000 {
-			at = at.Add(time.Duration(rng.IntN(int(2 * time.Second))))
-			k := uint64(i)
-			if i%4 == 0 {
-				k = rng.Uint64N(uint64(i + 1))
+	forLayouts(t, func(t *testing.T) {
+		cfg := Config{Window: 6 * time.Hour, Generations: 8, Capacity: 5_000, FPR: 0.01}
+		run := func(batch bool) [][]byte {
+			s, _ := NewFingerprintShard(cfg)
+			rng := rand.New(rand.NewPCG(5, 5))
+			at := time.Unix(1_700_000_000, 0)
+			var hs []Hash
+			var ts []time.Time
+			for i := range 30_000 {
+				at = at.Add(time.Duration(rng.IntN(int(2 * time.Second))))
+				k := uint64(i)
+				if i%4 == 0 {
+					k = rng.Uint64N(uint64(i + 1))
+				}
+				hs = append(hs, keyHash(k))
+				ts = append(ts, at.Add(-time.Duration(rng.IntN(3))*time.Minute))
 			}
-			hs = append(hs, keyHash(k))
-			ts = append(ts, at.Add(-time.Duration(rng.IntN(3))*time.Minute))
+			if batch {
+				s.TestAndAddBatch(hs, ts, make([]bool, len(hs)))
+			} else {
+				for i := range hs {
+					s.TestAndAdd(hs[i], ts[i])
+				}
+			}
+			var out [][]byte
+			for _, tb := range s.Tables() {
+				var b bytes.Buffer
+				if _, err := tb.WriteTo(&b); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, b.Bytes())
+			}
+			return out
 		}
-		if batch {
-			s.TestAndAddBatch(hs, ts, make([]bool, len(hs)))
-		} else {
-			for i := range hs {
-				s.TestAndAdd(hs[i], ts[i])
+		a, b, c := run(false), run(false), run(true)
+		for i := range a {
+			if !bytes.Equal(a[i], b[i]) || !bytes.Equal(a[i], c[i]) {
+				t.Fatalf("table %d differs between runs", i)
 			}
 		}
-		var out [][]byte
-		for _, tb := range s.Tables() {
-			var b bytes.Buffer
-			if _, err := tb.WriteTo(&b); err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, b.Bytes())
+		if len(a) < 2 {
+			t.Fatalf("%d tables: the run should overflow", len(a))
 		}
-		return out
-	}
-	a, b, c := run(false), run(false), run(true)
-	for i := range a {
-		if !bytes.Equal(a[i], b[i]) || !bytes.Equal(a[i], c[i]) {
-			t.Fatalf("table %d differs between runs", i)
-		}
-	}
-	if len(a) < 2 {
-		t.Fatalf("%d tables: the run should overflow", len(a))
-	}
+	})
 }

@@ -95,8 +95,15 @@ func (f *filter) legacy() (n int, last time.Time, what string) {
 
 func (f *filter) fingerprintStats() worker.FilterStats {
 	st := f.fp.Stats()
-	return worker.FilterStats{Bytes: st.Bytes, Fill: st.Load, EstFPR: st.EstFPR, EstKeys: st.Live,
+	fs := worker.FilterStats{Bytes: st.Bytes, Fill: st.Load, EstFPR: st.EstFPR, EstKeys: st.Live,
 		Generations: st.Generations, OverflowStacks: st.Overflow, ClampedTimestamps: f.clamped, Ages: planAges(st)}
+	if n := len(st.Tables); n > 0 && !st.Tables[n-1].Legacy {
+		fs.Layout = "tagged"
+		if st.Tables[n-1].SealedSet {
+			fs.Layout = "sealed"
+		}
+	}
+	return fs
 }
 
 // planAges is the age histogram of the plan's generations: entries per

@@ -41,94 +41,110 @@ func fingerprintState(t *testing.T, dir string) *Store {
 // TestFingerprintCheckpointsRestoreIdentical: a fingerprint partition
 // checkpointed every 100 records — table logs within a generation, whole
 // uploads after generation changes and an overflow, failed commits in
-// between — restores from its newest manifest byte-identical to the live
+// between; for a tagged table and a sealed one — restores from its newest manifest byte-identical to the live
 // filter; with the newest log segment corrupted it restores the previous
 // manifest, and replaying the input from there rebuilds the live filter
 // exactly.
 func TestFingerprintCheckpointsRestoreIdentical(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	st := fingerprintState(t, dir)
-	// Spans of 30 min at 25,000 records per hour; the plan's table holds
-	// 4 × 10,000 keys and receives more: it overflows.
-	params := worker.FilterParams{Window: 90 * time.Minute, Generations: 4, Capacity: 30_000, FPR: 0.01}
-	const n, every = 60_000, 100
-	in := newLogFeed(n, time.Hour/25_000)
-	h := st.Partition(tIn, 0)
-	if _, err := h.Restore(ctx, params); err == nil {
-		t.Fatal("restore of an empty store succeeded")
-	}
-	if err := h.Claim(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := st.NewFilter(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cancelled, cancel := context.WithCancel(ctx)
-	cancel()
-	var offsets []int64
-	for i, c := 0, 0; i < n; i, c = i+every, c+1 {
-		in.feed(f, i, i+every)
-		cctx := ctx
-		if c%7 == 3 {
-			cctx = cancelled
-		}
-		err := h.Commit(cctx, worker.Checkpoint{InputOffset: int64(i + every), Params: params, Snapshot: f.Snapshot(), Owner: "t"})
-		if (err != nil) != (cctx == cancelled) {
-			t.Fatalf("commit %d: %v", c, err)
-		}
-		if err == nil {
-			offsets = append(offsets, int64(i+every))
-		}
-	}
-	if f.Stats().OverflowStacks == 0 {
-		t.Fatal("no overflow table")
-	}
-	cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	rep, err := checkpoint.Inspect(ctx, cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := rep.Partitions[0]
-	live := p.Generations[len(p.Generations)-1]
-	if p.Filter.Kind != checkpoint.FilterFingerprint || len(live.Log) == 0 || len(live.Ages) == 0 {
-		t.Fatalf("newest manifest: kind %q, open table with %d log segments and ages %v", p.Filter.Kind, len(live.Log), live.Ages)
-	}
-	t.Logf("open table: base %d bytes + %d segments (%d bytes, %d entries), ages %v", live.Bytes, len(live.Log), live.LogBytes(), live.LogEntries(), live.Ages)
+	for _, tc := range []struct {
+		name     string
+		params   worker.FilterParams
+		overflow bool
+		layout   string
+	}{
+		// Spans of 30 min at 25,000 records per hour; the plan's table
+		// holds 4 × 10,000 keys and receives more: it overflows, and a
+		// tagged table of the next level takes the inserts.
+		{"tagged, overflowing", worker.FilterParams{Window: 90 * time.Minute, Generations: 4, Capacity: 30_000, FPR: 0.01}, true, "tagged"},
+		// Spans of ~13 min, eleven generation changes: each seals the
+		// live table into the static set (a plan of 400,000 keys is laid
+		// out sealed).
+		{"sealed", worker.FilterParams{Window: 90 * time.Minute, Generations: 8, Capacity: 400_000, FPR: 0.01}, false, "sealed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			st := fingerprintState(t, dir)
+			params := tc.params
+			const n, every = 60_000, 100
+			in := newLogFeed(n, time.Hour/25_000)
+			h := st.Partition(tIn, 0)
+			if _, err := h.Restore(ctx, params); err == nil {
+				t.Fatal("restore of an empty store succeeded")
+			}
+			if err := h.Claim(ctx, "t"); err != nil {
+				t.Fatal(err)
+			}
+			f, err := st.NewFilter(params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			var offsets []int64
+			for i, c := 0, 0; i < n; i, c = i+every, c+1 {
+				in.feed(f, i, i+every)
+				cctx := ctx
+				if c%7 == 3 {
+					cctx = cancelled
+				}
+				err := h.Commit(cctx, worker.Checkpoint{InputOffset: int64(i + every), Params: params, Snapshot: f.Snapshot(), Owner: "t"})
+				if (err != nil) != (cctx == cancelled) {
+					t.Fatalf("commit %d: %v", c, err)
+				}
+				if err == nil {
+					offsets = append(offsets, int64(i+every))
+				}
+			}
+			if fs := f.Stats(); (fs.OverflowStacks > 0) != tc.overflow || fs.Layout != tc.layout {
+				t.Fatalf("%d overflow tables, layout %q; want overflow %v, %q", fs.OverflowStacks, fs.Layout, tc.overflow, tc.layout)
+			}
+			cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			rep, err := checkpoint.Inspect(ctx, cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := rep.Partitions[0]
+			live := p.Generations[len(p.Generations)-1]
+			if p.Filter.Kind != checkpoint.FilterFingerprint || len(live.Log) == 0 || len(live.Ages) == 0 {
+				t.Fatalf("newest manifest: kind %q, open table with %d log segments and ages %v", p.Filter.Kind, len(live.Log), live.Ages)
+			}
+			t.Logf("open table: base %d bytes + %d segments (%d bytes, %d entries), ages %v", live.Bytes, len(live.Log), live.LogBytes(), live.LogEntries(), live.Ages)
 
-	want := encodeTables(t, f)
-	r, err := fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.InputOffset != n {
-		t.Fatalf("restored offset %d, want %d", r.InputOffset, n)
-	}
-	sameEncoding(t, "restored from the newest manifest", encodeTables(t, r.Filter), want)
+			want := encodeTables(t, f)
+			r, err := fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.InputOffset != n {
+				t.Fatalf("restored offset %d, want %d", r.InputOffset, n)
+			}
+			sameEncoding(t, "restored from the newest manifest", encodeTables(t, r.Filter), want)
 
-	last := filepath.Join(dir, "g", tIn, "0", live.Log[len(live.Log)-1].Key)
-	data, err := os.ReadFile(last)
-	if err != nil {
-		t.Fatal(err)
+			last := filepath.Join(dir, "g", tIn, "0", live.Log[len(live.Log)-1].Key)
+			data, err := os.ReadFile(last)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[len(data)/2] ^= 0x40
+			if err := os.WriteFile(last, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, err = fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.InputOffset != offsets[len(offsets)-2] {
+				t.Fatalf("restored offset %d after corrupting the newest segment, want the previous checkpoint's %d", r.InputOffset, offsets[len(offsets)-2])
+			}
+			in.feed(r.Filter, int(r.InputOffset), n)
+			sameEncoding(t, "previous manifest + replay", encodeTables(t, r.Filter), want)
+		})
 	}
-	data[len(data)/2] ^= 0x40
-	if err := os.WriteFile(last, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, err = fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.InputOffset != offsets[len(offsets)-2] {
-		t.Fatalf("restored offset %d after corrupting the newest segment, want the previous checkpoint's %d", r.InputOffset, offsets[len(offsets)-2])
-	}
-	in.feed(r.Filter, int(r.InputOffset), n)
-	sameEncoding(t, "previous manifest + replay", encodeTables(t, r.Filter), want)
 }
 
 // TestFingerprintKindChangeRefused: a memory of one kind restored under

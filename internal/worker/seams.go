@@ -62,6 +62,11 @@ type FilterStats struct {
 	// generation about to leave holds what expires at the next change.
 	// Empty for the ring (its generations are its histogram).
 	Ages []uint64 `json:"ages,omitempty"`
+	// Layout, for the fingerprint filter, is how the table taking inserts
+	// is laid out: "sealed" (a live table of the newest generation beside
+	// a static set of the sealed ones) or "tagged" (one table of tagged
+	// entries: small plans and overflow tables). Empty for the ring.
+	Layout string `json:"layout,omitempty"`
 	// Exact describes an exact store behind the filter (nil: none).
 	Exact *ExactStats `json:"exact,omitempty"`
 }
