@@ -187,7 +187,7 @@ type Table struct {
 	// for a tagged one.
 	q      *qtable
 	h      *hybrid
-	a      uint // tag bits
+	a      uint   // tag bits
 	serial uint64 // tables opened by the memory, counted from 1: its identity
 	first  uint64 // first generation it holds
 	newest uint64 // newest generation it holds (the shard's while it is open)

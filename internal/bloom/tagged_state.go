@@ -21,11 +21,11 @@ type TableStats struct {
 	Adds          uint64    // entries added over its life
 	// Load is entries / home slots: of the live table (the newest
 	// generation's) in a sealed table.
-	Load float64
-	EstFPR        float64   // from its live entries
-	Bytes         uint64
-	Capacity      uint64  // entries it takes before it closes
-	FPR           float64 // its rate at capacity
+	Load     float64
+	EstFPR   float64 // from its live entries
+	Bytes    uint64
+	Capacity uint64  // entries it takes before it closes
+	FPR      float64 // its rate at capacity
 	// Ages is the age histogram: entries per generation still answering
 	// lookups, oldest first (the last is Newest).
 	Ages   []uint64
