@@ -298,7 +298,8 @@ type hybridSize struct {
 }
 
 // sealedSizing sizes a hybrid of G generations of perGen keys each, for
-// a rate within share·fpr at the peak: the live table at load alpha, and
+// a rate within share·fpr at the peak (G−1 full sealed generations and a
+// full live table): the live table at load alpha, and
 // of the remainders and set densities that meet the rate, the pair of the
 // least memory. ok is false when no remainder of at most qMaxBits−d−1
 // bits meets it.
@@ -316,7 +317,12 @@ func sealedSizing(perGen uint64, gens int, fpr, alpha, share float64) (hybridSiz
 			if r+m.d >= qMaxBits {
 				continue
 			}
-			rate := sealed/float64(nq)*math.Exp2(-float64(r)) + alpha*math.Exp2(-float64(r+m.d))
+			// A never-added key matches an entry when its set quotient
+			// and remainder are the entry's: for a sealed entry 1/nq ·
+			// 2^−r, and for a live one as much (same home, 1/S, then the
+			// same quotient among the ~nq/S of that home, then the
+			// remainder): all G generations' entries over nq quotients.
+			rate := (sealed + alpha*float64(slots)) / float64(nq) * math.Exp2(-float64(r))
 			if rate > share*fpr {
 				continue
 			}

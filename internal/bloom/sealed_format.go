@@ -28,12 +28,13 @@ import (
 //	         CRC-32C u32 of the trailer bytes before it.
 //
 // The decoder checks every field's range, the declared size before
-// allocating (ErrTooLarge), each piece's CRC, and each chunk's code: as
-// many ones as entries, a 0 ending the last quotient, no bits past the
-// code or the entries, entries strictly increasing within a quotient, and
-// the entries per tag as declared. A set that passes is one the merge
-// could have built: every lookup stays inside it, and it re-encodes to the
-// same bytes.
+// allocating (ErrTooLarge), each piece's CRC, and each chunk's code in
+// O(words): as many ones as entries, a 0 ending the last quotient, no bits
+// past the code or the entries. Every lookup and merge then stays inside
+// the set, and it re-encodes to the same bytes. The order of entries
+// within a quotient and their tags are the encoder's, covered by the
+// CRCs, as the table format's layout check covers the table's structure,
+// not each entry.
 const (
 	sealedVersion  = 1
 	sealedHdrFixed = 8 + 4 + 4 + 8 + 4 + 4
@@ -189,7 +190,6 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 	set.chunks = make([]*ssChunk, nchunks)
 	cr := &chunkReader{d: d}
 	defer cr.Close()
-	got := make([]uint64, 1<<a32)
 	var words []uint64
 	for i := range set.chunks {
 		cn := uint64(binary.LittleEndian.Uint32(sizes[4*i:]))
@@ -222,18 +222,13 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 		if len(c.low) == 0 {
 			c.low = nil
 		}
-		if err := c.index(set.s, set.a, got); err != nil {
+		if err := c.index(set.s); err != nil {
 			return nil, d.fail("chunk", fmt.Sprintf("set chunk %d: %v", i, err), ErrCorrupt)
 		}
 		if cn == 0 {
 			c = ssEmptyChunk
 		}
 		set.chunks[i] = c
-	}
-	for t := range got {
-		if got[t] != set.counts[t] {
-			return nil, d.fail("chunk", fmt.Sprintf("%d entries of tag %d, header says %d", got[t], t, set.counts[t]), ErrCorrupt)
-		}
 	}
 	bodyLen := d.off - start
 	var tr [trailerSz]byte
@@ -249,11 +244,15 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 }
 
 // index checks a decoded chunk's code (c.n entries, c.high and c.low
-// read) and builds its block index; it adds the entries per tag to counts.
-func (c *ssChunk) index(s, a uint, counts []uint64) error {
+// read) and builds its block index, in O(words): as many ones as entries,
+// the last quotient ended by a 0, no bits past the code or the entries.
+// That is what keeps every lookup and merge inside the chunk; the order of
+// entries within a quotient and the tags are the encoder's, covered by the
+// CRCs (an out-of-order entry could only be missed by a lookup).
+func (c *ssChunk) index(s uint) error {
 	hb := c.n + ssChunkQ
-	if popcountWords(c.high) != c.n {
-		return fmt.Errorf("%d ones for %d entries", popcountWords(c.high), c.n)
+	if n := popcountWords(c.high); n != c.n {
+		return fmt.Errorf("%d ones for %d entries", n, c.n)
 	}
 	if hb%64 != 0 && c.high[len(c.high)-1]>>(hb%64) != 0 {
 		return fmt.Errorf("bits past the quotient code")
@@ -270,34 +269,24 @@ func (c *ssChunk) index(s, a uint, counts []uint64) error {
 	} else {
 		c.idx = make([]uint16, nb)
 	}
-	setIdx := func(b, v uint64) {
-		if c.wide != nil {
-			c.wide[b] = uint32(v)
-		} else {
-			c.idx[b] = uint16(v)
+	// Block b begins after the (b·ssBlockQ)-th zero of the code.
+	b, zeros := uint64(1), uint64(0)
+	for wi, w := range c.high {
+		z := ^w
+		nz := uint64(bits.OnesCount64(z))
+		for b < nb && b*ssBlockQ <= zeros+nz {
+			p := uint64(wi)<<6 | uint64(select64(z, uint(b*ssBlockQ-zeros-1))) + 1
+			if c.wide != nil {
+				c.wide[b] = uint32(p)
+			} else {
+				c.idx[b] = uint16(p)
+			}
+			b++
+		}
+		zeros += nz
+		if b == nb {
+			break
 		}
 	}
-	var err error
-	b, prevJ, prevV := uint64(0), ^uint64(0), uint64(0)
-	tm := uint64(1)<<a - 1
-	e := uint64(0)
-	c.each(s, func(j, v uint64) {
-		if err != nil {
-			return
-		}
-		if j == prevJ && v <= prevV {
-			err = fmt.Errorf("entries of quotient %d out of order", j)
-			return
-		}
-		for ; b*ssBlockQ <= j; b++ {
-			setIdx(b, b*ssBlockQ+e)
-		}
-		prevJ, prevV = j, v
-		counts[v&tm]++
-		e++
-	})
-	for ; b < nb; b++ {
-		setIdx(b, b*ssBlockQ+c.n)
-	}
-	return err
+	return nil
 }

@@ -329,15 +329,10 @@ func (tb *Table) liveEntries() (n uint64) {
 // quotient, each with the same remainder with probability 2^−r.
 func (tb *Table) estFPR() float64 {
 	if tb.h != nil {
-		// The set: its live entries per quotient, each matching with
-		// probability 2^−r; the live table: its entries per slot, 2^−(r+d).
-		live := tb.liveEntries()
-		var fresh uint64
-		if tb.live>>tb.tag(tb.newest)&1 != 0 {
-			fresh = tb.q.entries
-		}
-		return float64(live-fresh)/float64(tb.h.set.nq)/math.Exp2(float64(tb.h.r)) +
-			float64(fresh)/float64(tb.q.slots())/math.Exp2(float64(tb.q.r))
+		// Sealed and live entries alike: a never-added key meets one with
+		// its set quotient and remainder with probability 2^−r / nq
+		// (sealedSizing).
+		return float64(tb.liveEntries()) / float64(tb.h.set.nq) / math.Exp2(float64(tb.h.r))
 	}
 	return float64(tb.liveEntries()) / float64(tb.q.slots()) / math.Exp2(float64(tb.q.r))
 }
