@@ -41,7 +41,12 @@
 // per lookup, the leaving generation dropped in one pass over the table at
 // each generation change, overflow into tables of the next level, tables
 // stored in their own format (tagged_format.go). Slower per key than the
-// ring (cluster shifts near its peak load, the drops).
+// ring (cluster shifts near its peak load, the drops). Where it takes less
+// memory (plans of ~200 k keys or more per partition) the plan's table is
+// laid out sealed (sealed.go): the newest generation in a quotient table
+// of its own, the sealed ones in a static Elias–Fano coded set rebuilt by
+// one streaming merge at each generation change — 13.9 bits per window key
+// at 1 % with G = 8 (table format v2).
 //
 // A Filter, Generation, Shard, Table and FingerprintShard belong to one
 // goroutine. Only a Snapshot or FingerprintSnapshot may be read from

@@ -151,8 +151,9 @@ type Run struct {
 
 	// Filter.
 	// Filter is the kind: ring (G blocked Bloom generations) or
-	// fingerprint (one table of age-tagged fingerprints per partition;
-	// less memory, no exact mode yet). docs/filter.md, "Choosing the kind".
+	// fingerprint (age-tagged fingerprints per partition: the newest
+	// generation in a quotient table, the sealed ones in a static set;
+	// less memory, slower). docs/filter.md, "Choosing the kind".
 	Filter string
 	// Params are --window, --generations, --capacity (the expected
 	// distinct keys per window of the whole input topic) and --fpr, as the
