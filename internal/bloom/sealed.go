@@ -211,14 +211,15 @@ func (s *sealedSet) touch(q uint64) uint64 {
 
 // mergeChunk builds chunk ci of a set like s from s's entries without the
 // tags in drop and adds (j<<s | value, sorted, j < ssChunkQ), using buf as
-// scratch; it returns the chunk and the scratch.
-func (s *sealedSet) mergeChunk(ci uint64, drop uint64, adds []uint64, buf []uint64) (*ssChunk, []uint64) {
+// scratch; an add equal to an entry kept is one entry. It returns the
+// chunk, the adds that were new, and the scratch.
+func (s *sealedSet) mergeChunk(ci uint64, drop uint64, adds []uint64, buf []uint64) (*ssChunk, int, []uint64) {
 	old := s.chunks[ci]
 	if len(adds) == 0 && (old.n == 0 || drop == 0) {
-		return old, buf
+		return old, 0, buf
 	}
 	buf = buf[:0]
-	i := 0
+	i, dups := 0, 0
 	ss := s.s
 	tm := uint64(1)<<s.a - 1
 	old.each(ss, func(j, v uint64) {
@@ -226,17 +227,21 @@ func (s *sealedSet) mergeChunk(ci uint64, drop uint64, adds []uint64, buf []uint
 			return
 		}
 		x := j<<ss | v
-		for i < len(adds) && adds[i] < x {
-			buf = append(buf, adds[i])
+		for i < len(adds) && adds[i] <= x {
+			if adds[i] == x {
+				dups++
+			} else {
+				buf = append(buf, adds[i])
+			}
 			i++
 		}
 		buf = append(buf, x)
 	})
 	buf = append(buf, adds[i:]...)
 	if len(buf) == 0 {
-		return ssEmptyChunk, buf
+		return ssEmptyChunk, 0, buf
 	}
-	return buildChunk(buf, ss), buf
+	return buildChunk(buf, ss), len(adds) - dups, buf
 }
 
 // liveMap relates a hybrid's live table to its set: a key's set quotient
@@ -285,10 +290,10 @@ type hybrid struct {
 	sink      uint64
 }
 
-// hybridSize is the sizing of a hybrid: the live table's home blocks and
-// capacity (at its peak load), the set's quotients, the remainder bits,
-// and the rate at the peak (the live table full, G−1 full sealed
-// generations).
+// hybridSize is the sizing of a hybrid: the live table's home blocks, the
+// entries of the whole table at its peak (capacity: G−1 full sealed
+// generations and a full live table; the rate depends only on the total),
+// the set's quotients, the remainder bits, and the rate at the peak.
 type hybridSize struct {
 	nblocks  uint64
 	capacity uint64
@@ -331,7 +336,7 @@ func sealedSizing(perGen uint64, gens int, fpr, alpha, share float64) (hybridSiz
 			b := sealed*float64(r+a+1) + float64(nq)*(1+16.0/ssBlockQ) + float64(qBytes(nb, r+m.d))*8
 			if b < bestBits {
 				bestBits = b
-				best = hybridSize{nblocks: nb, capacity: uint64(alpha * float64(slots)), nq: nq, r: r, fpr: rate}
+				best = hybridSize{nblocks: nb, capacity: uint64(sealed + alpha*float64(slots)), nq: nq, r: r, fpr: rate}
 			}
 		}
 	}
@@ -345,6 +350,11 @@ func newHybrid(size hybridSize, gens int) *hybrid {
 }
 
 func (h *hybrid) bytes() uint64 { return h.live.bytes() + h.set.bytes() }
+
+// liveFull reports whether the live table is at its peak load.
+func (h *hybrid) liveFull() bool {
+	return h.live.entries >= uint64(tableAlphaMax*float64(h.live.slots()))
+}
 
 // key is h's set quotient, its live position and live entry, and its
 // remainder.
@@ -385,8 +395,11 @@ func (h *hybrid) touch(hs []Hash) {
 	h.sink = x
 }
 
-// seal ends the live generation: its entries go into the set with tag
-// tag, the set's entries of the tags in drop leave it (the generations
+// seal ends the live generation — or, with drop 0 and the same tag again,
+// only empties a full live table into the set (an early seal: the
+// generation goes on taking inserts) —: its entries go into the set with
+// tag tag (one entry where the set already holds it), the set's entries
+// of the tags in drop leave it (the generations
 // that left the window, so that their tags can be reused), and the live
 // table is cleared (when drop holds tag too, the live generation left
 // with the others: its entries are not kept). One pass over the set and the live table in quotient
@@ -429,9 +442,10 @@ func (h *hybrid) seal(tag, drop uint64) {
 		// Two keys of one set quotient and remainder can have different
 		// live homes: in the set they are one entry.
 		adds = slices.Compact(adds)
-		added += uint64(len(adds))
 		var c *ssChunk
-		c, h.buf = s.mergeChunk(ci, drop, adds, h.buf)
+		var fresh int
+		c, fresh, h.buf = s.mergeChunk(ci, drop, adds, h.buf)
+		added += uint64(fresh)
 		s.chunks[ci] = c
 		n += c.n
 		h.adds = adds

@@ -91,7 +91,11 @@ func TestSealedSetMergesMatchModel(t *testing.T) {
 				var n uint64
 				for ci := range s.chunks {
 					slices.Sort(per[ci])
-					s.chunks[ci], buf = s.mergeChunk(uint64(ci), drop, per[ci], buf)
+					var fresh int
+					s.chunks[ci], fresh, buf = s.mergeChunk(uint64(ci), drop, per[ci], buf)
+					if fresh != len(per[ci]) {
+						t.Fatalf("round %d: %d of %d adds new", round, fresh, len(per[ci]))
+					}
 					n += s.chunks[ci].n
 				}
 				s.n = n

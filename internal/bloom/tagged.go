@@ -38,13 +38,12 @@ const (
 type tableSize struct {
 	r        uint    // remainder bits
 	nblocks  uint64  // blocks of 56 home slots
-	capacity uint64  // entries it takes before it closes: ⌊α·slots⌋
+	capacity uint64  // entries it takes before it closes: ⌊α·slots⌋ (a sealed table's: G−1 full sealed generations and a full live table)
 	fpr      float64 // its false-positive rate at capacity: α·2^−r
 	level    int
 	// nq is the quotients of a sealed table's set (sealed.go): the table
-	// is then a live table of one generation (nblocks, capacity: that
-	// generation's) beside a static set of the sealed ones. 0: one table
-	// of tagged entries.
+	// is then a live table of the newest generation (nblocks) beside a
+	// static set of the sealed ones. 0: one table of tagged entries.
 	nq uint64
 }
 
@@ -235,7 +234,7 @@ func (tb *Table) bytes() uint64 {
 // share is of): a sealed table's set grows over its first G generations.
 func (tb *Table) planBytes() uint64 {
 	if tb.h != nil {
-		return sealedPeakBytes(hybridSize{nblocks: tb.size.nblocks, nq: tb.size.nq, r: tb.size.r}, tb.size.capacity, tb.gens)
+		return sealedPeakBytes(hybridSize{nblocks: tb.size.nblocks, nq: tb.size.nq, r: tb.size.r}, tb.size.capacity/uint64(tb.gens), tb.gens)
 	}
 	return tb.q.bytes()
 }
@@ -456,7 +455,11 @@ func (s *FingerprintShard) testAndAddSealed(tb *Table, h Hash) bool {
 	if found && tb.q.tagsIn(start, end, v) != 0 {
 		return true // an entry of the newest generation
 	}
-	seen := tb.h.set.tags(q, rem)&tb.live != 0
+	tags := tb.h.set.tags(q, rem) & tb.live
+	if tags>>tb.tag(s.t)&1 != 0 {
+		return true // in the set with the newest generation's tag (an early seal)
+	}
+	seen := tags != 0
 	if !tb.q.insertRun(x, v, start, end, found) {
 		s.add(h)
 		return seen
@@ -473,8 +476,19 @@ func (s *FingerprintShard) added(tb *Table, tag, logEntry uint64) {
 	if tb.j != nil {
 		tb.j.add(logEntry)
 	}
-	if tb.q.entries >= tb.size.capacity {
+	switch {
+	case tb.entries() >= tb.size.capacity:
 		s.overflow()
+	case tb.h != nil && tb.h.liveFull():
+		// The generation outgrew its share of the live table while the
+		// table as a whole has room: the live entries go into the set
+		// now (the rate depends only on the entries of the whole table),
+		// and the next checkpoint stores the table whole.
+		tb.h.seal(tb.tag(tb.newest), 0)
+		copy(tb.counts, tb.h.set.counts)
+		if tb.j != nil {
+			tb.j.restart()
+		}
 	}
 }
 

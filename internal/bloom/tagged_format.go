@@ -41,7 +41,8 @@ import (
 // entries are the live table's, whose entries are d + remainder bits (d
 // from the quotients and the live slots, liveMap); the counts are per tag
 // over the set and the live table (whose entries are all of the newest
-// generation). After the live table's pages the set, in sealed set format
+// generation; the set may hold some of it too, after an early seal), and
+// capacity is the whole table's. After the live table's pages the set, in sealed set format
 // v1 (sealed_format.go), then the trailer. Tagged tables are still
 // written as v1.
 const (
@@ -277,7 +278,7 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		return nil, d.fail("header", fmt.Sprintf("%d+%d pages for %d blocks", mpages, epages, m.size.nblocks), ErrCorrupt)
 	case (mp+ep)*pageBytes > uint64(maxBytes):
 		return nil, d.fail("header", fmt.Sprintf("table of %d bytes, limit %d", (mp+ep)*pageBytes, maxBytes), ErrTooLarge)
-	case m.size.capacity > pblocks*qSlots || m.entries > pblocks*qSlots:
+	case (!sealed && m.size.capacity > pblocks*qSlots) || m.entries > pblocks*qSlots:
 		return nil, d.fail("header", fmt.Sprintf("capacity %d, %d entries in %d slots", m.size.capacity, m.entries, pblocks*qSlots), ErrCorrupt)
 	}
 	// Entries only of the generations the table can hold.
@@ -343,16 +344,13 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 			return nil, err
 		}
 		tnew := (&Table{a: m.a}).tag(m.newest)
-		switch {
-		case set.nq != m.size.nq || set.r != m.size.r || set.a != m.a:
+		if set.nq != m.size.nq || set.r != m.size.r || set.a != m.a {
 			return nil, d.fail("table", fmt.Sprintf("set of %d quotients, %d+%d bits in a table of %d, %d+%d", set.nq, set.r, set.a, m.size.nq, m.size.r, m.a), ErrCorrupt)
-		case set.counts[tnew] != 0:
-			return nil, d.fail("table", fmt.Sprintf("sealed entries with the newest generation's tag %d", tnew), ErrCorrupt)
 		}
 		for t := range m.counts {
 			want := set.counts[t]
 			if uint64(t) == tnew {
-				want = m.entries
+				want += m.entries // the live table's, all of the newest generation
 			}
 			if m.counts[t] != want {
 				return nil, d.fail("table", fmt.Sprintf("tag %d: %d entries, the set and live table hold %d", t, m.counts[t], want), ErrCorrupt)
