@@ -278,3 +278,50 @@ func TestSealedEarlySeal(t *testing.T) {
 		t.Fatalf("rate %.4f", got)
 	}
 }
+
+// TestTaggedToSealedUpgrade: a memory of tagged tables (written before the
+// sealed layout) restored where the plan is laid out sealed keeps its
+// open tagged table until the next generation change that ends a
+// generation the plan fits (as after a change of capacity), then opens a
+// sealed one beside it; every key of the window is found throughout.
+func TestTaggedToSealedUpgrade(t *testing.T) {
+	defer func(old int) { sealedLayout = old }(sealedLayout)
+	cfg := Config{Window: 7 * time.Hour, Generations: 8, Capacity: 70_000, FPR: 0.01}
+	sealedLayout = sealedNever
+	s, err := NewFingerprintShard(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Unix(0, 0).Add(1000 * s.Span())
+	at = fillFingerprint(s, 0, 12_000, at, 2*s.Span())
+	enc := encodeTables(t, s)
+
+	sealedLayout = sealedAlways
+	r, err := RestoreFingerprintShard(cfg, decodeTables(t, enc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tb := r.open(); tb == nil || tb.h != nil {
+		t.Fatal("the restored open table should be the tagged one")
+	}
+	// at is the end of the newest generation: more of it, then the next.
+	fillFingerprint(r, 100_000, 2_000, at.Add(-s.Span()/2), s.Span()/4)
+	if tb := r.open(); tb.h != nil || len(r.Tables()) != 1 {
+		t.Fatalf("%d tables before the generation change", len(r.Tables()))
+	}
+	fillFingerprint(r, 200_000, 5_000, at, s.Span()/2)
+	tabs := r.Tables()
+	if len(tabs) != 2 || !tabs[0].closed || tabs[0].h != nil || tabs[1].h == nil {
+		t.Fatalf("after the change: %d tables", len(tabs))
+	}
+	for _, k := range []struct{ from, n uint64 }{{6_000, 6_000}, {100_000, 2_000}, {200_000, 5_000}} {
+		for i := k.from; i < k.from+k.n; i++ {
+			if !r.Test(keyHash(i)) {
+				t.Fatalf("key %d lost", i)
+			}
+		}
+	}
+	if err := r.check(); err != nil {
+		t.Fatal(err)
+	}
+}
