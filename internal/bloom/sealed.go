@@ -314,7 +314,10 @@ func sealedSizing(perGen uint64, gens int, fpr, alpha, share float64) (hybridSiz
 	slots := nb * qSlots
 	sealed := float64(perGen) * float64(gens-1)
 	best, bestBits := hybridSize{}, math.Inf(1)
-	for r := uint(1); r+a < ssMaxS; r++ {
+	// Remainders far from log2(1/fpr) never win: each bit more costs a bit
+	// per entry, each bit less doubles the quotients. ±4 bits around it.
+	lg := int(math.Log2(1 / fpr))
+	for r := uint(max(1, lg-4)); r <= uint(max(1, lg+4)) && r+a < ssMaxS; r++ {
 		// Densities ρ = sealed entries per quotient, from sparse to dense.
 		for rho := 0.25; rho <= 4; rho += 0.005 {
 			nq := max(ssChunkQ, uint64(math.Ceil(sealed/rho/ssChunkQ))*ssChunkQ)
