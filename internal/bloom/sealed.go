@@ -102,6 +102,7 @@ func buildChunk(ents []uint64, s uint) *ssChunk {
 	}
 	b := uint64(0) // the next block whose start is not set
 	mask := uint64(1)<<s - 1
+	bw := bitWriter{ws: c.low}
 	for e, x := range ents {
 		j := x >> s
 		for ; b*ssBlockQ <= j; b++ {
@@ -109,21 +110,75 @@ func buildChunk(ents []uint64, s uint) *ssChunk {
 		}
 		p := j + uint64(e)
 		c.high[p>>6] |= 1 << (p & 63)
-		putBits(c.low, uint64(e)*uint64(s), uint64(s), x&mask)
+		bw.put(x&mask, s)
 	}
+	bw.flush()
 	for ; b < nb; b++ {
 		setIdx(b, b*ssBlockQ+n)
 	}
 	return c
 }
 
+// bitWriter packs values of s < 64 bits one after the other into ws.
+type bitWriter struct {
+	ws  []uint64
+	acc uint64 // bits not yet stored, from the low end
+	n   uint   // how many
+	i   int    // the next word
+}
+
+func (w *bitWriter) put(v uint64, s uint) {
+	w.acc |= v << w.n
+	if w.n+s < 64 {
+		w.n += s
+		return
+	}
+	w.ws[w.i] = w.acc
+	w.i++
+	w.acc = v >> (64 - w.n) // 0 when n is 0 (a shift by 64)
+	w.n = w.n + s - 64
+}
+
+func (w *bitWriter) flush() {
+	if w.n > 0 {
+		w.ws[w.i] = w.acc
+	}
+}
+
+// bitReader reads values of s < 64 bits one after the other from ws.
+type bitReader struct {
+	ws  []uint64
+	acc uint64
+	n   uint
+	i   int
+}
+
+func (r *bitReader) get(s uint) uint64 {
+	if r.n >= s {
+		v := r.acc & (1<<s - 1)
+		r.acc >>= s
+		r.n -= s
+		return v
+	}
+	var next uint64
+	if r.i < len(r.ws) {
+		next = r.ws[r.i]
+		r.i++
+	}
+	v := (r.acc | next<<r.n) & (1<<s - 1)
+	r.acc = next >> (s - r.n)
+	r.n = 64 - (s - r.n)
+	return v
+}
+
 // each calls f(j, value) for the chunk's entries in order.
 func (c *ssChunk) each(s uint, f func(j, v uint64)) {
 	var e uint64
+	br := bitReader{ws: c.low}
 	for wi, w := range c.high {
 		for ; w != 0; w &= w - 1 {
 			p := uint64(wi)<<6 | uint64(bits.TrailingZeros64(w))
-			f(p-e, getBits(c.low, e*uint64(s), uint64(s)))
+			f(p-e, br.get(s))
 			e++
 		}
 	}
@@ -222,21 +277,29 @@ func (s *sealedSet) mergeChunk(ci uint64, drop uint64, adds []uint64, buf []uint
 	i, dups := 0, 0
 	ss := s.s
 	tm := uint64(1)<<s.a - 1
-	old.each(ss, func(j, v uint64) {
-		if drop>>(v&tm)&1 != 0 {
-			return
-		}
-		x := j<<ss | v
-		for i < len(adds) && adds[i] <= x {
-			if adds[i] == x {
-				dups++
-			} else {
-				buf = append(buf, adds[i])
+	br := bitReader{ws: old.low}
+	var e uint64
+	for wi, w := range old.high {
+		for ; w != 0; w &= w - 1 {
+			p := uint64(wi)<<6 | uint64(bits.TrailingZeros64(w))
+			v := br.get(ss)
+			j := p - e
+			e++
+			if drop>>(v&tm)&1 != 0 {
+				continue
 			}
-			i++
+			x := j<<ss | v
+			for i < len(adds) && adds[i] <= x {
+				if adds[i] == x {
+					dups++
+				} else {
+					buf = append(buf, adds[i])
+				}
+				i++
+			}
+			buf = append(buf, x)
 		}
-		buf = append(buf, x)
-	})
+	}
 	buf = append(buf, adds[i:]...)
 	if len(buf) == 0 {
 		return ssEmptyChunk, 0, buf
