@@ -34,6 +34,10 @@ const (
 	// ssMaxS bounds the packed bits per entry: j‖remainder‖tag of a chunk
 	// entry fits 64 bits (j < 2^14).
 	ssMaxS = 48
+	// ssMaxChunkEntries bounds a chunk's entries so that its block
+	// positions fit 32 bits; a plan's chunk holds ~17,000 (hashed keys
+	// spread evenly), a decoded one may not hold more.
+	ssMaxChunkEntries = 1<<31 - ssChunkQ
 )
 
 // ssChunk is the set's entries of ssChunkQ consecutive quotients. It is

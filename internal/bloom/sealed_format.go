@@ -172,14 +172,18 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 	if crc32.Checksum(sizes[:4*nchunks], castagnoli) != binary.LittleEndian.Uint32(sizes[4*nchunks:]) {
 		return nil, d.fail("sizes", "checksum mismatch", ErrCorrupt)
 	}
-	// The memory, before any of it is allocated.
+	// The memory, before any of it is allocated: each chunk's code,
+	// entries, index and structure (ssChunk.bytes).
 	total, entries := uint64(nchunks)*8, uint64(0)
 	for i := range nchunks {
 		cn := uint64(binary.LittleEndian.Uint32(sizes[4*i:]))
+		if cn > ssMaxChunkEntries {
+			return nil, d.fail("sizes", fmt.Sprintf("set chunk %d of %d entries, at most %d", i, cn, ssMaxChunkEntries), ErrCorrupt)
+		}
 		entries += cn
 		c := ssChunk{n: cn}
 		hw, lw := c.wordsLen(set.s)
-		total += (hw + lw) * 8
+		total += (hw+lw)*8 + ssChunkQ/ssBlockQ*4 + 96
 		if total > uint64(maxBytes) {
 			return nil, d.fail("sizes", fmt.Sprintf("set of more than %d bytes", maxBytes), ErrTooLarge)
 		}

@@ -2,7 +2,9 @@ package bloom
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -430,6 +432,16 @@ func TestSealedSetDecodeRejects(t *testing.T) {
 	}
 	if _, err := decodeSealedSet(bytes.NewReader(good), 1000); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("a limit of 1000 bytes: %v", err)
+	}
+	// A chunk declaring more entries than 32-bit positions can index, its
+	// sizes' CRC right: refused before anything is read or allocated.
+	huge := bytes.Clone(good)
+	sizes := 16 + sealedHdrFixed + 8<<s.a + 4
+	binary.LittleEndian.PutUint32(huge[sizes:], 1<<32-1)
+	nch := len(s.chunks)
+	binary.LittleEndian.PutUint32(huge[sizes+4*nch:], crc32.Checksum(huge[sizes:sizes+4*nch], castagnoli))
+	if _, err := decodeSealedSet(bytes.NewReader(huge), 0); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "at most") {
+		t.Errorf("a chunk of 2^32-1 entries: %v", err)
 	}
 	// Sets whose chunks are framed right but coded wrong: encoded from a
 	// tampered chunk, so that only the code check can catch them.

@@ -374,6 +374,15 @@ func FuzzDecodeTable(f *testing.F) {
 			s.TestAndAdd(keyHash(i), at)
 		}
 		s.TestAndAdd(keyHash(1), at.Add(time.Duration(tb.span)))
+		// A sealed table's set and live table through seals, an early
+		// one and one that drops a generation, whatever they hold.
+		if tb.h != nil {
+			tb.h.seal(tb.tag(tb.newest), 0)
+			tb.h.seal(tb.tag(tb.newest), 1<<tb.tag(tb.newest+1))
+			for i := range uint64(100) {
+				tb.h.testAndAdd(keyHash(i))
+			}
+		}
 	})
 }
 

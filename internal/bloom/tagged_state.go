@@ -32,8 +32,8 @@ type TableStats struct {
 	Closed bool // takes no inserts: unchanged until its generations leave
 	Legacy bool // written under a plan with another span or G
 	// SealedSet: the generations before Newest are in a static set beside a
-	// live table of the newest (sealed.go); Capacity is then per
-	// generation.
+	// live table of the newest (sealed.go); Capacity is the whole table's,
+	// Load the live table's.
 	SealedSet bool
 }
 
