@@ -297,6 +297,31 @@ func (c *chunkReader) fill(kind byte, n uint32, raw []byte) error {
 	return nil
 }
 
+// words reads the next chunk into ws — a page of a table or a piece of a
+// sealed set (what, for the error) —, checking its kind and length
+// against ws's size, its checksum, and putting the words in host order.
+func (c *chunkReader) words(ws []uint64, what string) error {
+	raw := pageAsBytes(ws)
+	kind, n, err := c.next()
+	if err != nil {
+		return err
+	}
+	switch {
+	case kind == kindRaw && int(n) == len(raw), kind == kindZstd && n > 0 && int(n) < len(raw), kind == kindZero && n == 0:
+	default:
+		return c.d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte %s", kind, n, len(raw), what), ErrCorrupt)
+	}
+	if err := c.fill(kind, n, raw); err != nil {
+		return err
+	}
+	if !littleEndian {
+		for j := range ws {
+			ws[j] = bits.ReverseBytes64(ws[j])
+		}
+	}
+	return nil
+}
+
 // Close releases the zstd decoder, if one was made.
 func (c *chunkReader) Close() {
 	if c.dec != nil {

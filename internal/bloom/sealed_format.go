@@ -202,23 +202,8 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 		words = make([]uint64, hw+lw)
 		for rest := words; len(rest) > 0; {
 			piece := rest[:min(len(rest), pageWords)]
-			raw := pageAsBytes(piece)
-			kind, pn, err := cr.next()
-			if err != nil {
+			if err := cr.words(piece, "piece"); err != nil {
 				return nil, err
-			}
-			switch {
-			case kind == kindRaw && int(pn) == len(raw), kind == kindZstd && pn > 0 && int(pn) < len(raw), kind == kindZero && pn == 0:
-			default:
-				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte piece", kind, pn, len(raw)), ErrCorrupt)
-			}
-			if err := cr.fill(kind, pn, raw); err != nil {
-				return nil, err
-			}
-			if !littleEndian {
-				for j := range piece {
-					piece[j] = bits.ReverseBytes64(piece[j])
-				}
 			}
 			rest = rest[len(piece):]
 		}

@@ -317,24 +317,8 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		if !isMeta {
 			pi -= uint64(len(q.meta))
 		}
-		used := p[:tableUsed(pblocks, bpp, es, isMeta, pi)]
-		raw := pageAsBytes(used)
-		kind, n, err := cr.next()
-		if err != nil {
+		if err := cr.words(p[:tableUsed(pblocks, bpp, es, isMeta, pi)], "page"); err != nil {
 			return nil, err
-		}
-		switch {
-		case kind == kindRaw && int(n) == len(raw), kind == kindZstd && n > 0 && int(n) < len(raw), kind == kindZero && n == 0:
-		default:
-			return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, len(raw)), ErrCorrupt)
-		}
-		if err := cr.fill(kind, n, raw); err != nil {
-			return nil, err
-		}
-		if !littleEndian {
-			for j := range used {
-				used[j] = bits.ReverseBytes64(used[j])
-			}
 		}
 	}
 	var h *hybrid
