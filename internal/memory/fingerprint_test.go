@@ -246,74 +246,94 @@ func TestFingerprintPlanChange(t *testing.T) {
 // byte-identical, also from a chain restored by another process and
 // continued there.
 func TestFingerprintLogMerges(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	params := worker.FilterParams{Window: 7 * 24 * time.Hour, Generations: 8, Capacity: 200_000, FPR: 0.01}
-	in := newLogFeed(140_000, time.Millisecond) // all in one generation
-	st := fingerprintState(t, dir)
-	h := st.Partition(tIn, 0)
-	h.Restore(ctx, params)
-	if err := h.Claim(ctx, "t"); err != nil {
-		t.Fatal(err)
-	}
-	f, _ := st.NewFilter(params)
-	chainOf := func() checkpoint.GenerationRef {
-		cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cs.Close()
-		rep, err := checkpoint.Inspect(ctx, cs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gs := rep.Partitions[0].Generations
-		if len(gs) == 0 {
-			return checkpoint.GenerationRef{}
-		}
-		return gs[len(gs)-1]
-	}
-	longest, merges := 0, 0
-	commitRange := func(f worker.Filter, h worker.PartitionStore, from, to, every int) {
-		for i := from; i < to; i += every {
-			in.feed(f, i, i+every)
-			before := chainOf()
-			if err := h.Commit(ctx, worker.Checkpoint{InputOffset: int64(i + every), Params: params, Snapshot: f.Snapshot(), Owner: "t"}); err != nil {
+	for _, tc := range []struct {
+		name     string
+		capacity uint64
+		share    float64
+		merges   int
+	}{
+		// A tagged table and a sealed one (from ~200 k keys): their
+		// chains stay within an eighth of the base.
+		{"tagged", 180_000, checkpoint.TableLogShare, 5},
+		{"sealed", 200_000, checkpoint.TableLogShare, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			params := worker.FilterParams{Window: 7 * 24 * time.Hour, Generations: 8, Capacity: tc.capacity, FPR: 0.01}
+			in := newLogFeed(140_000, time.Millisecond) // all in one generation
+			st := fingerprintState(t, dir)
+			h := st.Partition(tIn, 0)
+			h.Restore(ctx, params)
+			if err := h.Claim(ctx, "t"); err != nil {
 				t.Fatal(err)
 			}
-			after := chainOf()
-			longest = max(longest, len(after.Log))
-			if len(after.Log) > 0 && len(after.Log) < len(before.Log) {
-				merges++
+			f, _ := st.NewFilter(params)
+			chainOf := func() checkpoint.GenerationRef {
+				cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cs.Close()
+				rep, err := checkpoint.Inspect(ctx, cs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gs := rep.Partitions[0].Generations
+				if len(gs) == 0 {
+					return checkpoint.GenerationRef{}
+				}
+				return gs[len(gs)-1]
 			}
-		}
+			longest, merges, overShare := 0, 0, 0
+			commitRange := func(f worker.Filter, h worker.PartitionStore, from, to, every int) {
+				for i := from; i < to; i += every {
+					in.feed(f, i, i+every)
+					before := chainOf()
+					if err := h.Commit(ctx, worker.Checkpoint{InputOffset: int64(i + every), Params: params, Snapshot: f.Snapshot(), Owner: "t"}); err != nil {
+						t.Fatal(err)
+					}
+					after := chainOf()
+					longest = max(longest, len(after.Log))
+					if float64(after.LogBytes()) > tc.share*float64(after.Bytes) {
+						overShare++
+					}
+					if len(after.Log) > 0 && len(after.Log) < len(before.Log) {
+						merges++
+					}
+				}
+			}
+			// A dense base (segments are measured against its stored size), then
+			// 99 segments.
+			commitRange(f, h, 0, 100_000, 100_000)
+			if l := f.Stats().Layout; l != tc.name {
+				t.Fatalf("layout %q, want %q", l, tc.name)
+			}
+			commitRange(f, h, 100_000, 104_950, 50)
+			if merges < tc.merges || longest > 1+99/mergeEvery+mergeEvery || overShare > 0 {
+				t.Fatalf("%d merges, longest chain %d segments, %d chains past the share", merges, longest, overShare)
+			}
+			want := encodeTables(t, f)
+			st2 := fingerprintState(t, dir)
+			h2 := st2.Partition(tIn, 0)
+			r, err := h2.Restore(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEncoding(t, "restored from a merged chain", encodeTables(t, r.Filter), want)
+			if err := h2.Claim(ctx, "t2"); err != nil {
+				t.Fatal(err)
+			}
+			commitRange(r.Filter, h2, 104_950, 109_900, 50)
+			want = encodeTables(t, r.Filter)
+			r3, err := fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameEncoding(t, "restored after merges in a second process", encodeTables(t, r3.Filter), want)
+			t.Logf("%d merges, longest chain %d segments, last chain %d segments", merges, longest, len(chainOf().Log))
+		})
 	}
-	// A dense base (segments are measured against its stored size), then
-	// 99 segments.
-	commitRange(f, h, 0, 100_000, 100_000)
-	commitRange(f, h, 100_000, 104_950, 50)
-	if merges < 5 || longest > 1+99/mergeEvery+mergeEvery {
-		t.Fatalf("%d merges, longest chain %d segments", merges, longest)
-	}
-	want := encodeTables(t, f)
-	st2 := fingerprintState(t, dir)
-	h2 := st2.Partition(tIn, 0)
-	r, err := h2.Restore(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameEncoding(t, "restored from a merged chain", encodeTables(t, r.Filter), want)
-	if err := h2.Claim(ctx, "t2"); err != nil {
-		t.Fatal(err)
-	}
-	commitRange(r.Filter, h2, 104_950, 109_900, 50)
-	want = encodeTables(t, r.Filter)
-	r3, err := fingerprintState(t, dir).Partition(tIn, 0).Restore(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameEncoding(t, "restored after merges in a second process", encodeTables(t, r3.Filter), want)
-	t.Logf("%d merges, longest chain %d segments, last chain %d segments", merges, longest, len(chainOf().Log))
 }
 
 // TestFingerprintStatsAges: the status page's age histogram of the
