@@ -65,6 +65,25 @@ func (c *ssChunk) blockStart(b uint64) uint64 {
 	return uint64(c.idx[b])
 }
 
+// makeIndex allocates the block index for the chunk's n entries: 16-bit
+// positions, or 32-bit past 2^16 bits of code.
+func (c *ssChunk) makeIndex() {
+	if c.n+ssChunkQ > 1<<16 {
+		c.wide = make([]uint32, ssChunkQ/ssBlockQ)
+	} else {
+		c.idx = make([]uint16, ssChunkQ/ssBlockQ)
+	}
+}
+
+// setBlockStart records where block b's quotients begin in high.
+func (c *ssChunk) setBlockStart(b, pos uint64) {
+	if c.wide != nil {
+		c.wide[b] = uint32(pos)
+	} else {
+		c.idx[b] = uint16(pos)
+	}
+}
+
 // bucket is where quotient j of the chunk begins in high, and the index of
 // its first entry.
 func (c *ssChunk) bucket(j uint64) (pos, e uint64) {
@@ -92,25 +111,14 @@ func buildChunk(ents []uint64, s uint) *ssChunk {
 		c.low = make([]uint64, (n*uint64(s)+63)/64)
 	}
 	nb := uint64(ssChunkQ / ssBlockQ)
-	if hb > 1<<16 {
-		c.wide = make([]uint32, nb)
-	} else {
-		c.idx = make([]uint16, nb)
-	}
-	setIdx := func(b, v uint64) {
-		if c.wide != nil {
-			c.wide[b] = uint32(v)
-		} else {
-			c.idx[b] = uint16(v)
-		}
-	}
+	c.makeIndex()
 	b := uint64(0) // the next block whose start is not set
 	mask := uint64(1)<<s - 1
 	bw := bitWriter{ws: c.low}
 	for e, x := range ents {
 		j := x >> s
 		for ; b*ssBlockQ <= j; b++ {
-			setIdx(b, b*ssBlockQ+uint64(e))
+			c.setBlockStart(b, b*ssBlockQ+uint64(e))
 		}
 		p := j + uint64(e)
 		c.high[p>>6] |= 1 << (p & 63)
@@ -118,7 +126,7 @@ func buildChunk(ents []uint64, s uint) *ssChunk {
 	}
 	bw.flush()
 	for ; b < nb; b++ {
-		setIdx(b, b*ssBlockQ+n)
+		c.setBlockStart(b, b*ssBlockQ+n)
 	}
 	return c
 }

@@ -253,23 +253,14 @@ func (c *ssChunk) index(s uint) error {
 		return fmt.Errorf("bits past the entries")
 	}
 	nb := uint64(ssChunkQ / ssBlockQ)
-	if hb > 1<<16 {
-		c.wide = make([]uint32, nb)
-	} else {
-		c.idx = make([]uint16, nb)
-	}
+	c.makeIndex()
 	// Block b begins after the (b·ssBlockQ)-th zero of the code.
 	b, zeros := uint64(1), uint64(0)
 	for wi, w := range c.high {
 		z := ^w
 		nz := uint64(bits.OnesCount64(z))
 		for b < nb && b*ssBlockQ <= zeros+nz {
-			p := uint64(wi)<<6 | uint64(select64(z, uint(b*ssBlockQ-zeros-1))) + 1
-			if c.wide != nil {
-				c.wide[b] = uint32(p)
-			} else {
-				c.idx[b] = uint16(p)
-			}
+			c.setBlockStart(b, uint64(wi)<<6|uint64(select64(z, uint(b*ssBlockQ-zeros-1)))+1)
 			b++
 		}
 		zeros += nz

@@ -576,12 +576,13 @@ func (s *FingerprintShard) rotate(idx uint64) {
 	if tb := s.open(); tb != nil {
 		if s.backToPlan(tb, old) {
 			tb.closed, tb.j = true, nil
-		} else if tb.h != nil {
-			// Seal the generation that ended into the set, less the
-			// generations pushed out (all of them, the ended one too, on
-			// a jump of G or more).
+		} else {
+			// The generations pushed out leave, so that their tags are
+			// free (those before newest−G+1 went at earlier changes); on
+			// a jump of G or more, all of them.
+			all := idx >= g && idx-g >= tb.newest
 			var drop uint64
-			if idx >= g && idx-g >= tb.newest {
+			if all {
 				drop = 1<<(1<<tb.a) - 1
 			} else if idx >= g {
 				lo := tb.first
@@ -590,24 +591,16 @@ func (s *FingerprintShard) rotate(idx uint64) {
 				}
 				drop = tb.tagMask(lo, idx-g)
 			}
-			tb.h.seal(tb.tag(tb.newest), drop)
-			copy(tb.counts, tb.h.set.counts)
-			tb.newest = idx
-			if tb.j != nil {
-				tb.j.restart()
-			}
-		} else {
-			// Drop the generations pushed out, so that their tags are free
-			// (those before newest−G+1 went at earlier changes).
-			if idx >= g && idx-g >= tb.newest {
+			switch {
+			case tb.h != nil:
+				// The generation that ended goes into the set (unless it
+				// left too), less the generations that left.
+				tb.h.seal(tb.tag(tb.newest), drop)
+				copy(tb.counts, tb.h.set.counts)
+			case all:
 				tb.q.clear()
 				clear(tb.counts)
-			} else if idx >= g {
-				lo := tb.first
-				if tb.newest+1 > g {
-					lo = max(lo, tb.newest+1-g)
-				}
-				drop := tb.tagMask(lo, idx-g)
+			case drop != 0:
 				tb.q.drop(drop)
 				for t := range tb.counts {
 					if drop>>t&1 != 0 {
