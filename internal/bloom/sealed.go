@@ -131,6 +131,33 @@ func buildChunk(ents []uint64, s uint) *ssChunk {
 	return c
 }
 
+// decodeKeep stores the chunk's entries j<<s | value, in order, without
+// those whose tag (the low a bits of the value) is in drop, into out (at
+// least c.n long) and returns how many it stored. No branch depends on an
+// entry's tag: the store is unconditional, the count moves by 0 or 1.
+func (c *ssChunk) decodeKeep(s, a uint, drop uint64, out []uint64) int {
+	out = out[:c.n]
+	ss, mask, tm := uint64(s), uint64(1)<<s-1, uint64(1)<<a-1
+	low, last := c.low, uint64(len(c.low)-1)
+	var e, bit uint64
+	ne := 0
+	for wi, w := range c.high {
+		for ; w != 0; w &= w - 1 {
+			p := uint64(wi)<<6 | uint64(bits.TrailingZeros64(w))
+			// The value's bits at bit: the word's from o on, then the next
+			// word's (the last word's again at the end, where the value
+			// ends within its word and the mask drops them).
+			k, o := bit>>6, bit&63
+			v := (low[k]>>o | low[min(k+1, last)]<<(64-o)) & mask
+			bit += ss
+			out[ne] = (p-e)<<ss | v
+			e++
+			ne += int(^(drop >> (v & tm)) & 1)
+		}
+	}
+	return ne
+}
+
 // bitWriter packs values of s < 64 bits one after the other into ws.
 type bitWriter struct {
 	ws  []uint64
@@ -258,17 +285,18 @@ func (s *sealedSet) tags(q, rem uint64) (tags uint64) {
 	return tags
 }
 
-// touch loads the index entry of q's block and the words of high and low
-// where the chunk's average density puts q's bucket, so that the cache
-// misses of a batch overlap; it returns what it read (kept by the caller
-// so that the loads are not optimised away).
+// touch loads the index entry of q's block, the word of high where the
+// block starts (a bucket is found by a scan from there) and the words of
+// high and low where the chunk's average density puts q's bucket, so that
+// the cache misses of a batch overlap; it returns what it read (kept by
+// the caller so that the loads are not optimised away).
 func (s *sealedSet) touch(q uint64) uint64 {
 	c := s.chunks[q/ssChunkQ]
 	j := q % ssChunkQ
 	start := c.blockStart(j / ssBlockQ)
 	hb := c.n + ssChunkQ
 	p := min(start+(j%ssBlockQ)*hb/ssChunkQ, hb-1)
-	x := c.high[p>>6]
+	x := c.high[start>>6] ^ c.high[p>>6] // the scan starts at the block's start
 	if c.n > 0 {
 		e := min(p-min(p, j), c.n-1)
 		x ^= c.low[e*uint64(s.s)>>6]
@@ -285,38 +313,33 @@ func (s *sealedSet) mergeChunk(ci uint64, drop uint64, adds []uint64, buf []uint
 	if len(adds) == 0 && (old.n == 0 || drop == 0) {
 		return old, 0, buf
 	}
-	buf = buf[:0]
-	i, dups := 0, 0
-	ss := s.s
-	tm := uint64(1)<<s.a - 1
-	br := bitReader{ws: old.low}
-	var e uint64
-	for wi, w := range old.high {
-		for ; w != 0; w &= w - 1 {
-			p := uint64(wi)<<6 | uint64(bits.TrailingZeros64(w))
-			v := br.get(ss)
-			j := p - e
-			e++
-			if drop>>(v&tm)&1 != 0 {
-				continue
-			}
-			x := j<<ss | v
-			for i < len(adds) && adds[i] <= x {
-				if adds[i] == x {
-					dups++
-				} else {
-					buf = append(buf, adds[i])
-				}
+	n := int(old.n)
+	buf = slices.Grow(buf[:0], 2*n+len(adds))[:2*n+len(adds)]
+	olds := buf[:old.decodeKeep(s.s, s.a, drop, buf[:n])]
+	out, dups := olds, 0
+	if len(adds) > 0 {
+		out = buf[n:n]
+		i, k := 0, 0
+		for i < len(olds) && k < len(adds) {
+			switch o, a := olds[i], adds[k]; {
+			case a < o:
+				out = append(out, a)
+				k++
+			case a > o:
+				out = append(out, o)
 				i++
+			default: // already held: one entry
+				out = append(out, o)
+				i, k, dups = i+1, k+1, dups+1
 			}
-			buf = append(buf, x)
 		}
+		out = append(out, olds[i:]...)
+		out = append(out, adds[k:]...)
 	}
-	buf = append(buf, adds[i:]...)
-	if len(buf) == 0 {
+	if len(out) == 0 {
 		return ssEmptyChunk, 0, buf
 	}
-	return buildChunk(buf, ss), len(adds) - dups, buf
+	return buildChunk(out, s.s), len(adds) - dups, buf
 }
 
 // liveMap relates a hybrid's live table to its set: a key's set quotient
