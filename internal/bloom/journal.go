@@ -140,8 +140,9 @@ func (s *Shard) EnableJournal(share float64, maxEntries int) {
 
 // journalPlan is how a shard sizes the journals of its generations.
 type journalPlan struct {
-	share      float64
-	maxEntries int
+	share       float64
+	sealedShare float64 // for a fingerprint table laid out sealed
+	maxEntries  int
 }
 
 func (g *Generation) startJournal(p *journalPlan) {

@@ -707,7 +707,13 @@ func (s *FingerprintShard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []boo
 // of the table's size and maxEntries, so that a checkpoint can store a log
 // segment instead of the table.
 func (s *FingerprintShard) EnableJournal(share float64, maxEntries int) {
-	s.journal = &journalPlan{share: share, maxEntries: maxEntries}
+	s.EnableJournalShares(share, share, maxEntries)
+}
+
+// EnableJournalShares is EnableJournal with a share for tagged tables and
+// one for sealed ones (whose logs cost more to replay per byte of base).
+func (s *FingerprintShard) EnableJournalShares(tagged, sealed float64, maxEntries int) {
+	s.journal = &journalPlan{share: tagged, sealedShare: sealed, maxEntries: maxEntries}
 	if tb := s.open(); tb != nil && tb.j == nil {
 		tb.startJournal(s.journal)
 	}
@@ -718,7 +724,11 @@ func (tb *Table) startJournal(p *journalPlan) {
 		return
 	}
 	tb.jplan = p
-	tb.j = &tableJournal{limit: journalLimit(tb.planBytes(), p.share, p.maxEntries, tableLogEntrySize)}
+	share := p.share
+	if tb.h != nil {
+		share = p.sealedShare
+	}
+	tb.j = &tableJournal{limit: journalLimit(tb.planBytes(), share, p.maxEntries, tableLogEntrySize)}
 }
 
 // packable reports whether an entry and its home slot fit the 64 bits of

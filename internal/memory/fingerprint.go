@@ -164,7 +164,7 @@ func tablesOf(sn *bloom.FingerprintSnapshot, ex *exactSnapshot) (gens []checkpoi
 		cg := checkpoint.Generation{
 			ID: t.Serial, Sealed: t.Sealed, Start: st.Start, End: st.End,
 			Inserts: st.Adds, EstKeys: st.Live, Fill: st.Load, EstFPR: st.EstFPR, Stacks: st.Level,
-			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: checkpoint.TableLogShare, Source: t,
+			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: checkpoint.TableShare(st.SealedSet), Source: t,
 		}
 		if ex != nil {
 			for _, sp := range st.GenerationSpans() {
@@ -233,7 +233,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 		return nil, err
 	}
 	// The open table's next log continues the chain it was read from.
-	fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
+	fp.EnableJournalShares(checkpoint.TableLogShare, checkpoint.SealedTableLogShare, checkpoint.MaxLogEntries)
 	for i, tb := range tables {
 		tb.SetJournalMark(m.Generations[i].Tail(), len(m.Generations[i].Log))
 	}

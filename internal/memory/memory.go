@@ -193,7 +193,7 @@ func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
-		fp.EnableJournal(checkpoint.TableLogShare, checkpoint.MaxLogEntries)
+		fp.EnableJournalShares(checkpoint.TableLogShare, checkpoint.SealedTableLogShare, checkpoint.MaxLogEntries)
 		f.fp = fp
 	} else {
 		sh, err := bloom.NewShard(bloom.Config(p))
