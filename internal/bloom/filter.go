@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 )
 
 const (
@@ -47,8 +48,6 @@ type Filter struct {
 	pageEpoch []uint32
 	refs      atomic.Int32 // outstanding snapshots holding these pages
 	lazy      int          // slabs whose pages are still zeroPage
-
-	sink uint64 // keeps the loads of touch
 }
 
 // NewFilter returns a filter sized so that its computed false-positive rate
@@ -291,16 +290,13 @@ func (f *Filter) TestAndAddBatch(hs []Hash, seen []bool) {
 	}
 }
 
-// touch loads one word of the block of each of hs. The loads do not depend
-// on each other, so the CPU issues them all before the first completes; a
-// later TestAndAdd then finds its block in cache.
+// touch prefetches the block of each of hs, so that their cache misses
+// overlap and a later TestAndAdd finds its block in cache.
 func (f *Filter) touch(hs []Hash) {
-	var x uint64
 	for _, h := range hs {
 		pi, off := f.block(h)
-		x ^= f.pages[pi][off]
+		prefetch(unsafe.Pointer(&f.pages[pi][off]))
 	}
-	f.sink = x
 }
 
 // Test reports whether h was (probably) added.

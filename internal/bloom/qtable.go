@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync/atomic"
+	"unsafe"
 )
 
 // A qtable is a quotient filter (Bender et al. 2012) with the rank-and-select
@@ -59,7 +60,6 @@ type qtable struct {
 	entsEpoch []uint32
 	refs      atomic.Int32
 	buf       []uint64 // retain's scratch
-	sink      uint64   // keeps the loads of touch
 }
 
 const (
@@ -776,16 +776,15 @@ func (v *qtableView) release() {
 	}
 }
 
-// touch loads the metadata and the home entry of each hash, so that the
-// cache misses of a batch overlap (see Filter.touch).
+// touch prefetches the metadata and the home entry of each hash, so that
+// the cache misses of a batch overlap (see Filter.touch).
 func (t *qtable) touch(hs []Hash) {
-	var x uint64
 	for _, h := range hs {
 		q := t.quotient(h.H1)
 		pg, bit := t.entAt(q)
-		x ^= t.meta[q>>6>>qMetaShift][q>>6&(1<<qMetaShift-1)*2] ^ pg[bit>>6]
+		prefetch(unsafe.Pointer(&t.meta[q>>6>>qMetaShift][q>>6&(1<<qMetaShift-1)*2]))
+		prefetch(unsafe.Pointer(&pg[bit>>6]))
 	}
-	t.sink = x
 }
 
 // select64 is the position of the k-th (0-based) set bit of x, which has

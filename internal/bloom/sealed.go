@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // A sealed set: the sealed generations of a fingerprint table, kept as one
@@ -285,23 +286,40 @@ func (s *sealedSet) tags(q, rem uint64) (tags uint64) {
 	return tags
 }
 
-// touch loads the index entry of q's block, the word of high where the
-// block starts (a bucket is found by a scan from there) and the words of
-// high and low where the chunk's average density puts q's bucket, so that
-// the cache misses of a batch overlap; it returns what it read (kept by
-// the caller so that the loads are not optimised away).
-func (s *sealedSet) touch(q uint64) uint64 {
-	c := s.chunks[q/ssChunkQ]
-	j := q % ssChunkQ
-	start := c.blockStart(j / ssBlockQ)
-	hb := c.n + ssChunkQ
-	p := min(start+(j%ssBlockQ)*hb/ssChunkQ, hb-1)
-	x := c.high[start>>6] ^ c.high[p>>6] // the scan starts at the block's start
-	if c.n > 0 {
-		e := min(p-min(p, j), c.n-1)
-		x ^= c.low[e*uint64(s.s)>>6]
+// touch prefetches what the lookups of hs read in the set, in two passes
+// over up to batchChunk keys at a time: the index entries of their blocks
+// first, then, with those read (their lines fetched together), the word
+// of high where each block's scan starts and the words of high and low
+// where the chunk's average density puts the bucket.
+func (s *sealedSet) touch(hs []Hash) {
+	var qs [batchChunk]uint64
+	for len(hs) > 0 {
+		b := hs[:min(len(hs), batchChunk)]
+		hs = hs[len(b):]
+		for i, k := range b {
+			q := s.quotient(k.H1)
+			qs[i] = q
+			c := s.chunks[q/ssChunkQ]
+			if bl := q % ssChunkQ / ssBlockQ; c.wide != nil {
+				prefetch(unsafe.Pointer(&c.wide[bl]))
+			} else {
+				prefetch(unsafe.Pointer(&c.idx[bl]))
+			}
+		}
+		for _, q := range qs[:len(b)] {
+			c := s.chunks[q/ssChunkQ]
+			j := q % ssChunkQ
+			start := c.blockStart(j / ssBlockQ)
+			hb := c.n + ssChunkQ
+			p := min(start+(j%ssBlockQ)*hb/ssChunkQ, hb-1)
+			prefetch(unsafe.Pointer(&c.high[start>>6])) // the scan starts at the block's start
+			prefetch(unsafe.Pointer(&c.high[p>>6]))
+			if c.n > 0 {
+				e := min(p-min(p, j), c.n-1)
+				prefetch(unsafe.Pointer(&c.low[e*uint64(s.s)>>6]))
+			}
+		}
 	}
-	return x
 }
 
 // mergeChunk builds chunk ci of a set like s from s's entries without the
@@ -385,7 +403,6 @@ type hybrid struct {
 
 	adds, buf []uint64 // seal's scratch
 	pend      []sealEntry
-	sink      uint64
 }
 
 // hybridSize is the sizing of a hybrid: the live table's home blocks, the
@@ -489,11 +506,7 @@ func (h *hybrid) testAndAdd(k Hash) (live bool, tags uint64, added bool) {
 // index and the words its bucket is likely in.
 func (h *hybrid) touch(hs []Hash) {
 	h.live.touch(hs)
-	x := h.sink
-	for _, k := range hs {
-		x ^= h.set.touch(h.set.quotient(k.H1))
-	}
-	h.sink = x
+	h.set.touch(hs)
 }
 
 // seal ends the live generation — or, with drop 0 and the same tag again,

@@ -525,7 +525,7 @@ func FuzzDecodeSealedSet(f *testing.F) {
 		for range 1000 {
 			q := rng.Uint64N(s.nq)
 			s.tags(q, rng.Uint64N(1<<s.r))
-			s.touch(q)
+			s.touch([]Hash{{H1: rng.Uint64(), H2: rng.Uint64()}})
 		}
 		for q := range min(s.nq, 2*ssChunkQ) {
 			s.tags(q, 0)
