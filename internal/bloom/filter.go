@@ -276,7 +276,7 @@ const batchChunk = 32
 // TestAndAddBatch calls TestAndAdd on each of hs in order and stores the
 // results in seen, which must be at least as long as hs. The result and
 // the filter's state are exactly those of the calls one by one; only the
-// memory accesses differ: the blocks of a chunk of keys are loaded before
+// memory accesses differ: the blocks of a chunk of keys are prefetched before
 // any of them is used, so that their cache misses overlap instead of
 // following each other.
 func (f *Filter) TestAndAddBatch(hs []Hash, seen []bool) {

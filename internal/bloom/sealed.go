@@ -501,7 +501,7 @@ func (h *hybrid) testAndAdd(k Hash) (live bool, tags uint64, added bool) {
 	return false, tags, h.live.insertRun(x, v, start, end, found)
 }
 
-// touch loads what the lookups of hs will read first, so that their cache
+// touch prefetches what the lookups of hs will read first, so that their cache
 // misses overlap: the live table's metadata and home entry, the set's
 // index and the words its bucket is likely in.
 func (h *hybrid) touch(hs []Hash) {

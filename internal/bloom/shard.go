@@ -158,7 +158,7 @@ func (s *Shard) TestAndAdd(h Hash, ts time.Time) (seen bool) {
 // TestAndAddBatch calls TestAndAdd(hs[i], ts[i]) for each i in order and
 // stores the results in seen; ts and seen must be at least as long as hs.
 // Results and state, rotation included, are exactly those of the calls one
-// by one; the blocks of a chunk of keys in every generation are loaded
+// by one; the blocks of a chunk of keys in every generation are prefetched
 // first so that their cache misses overlap (see Filter.TestAndAddBatch).
 func (s *Shard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []bool) {
 	ts, seen = ts[:len(hs)], seen[:len(hs)]

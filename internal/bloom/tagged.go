@@ -259,7 +259,7 @@ func (tb *Table) insert(h Hash, tag uint64) (logEntry uint64, ok bool) {
 	return posIndex(x)<<tb.q.s | rem<<tb.a | tag, tb.q.insert(x, rem<<tb.a|tag)
 }
 
-// touch loads what the lookups of hs will read first (see qtable.touch).
+// touch prefetches what the lookups of hs will read first (see qtable.touch).
 func (tb *Table) touch(hs []Hash) {
 	if tb.h != nil {
 		tb.h.touch(hs)
@@ -685,7 +685,7 @@ func (s *FingerprintShard) Test(h Hash) bool {
 // TestAndAddBatch calls TestAndAdd(hs[i], ts[i]) for each i in order and
 // stores the results in seen; ts and seen must be at least as long as hs.
 // Results and state are exactly those of the calls one by one; the
-// metadata and home entries of a chunk of keys in every table are loaded
+// metadata and home entries of a chunk of keys in every table are prefetched
 // first so that their cache misses overlap.
 func (s *FingerprintShard) TestAndAddBatch(hs []Hash, ts []time.Time, seen []bool) {
 	ts, seen = ts[:len(hs)], seen[:len(hs)]
