@@ -99,16 +99,7 @@ func TestFingerprintCheckpointsRestoreIdentical(t *testing.T) {
 			if fs := f.Stats(); (fs.OverflowStacks > 0) != tc.overflow || fs.Layout != tc.layout {
 				t.Fatalf("%d overflow tables, layout %q; want overflow %v, %q", fs.OverflowStacks, fs.Layout, tc.overflow, tc.layout)
 			}
-			cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cs.Close()
-			rep, err := checkpoint.Inspect(ctx, cs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := rep.Partitions[0]
+			p := inspectFirst(t, dir)
 			live := p.Generations[len(p.Generations)-1]
 			if p.Filter.Kind != checkpoint.FilterFingerprint || len(live.Log) == 0 || len(live.Ages) == 0 {
 				t.Fatalf("newest manifest: kind %q, open table with %d log segments and ages %v", p.Filter.Kind, len(live.Log), live.Ages)
@@ -272,16 +263,7 @@ func TestFingerprintLogMerges(t *testing.T) {
 			}
 			f, _ := st.NewFilter(params)
 			chainOf := func() checkpoint.GenerationRef {
-				cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer cs.Close()
-				rep, err := checkpoint.Inspect(ctx, cs)
-				if err != nil {
-					t.Fatal(err)
-				}
-				gs := rep.Partitions[0].Generations
+				gs := inspectFirst(t, dir).Generations
 				if len(gs) == 0 {
 					return checkpoint.GenerationRef{}
 				}

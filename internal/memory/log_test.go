@@ -123,16 +123,8 @@ func TestLogCheckpointsRestoreIdentical(t *testing.T) {
 	if f.Stats().OverflowStacks == 0 {
 		t.Fatal("no generation stacked")
 	}
-	cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
-	rep, err := checkpoint.Inspect(ctx, cs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	live := rep.Partitions[0].Generations[len(rep.Partitions[0].Generations)-1]
+	gs := inspectFirst(t, dir).Generations
+	live := gs[len(gs)-1]
 	logs, _ := filepath.Glob(filepath.Join(dir, "g", tIn, "0", "logs", "*"))
 	if len(live.Log) == 0 || len(logs) < 20 {
 		t.Fatalf("newest manifest's live generation has %d log segments, %d stored: want logs (change the test's sizes)", len(live.Log), len(logs))
@@ -209,6 +201,22 @@ func TestLogChainContinuesAfterRestore(t *testing.T) {
 	if err := h2.Commit(ctx, worker.Checkpoint{InputOffset: 40_800, Params: params, Snapshot: r.Filter.Snapshot(), Owner: "t2"}); err != nil {
 		t.Fatal(err)
 	}
+	gens := inspectFirst(t, dir).Generations
+	if n := len(gens[len(gens)-1].Log); n != 4 {
+		t.Errorf("live generation has %d log segments, want 4 (3 before the restore, 1 after)", n)
+	}
+	r2, err := realState(t, dir).Partition(tIn, 0).Restore(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameEncoding(t, "restored after a continued chain", encodeFilter(t, r2.Filter), encodeFilter(t, f))
+}
+
+// inspectFirst is what checkpoint.Inspect reports of the first partition
+// of the file store in dir.
+func inspectFirst(t *testing.T, dir string) checkpoint.PartitionReport {
+	t.Helper()
+	ctx := context.Background()
 	cs, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,13 +226,8 @@ func TestLogChainContinuesAfterRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gens := rep.Partitions[0].Generations
-	if n := len(gens[len(gens)-1].Log); n != 4 {
-		t.Errorf("live generation has %d log segments, want 4 (3 before the restore, 1 after)", n)
+	if len(rep.Partitions) == 0 {
+		t.Fatal("no partition in the checkpoint store")
 	}
-	r2, err := realState(t, dir).Partition(tIn, 0).Restore(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameEncoding(t, "restored after a continued chain", encodeFilter(t, r2.Filter), encodeFilter(t, f))
+	return rep.Partitions[0]
 }
