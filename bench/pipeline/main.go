@@ -1,7 +1,9 @@
 // Command pipeline measures bloomgate end to end against pass-through
 // pipes (kafka-go's and franz-go's), side by side in one run.
 //
-// It builds bloomgate, starts `bloomgate broker` as its own process, loads
+// It builds bloomgate, starts `bloomgate broker` as its own process (its
+// records in files of a temporary directory; -broker-store memory keeps
+// them in kfake's in-memory store instead), loads
 // the input topic once with `bloomgate loadgen` (order events, ~200-byte JSON
 // values, a known share of duplicates), then for every batch setting runs,
 // one after the other on the same input, a `bloomgate run` process and a
@@ -81,6 +83,7 @@ func main() {
 	flag.StringVar(&b.compare, "compare", "pipe", "bench: pipe (the kafka-go pipe against bloomgate), kgo (the franz-go pipe against bloomgate), pipes (both pipes and bloomgate), exact (bloomgate filter only against bloomgate --exact) or fingerprint (the ring filter against --filter fingerprint)")
 	flag.StringVar(&b.before, "before", "", "bench: also run this bloomgate binary (an earlier build) as system \"before\", with the same flags as bloomgate")
 	flag.IntVar(&b.capacity, "capacity", 0, "bench: bloomgate --capacity (default: -events)")
+	flag.StringVar(&b.brokerStore, "broker-store", "dir", "bench: where the broker keeps records: dir (files in a temporary directory, removed at the end) or memory (kfake's in-memory files, whose CPU per event varied 1.2-7 s per 1 M between passes)")
 	flag.StringVar(&b.pprof, "pprof", "", "bench: build bloomgate with -tags pprof and save a CPU profile of the steady state and a heap profile at the end of every bloomgate pass into this directory")
 	flag.StringVar(&p.brokers, "brokers", "", "pipe: bootstrap broker")
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
@@ -127,6 +130,9 @@ type benchConfig struct {
 	pprof      string // directory for pprof profiles of the bloomgate passes
 	before     string // an earlier bloomgate binary, run as system "before"
 	kgoLinger  time.Duration
+	// brokerStore is dir or memory: with dir the broker writes its
+	// records to files in a temporary directory.
+	brokerStore string
 }
 
 // systems are the processes compared per setting: the baselines first, the
@@ -245,6 +251,23 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		capacity = cfg.events
 	}
 	args := []string{"broker", "--listen", "127.0.0.1:0", "--topic", fmt.Sprintf("in:%d", cfg.partitions)}
+	switch cfg.brokerStore {
+	case "dir":
+		// kfake's in-memory store copies every produced batch into a
+		// growing Go slice: its CPU per event swung 1.2-7 s per 1 M
+		// between passes with the runtime's page faults and collections,
+		// and decided the comparisons; files (the page cache) cost a
+		// steady ~1.3 s (docs/benchmarks.md, "A steady broker").
+		dir, err := os.MkdirTemp("", "bloomgate-bench-broker-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		args = append(args, "--data-dir", dir)
+	case "memory":
+	default:
+		return fmt.Errorf("-broker-store %q: dir or memory", cfg.brokerStore)
+	}
 	for i := 0; i < passes; i++ {
 		args = append(args, "--topic", fmt.Sprintf("out-%d:%d", i, cfg.partitions))
 	}
@@ -329,7 +352,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 						j.commitTopic = group + "-repartition"
 					}
 					if cfg.perf != "" {
-						j.perfOut = filepath.Join(cfg.perf, fmt.Sprintf("bloomgate-%d-%s-%d-%s.perf", s.batchSize, s.batchTimeout, rep, cfg.mode))
+						j.perfOut = filepath.Join(cfg.perf, fmt.Sprintf("%s-%d-%s-%d-%s.perf", system, s.batchSize, s.batchTimeout, rep, cfg.mode))
 					}
 					if cfg.pprof != "" {
 						j.pprofOut = filepath.Join(cfg.pprof, fmt.Sprintf("%s-%d-%s-%d-%s", system, s.batchSize, s.batchTimeout, rep, cfg.mode))
@@ -618,7 +641,7 @@ func writeTable(w io.Writer, cfg benchConfig, systems []string, valueBytes float
 	}
 	if len(systems) > 2 {
 		writeLongTable(w, systems, order, by)
-		fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+		fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s; records kept in: %s\n", brokerCPU, cfg.brokerStore)
 		return
 	}
 	a, b := systems[0], systems[1]
@@ -646,7 +669,7 @@ func writeTable(w io.Writer, cfg benchConfig, systems []string, valueBytes float
 				anonB/anonA, hwmB/hwmA, median(q, func(r result) float64 { return float64(r.exactBytes) })/(1<<20))
 		}
 	}
-	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s\n", brokerCPU)
+	fmt.Fprintf(w, "\nbroker process CPU over the whole run (loading included): %.1f s; records kept in: %s\n", brokerCPU, cfg.brokerStore)
 }
 
 // writeLongTable has a row per setting and system, each against the first
