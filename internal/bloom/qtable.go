@@ -787,10 +787,11 @@ func (t *qtable) touch(hs []Hash) {
 	}
 }
 
-// select64 is the position of the k-th (0-based) set bit of x, which has
-// more than k set bits: per-byte counts summed by a multiplication find
-// the byte, a table the bit in it.
-func select64(x uint64, k uint) uint {
+// selectPortable is the position of the k-th (0-based) set bit of x,
+// which has more than k set bits: per-byte counts summed by a
+// multiplication find the byte, a table the bit in it. select64 is this,
+// or PDEP where the CPU runs it fast (select_amd64.go).
+func selectPortable(x uint64, k uint) uint {
 	c := x - x>>1&0x5555555555555555
 	c = c&0x3333333333333333 + c>>2&0x3333333333333333
 	c = (c + c>>4) & 0x0f0f0f0f0f0f0f0f

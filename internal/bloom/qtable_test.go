@@ -217,6 +217,9 @@ func TestSelect64(t *testing.T) {
 			if got := select64(x, uint(k)); got != p {
 				t.Fatalf("select64(%#x, %d) = %d, want %d", x, k, got, p)
 			}
+			if got := selectPortable(x, uint(k)); got != p {
+				t.Fatalf("selectPortable(%#x, %d) = %d, want %d", x, k, got, p)
+			}
 		}
 	}
 }
