@@ -9,13 +9,10 @@ package bloom
 var fastPDEP = detectFastPDEP()
 
 func detectFastPDEP() bool {
-	maxID, b, c, d := cpuid(0, 0)
-	if maxID < 7 {
+	if !hasBMI2() {
 		return false
 	}
-	if _, ebx7, _, _ := cpuid(7, 0); ebx7&(1<<8) == 0 {
-		return false // no BMI2
-	}
+	_, b, c, d := cpuid(0, 0)
 	switch {
 	case b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e: // GenuineIntel
 		return true
@@ -28,6 +25,15 @@ func detectFastPDEP() bool {
 		return family >= 0x19
 	}
 	return false
+}
+
+// hasBMI2: CPUID leaf 7 lists BMI2 (PDEP among it).
+func hasBMI2() bool {
+	if maxID, _, _, _ := cpuid(0, 0); maxID < 7 {
+		return false
+	}
+	_, ebx, _, _ := cpuid(7, 0)
+	return ebx&(1<<8) != 0
 }
 
 // cpuid executes CPUID with EAX = leaf and ECX = sub.

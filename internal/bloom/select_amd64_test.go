@@ -9,7 +9,7 @@ import (
 // TestSelectPDEP checks the PDEP select against the portable one wherever
 // the CPU has BMI2, fast or not (select64 uses it only where it is fast).
 func TestSelectPDEP(t *testing.T) {
-	if _, ebx7, _, _ := cpuid(7, 0); ebx7&(1<<8) == 0 {
+	if !hasBMI2() {
 		t.Skip("this CPU has no BMI2 (PDEP): select64 is the portable code here")
 	}
 	t.Logf("PDEP used by select64 on this CPU: %v", fastPDEP)
