@@ -247,9 +247,6 @@ type filter struct {
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
 	clamped  uint64 // records filed earlier than their timestamp
 
-	hs []bloom.Hash // TestAndAddBatch scratch
-	ts []time.Time
-
 	x *exactState // exact mode; nil: filter only
 
 	// from is where the keys of generations opened since the last
@@ -274,20 +271,36 @@ func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
 
 func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 	f.inserts += uint64(len(keys))
-	f.hs, f.ts = f.hs[:0], f.ts[:0]
+	sc := batchScratches.Get().(*batchScratch)
+	defer batchScratches.Put(sc)
+	hs, fts := sc.hs[:0], sc.ts[:0]
 	for i, k := range keys {
-		f.hs = append(f.hs, f.seed.Hash(k))
-		f.ts = append(f.ts, f.file(ts[i]))
+		hs = append(hs, f.seed.Hash(k))
+		fts = append(fts, f.file(ts[i]))
 	}
+	sc.hs, sc.ts = hs, fts
 	switch {
 	case f.x != nil:
-		f.exactBatch(f.hs, f.ts, seen)
+		f.exactBatch(hs, fts, seen)
 	case f.fp != nil:
-		f.fp.TestAndAddBatch(f.hs, f.ts, seen)
+		f.fp.TestAndAddBatch(hs, fts, seen)
 	default:
-		f.s.TestAndAddBatch(f.hs, f.ts, seen)
+		f.s.TestAndAddBatch(hs, fts, seen)
 	}
 }
+
+// batchScratch holds a TestAndAddBatch call's hashes and filed times.
+// The scratch is shared by all partitions through a pool instead of kept
+// per partition: only partitions testing a batch at that moment (about
+// one per CPU) hold one, where per partition every assigned partition
+// kept ~40 bytes per record of its largest batch (at 64 partitions 8 MB;
+// docs/benchmarks.md, "Buffers per partition").
+type batchScratch struct {
+	hs []bloom.Hash
+	ts []time.Time
+}
+
+var batchScratches = sync.Pool{New: func() any { return new(batchScratch) }}
 
 // file returns the event time a record with timestamp ts is filed under:
 // ts, or at most maxJump past the newest time filed so far.

@@ -42,13 +42,12 @@ func (t *tally) drop(reason string) {
 func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
 	w := pp.w
 	pp.rb.reset(pp.p, pp.writtenProvenance())
-	clear(pp.plan)
-	pp.plan = pp.plan[:0]
 	var t tally
 	// A stalled partition processes nothing from its unwritable record on.
 	pp.cutAtStall(&b)
 	batch := b.msgs
 	pp.filterAhead(batch)
+	defer pp.releaseAhead() // (done earlier below; this covers the early returns)
 	if err := pp.filterErr(); err != nil {
 		return 0, err
 	}
@@ -116,6 +115,9 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 		next = m.Offset + 1
 	}
 
+	// The lookahead goes back before the writes: they wait for
+	// acknowledgements.
+	pp.releaseAhead()
 	if err := pp.filterErr(); err != nil { // records tested one by one
 		pp.rb = recordBuilder{}
 		return 0, err
@@ -188,17 +190,17 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 	recs := pp.rb.recs
 	start := 0
 	for i := 0; i <= len(recs); i++ {
-		if i < len(recs) && !pp.plan[i].alone {
+		if i < len(recs) && !recs[i].alone {
 			continue
 		}
 		if i > start {
-			if err := pp.writeRun(ctx, recs[start:i], pp.plan[start:i]); err != nil {
+			if err := pp.writeRun(ctx, recs[start:i]); err != nil {
 				return err
 			}
 		}
 		if i < len(recs) {
 			m := pp.rb.message(i)
-			if err := pp.writeOne(ctx, t, &m, pp.plan[i]); err != nil {
+			if err := pp.writeOne(ctx, t, &m, &recs[i]); err != nil {
 				return err
 			}
 		}
@@ -210,12 +212,12 @@ func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
 // writeRun writes records in one write. A write refused for what it holds
 // marks its records' input offsets to be written one record per request
 // after the recovery that follows.
-func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord, plan []planned) error {
+func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord) error {
 	w := pp.w
 	// A write is never cancelled by a revoke: a cancelled request may
 	// still land. WriteTimeout bounds it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-	err := w.out.write(wctx, pp.p, recs)
+	err := w.out.write(wctx, pp.p, recs, pp.rb.arena)
 	cancel()
 	if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
 		err = errors.New("acknowledgement lost (test)")
@@ -227,8 +229,8 @@ func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord, plan []
 	var we kafka.WriteErrors
 	if errors.As(err, &we) {
 		for i, e := range we {
-			if e != nil && i < len(plan) && refusalReason(e) != "" {
-				pp.isolateOffset(plan[i].in.Offset)
+			if e != nil && i < len(recs) && refusalReason(e) != "" {
+				pp.isolateOffset(recs[i].input().Offset)
 			}
 		}
 	}
@@ -249,20 +251,22 @@ func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord, plan []
 
 // writeOne writes one record in a produce request of its own; one refused
 // for what it is is placed by --on-unwritable instead.
-func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Message, pl planned) error {
+func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Message, r *outRecord) error {
 	w := pp.w
 	err := w.writeAlone(ctx, pp.p, m)
 	if err == nil {
 		return nil
 	}
+	in := r.input()
 	why := refusalReason(err)
 	if why == "" {
 		pp.pm.writeFailures.Inc()
-		return fmt.Errorf("writing the record of input offset %d alone: %w", pl.in.Offset, err)
+		return fmt.Errorf("writing the record of input offset %d alone: %w", in.Offset, err)
 	}
-	t.unrouted(w.kindOf(m.Topic), pl.reason)
+	reason := string(r.errValue.of(pp.rb.arena))
+	t.unrouted(w.kindOf(m.Topic), reason)
 	size := recordSize(m)
-	if _, _, err := pp.settle(ctx, t, pl.in, m.Topic, pl.reason, why, err, size, w.limits.bound(m.Topic), true); err != nil {
+	if _, _, err := pp.settle(ctx, t, in, m.Topic, reason, why, err, size, w.limits.bound(m.Topic), true); err != nil {
 		var st *stallError
 		if errors.As(err, &st) {
 			// Records before it are written; the recovery that follows

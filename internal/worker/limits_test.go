@@ -130,7 +130,7 @@ func TestBoundFitsTheBroker(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			if err := o.write(ctx, 0, rb.recs); err != nil {
+			if err := o.writeAll(ctx, 0, &rb); err != nil {
 				t.Fatalf("one record of the bound (%d) for max.message.bytes %d: %v", bound, limit, err)
 			}
 			n := min(4*limit/50, 25_000)
@@ -144,7 +144,7 @@ func TestBoundFitsTheBroker(t *testing.T) {
 				many[i] = kafka.Message{Offset: int64(123456789 + i), Key: []byte(fmt.Sprint(i)), Value: []byte("v"), Time: ts}
 				rb.add(tOut, &many[i], "")
 			}
-			if err := o.write(ctx, 0, rb.recs); err != nil {
+			if err := o.writeAll(ctx, 0, &rb); err != nil {
 				t.Fatalf("%d small records in batches of at most %d bytes for max.message.bytes %d: %v", len(many), bound, limit, err)
 			}
 			if got, want := o.ackedOffset(tOut, 0), int64(1+len(many)); got != want {

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -24,15 +25,39 @@ type lookahead struct {
 // maxArenaRetained bounds the key bytes kept between batches.
 const maxArenaRetained = 1 << 20
 
+// lookaheads share the lookahead buffers between partitions: a partition
+// holds one from filterAhead to the end of its routing loop (releaseAhead),
+// not while its writes are acknowledged or while it waits for records, so
+// about one per CPU is in use where one per assigned partition was kept
+// (~100 bytes per record of the partition's largest batch; at 64
+// partitions 12 MB; docs/benchmarks.md, "Buffers per partition").
+var lookaheads = sync.Pool{New: func() any { return new(lookahead) }}
+
+// releaseAhead returns the partition's lookahead buffers to the pool;
+// lookup then extracts and tests record by record.
+func (pp *partitionProc) releaseAhead() {
+	la := pp.ahead
+	if la == nil {
+		return
+	}
+	pp.ahead = nil
+	la.n = 0
+	clear(la.errs) // the errors may hold records' bytes
+	if cap(la.arena) > maxArenaRetained {
+		la.arena = nil
+	}
+	lookaheads.Put(la)
+}
+
 // filterAhead extracts the keys of the records handle will process and
 // tests-and-adds them as one batch. It covers records up to the first one
 // whose key fails to extract under on-missing-key=fail: handle may stop
 // there, and nothing past a stop may reach the filter.
 func (pp *partitionProc) filterAhead(batch []*kafka.Message) {
-	w, la := pp.w, &pp.ahead
-	if cap(la.arena) > maxArenaRetained {
-		la.arena = nil
+	if pp.ahead == nil {
+		pp.ahead = lookaheads.Get().(*lookahead)
 	}
+	w, la := pp.w, pp.ahead
 	la.n, la.at, la.errs = 0, la.at[:0], la.errs[:0]
 	la.arena, la.keys, la.ts = la.arena[:0], la.keys[:0], la.ts[:0]
 	next := pp.next
@@ -68,7 +93,7 @@ func (pp *partitionProc) filterAhead(batch []*kafka.Message) {
 // record with a key, whether the filter had seen it. Records filterAhead
 // did not cover are extracted and tested here, one by one.
 func (pp *partitionProc) lookup(i int, m *kafka.Message) (seen bool, err error) {
-	if la := &pp.ahead; i < la.n {
+	if la := pp.ahead; la != nil && i < la.n {
 		if err := la.errs[i]; err != nil {
 			return false, err
 		}

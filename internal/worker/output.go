@@ -108,7 +108,7 @@ func (r *run) at(k int) int {
 // the broker's refusal (a *producer.Error) for those of a refused batch,
 // and errNotSent for those of the batches after a failed one (not sent,
 // to keep the order).
-func (o *output) write(ctx context.Context, p int, recs []outRecord) error {
+func (o *output) write(ctx context.Context, p int, recs []outRecord, arena []byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -126,7 +126,7 @@ func (o *output) write(ctx context.Context, p int, recs []outRecord) error {
 	runs := o.split(p, recs)
 	var errs kafka.WriteErrors
 	if len(runs) == 1 {
-		errs = o.writeRun(ctx, recs, src, runs[0], errs)
+		errs = o.writeRun(ctx, recs, arena, src, runs[0], errs)
 	} else {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func (o *output) write(ctx context.Context, p int, recs []outRecord) error {
 			go func() {
 				defer wg.Done()
 				var own kafka.WriteErrors
-				if own = o.writeRun(ctx, recs, src, r, nil); own != nil {
+				if own = o.writeRun(ctx, recs, arena, src, r, nil); own != nil {
 					mu.Lock()
 					if errs == nil {
 						errs = make(kafka.WriteErrors, len(recs))
@@ -187,9 +187,9 @@ var errNotSent = errors.New("not sent: an earlier batch of the partition failed"
 
 // writeRun sends r's records in batches bounded by the topic's limit, each
 // after the previous one is acknowledged; src is the
-// bloomgate-src-partition value. It returns nil, or errs (made if nil)
-// with the failed records' errors set.
-func (o *output) writeRun(ctx context.Context, recs []outRecord, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+// bloomgate-src-partition value and arena the records' builder's. It
+// returns nil, or errs (made if nil) with the failed records' errors set.
+func (o *output) writeRun(ctx context.Context, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
 	limit := o.limit(r.tp.topic)
@@ -223,15 +223,17 @@ func (o *output) writeRun(ctx context.Context, recs []outRecord, src []byte, r r
 	// varints (~5 %) made append regrow every run's buffer by a quarter
 	// ("Peak RSS at 4 M keys" in docs/benchmarks.md).
 	var est int64
-	var hb [4]kafka.Header
+	var off [20]byte
 	for k := 0; k < r.len() && est < limit; k++ {
 		rec := &recs[r.at(k)]
-		est += int64(producer.MaxRecordSize(rec.in, rec.headers(src, &hb)...))
+		hs, n := rec.headers(arena, src, &off)
+		est += int64(producer.MaxRecordSize(rec.in, hs[:n]...))
 	}
 	b.Grow(int(min(est, limit)))
 	for k := range r.len() {
 		rec := &recs[r.at(k)]
-		extra := rec.headers(src, &hb)
+		hs, n := rec.headers(arena, src, &off)
+		extra := hs[:n]
 		if b.Len() > 0 && b.SizeWith(rec.in, extra...) > limit {
 			if err := flush(k); err != nil {
 				return fail(err)
@@ -363,46 +365,76 @@ type recordBuilder struct {
 // outRecord is a record the worker writes to topic: the key, value, time
 // and headers of input record in, then the worker's headers
 // (bloomgate-src-partition, bloomgate-src-offset, the provenance header
-// if set, bloomgate-error if set). in and the values are valid while the
-// batch is handled.
+// if set, bloomgate-error if set). in and the builder's arena are valid
+// while the batch is handled. It also says how the record is written: 56
+// bytes per written record, where the record, its planned write and the
+// slices of its header values took 128 (docs/benchmarks.md, "Buffers per
+// partition").
 type outRecord struct {
-	in        *kafka.Message
-	topic     string
-	srcOffset []byte // the bloomgate-src-offset value
-	prov      []byte // the provenance header's value; nil: none
-	errValue  []byte // the bloomgate-error value; nil: none
+	in *kafka.Message
+	// orig is the input record the written one stands for where that is
+	// not in (a reference record); nil: in.
+	orig  *kafka.Message
+	topic string
+	// The provenance header's and the bloomgate-error header's values in
+	// the builder's arena; an empty span: no such header.
+	prov, errValue span
+	// alone: written by itself, one record per produce request.
+	alone bool
 }
 
-// headers fills dst with r's added headers, srcPartition being the
-// bloomgate-src-partition value, and returns them.
-func (r *outRecord) headers(srcPartition []byte, dst *[4]kafka.Header) []kafka.Header {
-	dst[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
-	dst[1] = kafka.Header{Key: HeaderSrcOffset, Value: r.srcOffset}
-	n := 2
-	if r.prov != nil {
-		dst[n] = kafka.Header{Key: HeaderProvenance, Value: r.prov}
+// span is a range of a recordBuilder's arena.
+type span struct{ off, n uint32 }
+
+func (s span) of(arena []byte) []byte { return arena[s.off : s.off+s.n : s.off+s.n] }
+
+// input is the input record r stands for.
+func (r *outRecord) input() *kafka.Message {
+	if r.orig != nil {
+		return r.orig
+	}
+	return r.in
+}
+
+// headers returns r's added headers (n of hs), srcPartition being the
+// bloomgate-src-partition value, arena its builder's and off where the
+// bloomgate-src-offset value is written. (Returned by value and with off
+// apart, the headers stay on the caller's stack: in a scratch struct
+// holding both, the offset's slice of it made it escape, one allocation
+// and write barriers per record.)
+func (r *outRecord) headers(arena, srcPartition []byte, off *[20]byte) (hs [4]kafka.Header, n int) {
+	hs[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
+	hs[1] = kafka.Header{Key: HeaderSrcOffset, Value: strconv.AppendInt(off[:0], r.in.Offset, 10)}
+	n = 2
+	if r.prov.n > 0 {
+		hs[n] = kafka.Header{Key: HeaderProvenance, Value: r.prov.of(arena)}
 		n++
 	}
-	if r.errValue != nil {
-		dst[n] = kafka.Header{Key: HeaderError, Value: r.errValue}
+	if r.errValue.n > 0 {
+		hs[n] = kafka.Header{Key: HeaderError, Value: r.errValue.of(arena)}
 		n++
 	}
-	return dst[:n]
+	return hs, n
 }
 
 // size is the size of a batch holding r alone (recordSize).
-func (r *outRecord) size(srcPartition []byte) int64 {
-	var hb [4]kafka.Header
-	return producer.AloneSize(r.in, r.headers(srcPartition, &hb)...)
+func (r *outRecord) size(arena, srcPartition []byte) int64 {
+	var off [20]byte
+	hs, n := r.headers(arena, srcPartition, &off)
+	return producer.AloneSize(r.in, hs[:n]...)
 }
 
 // message builds r as a message of its own (its topic, key, value, time and
-// all headers), for the paths that write one record at a time.
-func (r *outRecord) message(srcPartition []byte) kafka.Message {
-	var hb [4]kafka.Header
-	extra := r.headers(srcPartition, &hb)
-	hs := make([]kafka.Header, 0, len(r.in.Headers)+len(extra))
-	hs = append(append(hs, r.in.Headers...), extra...)
+// all headers, their values copied), for the paths that write one record
+// at a time.
+func (r *outRecord) message(arena, srcPartition []byte) kafka.Message {
+	var off [20]byte
+	extra, n := r.headers(arena, srcPartition, &off)
+	hs := make([]kafka.Header, 0, len(r.in.Headers)+n)
+	hs = append(hs, r.in.Headers...)
+	for _, h := range extra[:n] {
+		hs = append(hs, kafka.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
+	}
 	ts := r.in.Time
 	if ts.IsZero() {
 		ts = time.Unix(0, 0)
@@ -423,29 +455,27 @@ func (b *recordBuilder) reset(partition int, prov *provenance) {
 // add appends the record of input in addressed to topic, with the src
 // headers and, if reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
-	// The arena may grow; records keep their own slices of the old array,
-	// which stays alive and unchanged, so that is safe.
-	start := len(b.arena)
-	b.arena = strconv.AppendInt(b.arena, in.Offset, 10)
-	r := outRecord{in: in, topic: topic, srcOffset: b.arena[start:len(b.arena):len(b.arena)]}
+	r := outRecord{in: in, topic: topic}
 	if b.prov != nil {
-		start = len(b.arena)
+		start := len(b.arena)
 		b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
-		r.prov = b.arena[start:len(b.arena):len(b.arena)]
+		r.prov = span{uint32(start), uint32(len(b.arena) - start)}
 	}
 	if reason != "" {
-		start = len(b.arena)
+		start := len(b.arena)
 		b.arena = append(b.arena, reason...)
-		r.errValue = b.arena[start:len(b.arena):len(b.arena)]
+		r.errValue = span{uint32(start), uint32(len(b.arena) - start)}
 	}
 	b.recs = append(b.recs, r)
 }
 
 // size is the size of record i alone (recordSize).
-func (b *recordBuilder) size(i int) int64 { return b.recs[i].size(b.partitionValue) }
+func (b *recordBuilder) size(i int) int64 { return b.recs[i].size(b.arena, b.partitionValue) }
 
 // message builds record i as a message of its own.
-func (b *recordBuilder) message(i int) kafka.Message { return b.recs[i].message(b.partitionValue) }
+func (b *recordBuilder) message(i int) kafka.Message {
+	return b.recs[i].message(b.arena, b.partitionValue)
+}
 
 // writeRetryReasons label bloomgate_output_write_retries_total.
 var writeRetryReasons = []string{"not_leader", "unknown_partition", "leader_epoch", "no_leader"}

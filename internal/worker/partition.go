@@ -54,10 +54,9 @@ type partitionProc struct {
 	lsoLag       int64
 
 	rb             recordBuilder
-	plan           []planned     // how each record of rb is written
 	rbAlone        recordBuilder // records written alone, one at a time
 	keyBuf         []byte
-	ahead          lookahead
+	ahead          *lookahead // from filterAhead to the end of the routing loop; nil between
 	lastCheckpoint time.Time
 	// soon: the next periodic checkpoint is due this long after the last
 	// one instead of CheckpointInterval, while shorter (0: not at all).

@@ -12,13 +12,18 @@ import (
 	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
-func srcMsgs(p, n int) []outRecord {
-	var rb recordBuilder
+func srcMsgs(p, n int) *recordBuilder {
+	rb := new(recordBuilder)
 	rb.reset(p, nil)
 	for i := range n {
 		rb.add(tOut, &kafka.Message{Offset: int64(i), Value: []byte("v")}, "")
 	}
-	return rb.recs
+	return rb
+}
+
+// writeAll writes the records of rb.
+func (o *output) writeAll(ctx context.Context, p int, rb *recordBuilder) error {
+	return o.write(ctx, p, rb.recs, rb.arena)
 }
 
 // testOutput is the output of a worker writing to tOut (4 partitions) on
@@ -41,7 +46,7 @@ func TestOutputPendingAcknowledged(t *testing.T) {
 	o := testOutput(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if err := o.write(ctx, 1, srcMsgs(1, 50)); err != nil {
+	if err := o.writeAll(ctx, 1, srcMsgs(1, 50)); err != nil {
 		t.Fatalf("write: %v", err)
 	}
 	if !o.waitIdle(1, 10*time.Millisecond) {
@@ -66,7 +71,7 @@ func TestOutputPendingFailed(t *testing.T) {
 	o := testOutput(t, []string{addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := o.write(ctx, 0, srcMsgs(0, 10)); err == nil {
+	if err := o.writeAll(ctx, 0, srcMsgs(0, 10)); err == nil {
 		t.Fatal("write to a closed port succeeded")
 	}
 	if !o.waitIdle(0, 10*time.Millisecond) {
@@ -99,7 +104,7 @@ func TestOutputPendingInFlight(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		done <- o.write(ctx, 3, srcMsgs(3, 20))
+		done <- o.writeAll(ctx, 3, srcMsgs(3, 20))
 	}()
 	kafkaWait(t, func() bool {
 		o.pmu.Lock()

@@ -76,14 +76,6 @@ func refusalReason(err error) string {
 	return ""
 }
 
-// planned describes one record of the batch being built (aligned with
-// recordBuilder.recs).
-type planned struct {
-	in     *kafka.Message // the input record it stands for
-	reason string         // its bloomgate-error header, "" if none
-	alone  bool           // written by itself, one record per produce request
-}
-
 // offsetRange is a closed range of input offsets.
 type offsetRange struct{ lo, hi int64 }
 
@@ -126,7 +118,7 @@ func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *k
 		bound = w.limits.bound(topic)
 	}
 	if size <= bound {
-		pp.planLast(m, reason, size)
+		pp.planLast(m)
 		t.routed(w.kindOf(topic), reason)
 		return nil
 	}
@@ -140,10 +132,14 @@ func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *k
 	return nil
 }
 
-// planLast records how the record added last is written.
-func (pp *partitionProc) planLast(m *kafka.Message, reason string, _ int64) {
-	alone := pp.isolate.has(m.Offset)
-	pp.plan = append(pp.plan, planned{in: m, reason: reason, alone: alone})
+// planLast records how the record added last to the batch is written, m
+// being the input record it stands for.
+func (pp *partitionProc) planLast(m *kafka.Message) {
+	r := &pp.rb.recs[len(pp.rb.recs)-1]
+	if r.in != m {
+		r.orig = m
+	}
+	r.alone = pp.isolate.has(m.Offset)
 }
 
 // routed counts a record written where it belongs.
@@ -250,7 +246,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		return false, ReasonRecordTooLarge, nil, size, bound, nil
 	}
 	if !write {
-		pp.planLast(m, header, size)
+		pp.planLast(m)
 		return true, "", nil, size, bound, nil
 	}
 	rec := rb.message(last)
