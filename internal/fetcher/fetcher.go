@@ -25,9 +25,11 @@
 // twice returns the same records, which is what makes replay-based recovery
 // exact.
 //
-// Cost: one Fetch request per call, up to MaxBytes; keys and values are
-// copied into a few large arenas per fetch (no per-record allocation for
-// them); header values are allocated by kafka-go's decoder.
+// Cost: one Fetch request per call, up to MaxBytes. The record batches are
+// decoded here (raw.go), not by kafka-go: keys, values and header values
+// are slices of the fetched bytes (of a compressed batch's decompressed
+// bytes), no copy and no allocation per record besides header slices and
+// header keys. Each batch's CRC-32C is checked.
 package fetcher
 
 import (
@@ -220,7 +222,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if err != nil {
 		return Chunk{Next: start}, fmt.Errorf("fetching %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
 	}
-	res, ok := m.(*fetchapi.Response)
+	res, ok := m.(*Response)
 	if !ok {
 		return Chunk{Next: start}, fmt.Errorf("fetching %s/%d: unexpected response %T", p.cfg.Topic, p.cfg.Partition, m)
 	}
@@ -247,7 +249,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if p.cfg.Isolation == ReadUncommitted || c.LastStableOffset < 0 {
 		c.LastStableOffset = c.HighWatermark
 	}
-	copied, err := decode(&c, rp, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
+	complete, copied, err := decodeRaw(&c, rp.Records.B, rp.AbortedTransactions, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
 	if err != nil {
 		return Chunk{Next: start}, fmt.Errorf("decoding %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
 	}
@@ -256,7 +258,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	// record holds any more (compaction removed the tail of a batch; kafka-go
 	// does not expose the batch's last offset delta): step over it, one
 	// offset per fetch, never past an offset that might still hold a record.
-	if c.Next == start && rp.RecordSet.Records != nil && start < c.LastStableOffset {
+	if c.Next == start && complete && start < c.LastStableOffset {
 		c.Next = start + 1
 		c.Gaps = 1
 	}
@@ -267,7 +269,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	return c, nil
 }
 
-func findPartition(res *fetchapi.Response, topic string, partition int) *fetchapi.ResponsePartition {
+func findPartition(res *Response, topic string, partition int) *ResponsePartition {
 	for i := range res.Topics {
 		if res.Topics[i].Topic != topic {
 			continue
