@@ -17,9 +17,10 @@ import (
 // The fetcher decodes record batches itself. kafka-go's decoder (its
 // protocol.RecordSet) copies each batch into pooled pages, allocates a page
 // reference per key and per value and a header slice per record, after
-// which the fetcher copied keys and values once more into its arenas: ~700
-// bytes allocated per 223-byte event, 1.2 of the 2.2 GB a 64-partition run
-// allocated (docs/benchmarks.md, "Decoding record batches"). Here a
+// which the fetcher copied keys and values once more into its arenas: 1.2
+// of the 2.2 GB a 64-partition run had allocated, and a quarter of the
+// CPU per event at 8 partitions (docs/benchmarks.md, "Buffers per
+// partition, and record batches decoded in place"). Here a
 // partition's record set is read into one buffer as the broker sent it, and
 // the keys, values and header values of uncompressed batches are slices of
 // that buffer; a compressed batch is decompressed into one buffer of its
