@@ -253,11 +253,13 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if err != nil {
 		return Chunk{Next: start}, fmt.Errorf("decoding %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
 	}
-	// The broker returns batches from the one holding start on. If none of
-	// them has a record at or after start, start is an offset that no
-	// record holds any more (compaction removed the tail of a batch; kafka-go
-	// does not expose the batch's last offset delta): step over it, one
-	// offset per fetch, never past an offset that might still hold a record.
+	// The broker returns batches from the one holding start on, and the
+	// position moves past each batch's last offset (decodeRaw). Only
+	// message sets of magic 0 and 1 (decoded by kafka-go, which does not
+	// expose where a batch ends) can leave it at start although records
+	// were there: start is then an offset no record holds any more; step
+	// over it, one offset per fetch, never past an offset that might still
+	// hold a record.
 	if c.Next == start && complete && start < c.LastStableOffset {
 		c.Next = start + 1
 		c.Gaps = 1

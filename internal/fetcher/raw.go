@@ -96,7 +96,8 @@ const (
 	batchMagic       = 16 // int8
 	batchCRC         = 17 // uint32, CRC-32C of everything after it
 	batchAttributes  = 21 // int16
-	batchFirstTime   = 27 // int64 (after lastOffsetDelta int32)
+	batchLastDelta   = 23 // int32: the last offset of the batch - base, kept by compaction
+	batchFirstTime   = 27 // int64
 	batchProducerID  = 43 // int64 (after maxTimestamp int64)
 	batchRecordCount = 57 // int32 (after producerEpoch int16, baseSequence int32)
 	batchHeaderSize  = 61
@@ -134,6 +135,7 @@ func decodeRaw(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start
 		txns = newAbortedTxns(aborted)
 	}
 	d := rawDecoder{c: c, start: start, hint: hint.records}
+	size := len(b)
 	for len(b) > batchMagic {
 		n := batchPrefix + int(int32(binary.BigEndian.Uint32(b[batchLength:])))
 		if n < batchHeaderSize || n > len(b) {
@@ -145,6 +147,14 @@ func decodeRaw(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start
 		if err := d.batch(batch, txns); err != nil {
 			return complete, d.used, err
 		}
+	}
+	if !complete && size > 0 {
+		// Brokers return the first batch whole (KIP-74), whatever the
+		// size limit: this one would never get further.
+		return false, 0, fmt.Errorf("%w (%d bytes)", errPartialOnly, size)
+	}
+	if c.Next > start {
+		c.Gaps = int(c.Next-start) - len(c.Records) - c.Markers - c.Aborted
 	}
 	return complete, d.used, nil
 }
@@ -237,6 +247,13 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 			HighWaterMark: d.c.HighWatermark,
 		})
 	}
+	// Every offset up to the batch's last is examined, including those
+	// compaction removed from its tail: the position moves past them at
+	// once (kafka-go's decoder did not expose the last offset delta, and a
+	// removed tail cost one fetch per offset).
+	if end := base + int64(int32(binary.BigEndian.Uint32(b[batchLastDelta:]))) + 1; end > d.c.Next && end > d.start {
+		d.c.Next = end
+	}
 	return nil
 }
 
@@ -249,6 +266,9 @@ type rawRecord struct {
 }
 
 var errShortRecord = errors.New("record cut short or malformed")
+
+// errPartialOnly: a record set without one complete batch.
+var errPartialOnly = errors.New("the response holds only part of a record batch")
 
 // nextRecord decodes the record at the start of b and returns it and what
 // follows it.
