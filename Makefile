@@ -33,6 +33,7 @@ FUZZ_TARGETS := \
 	./internal/checkpoint:FuzzDecodeManifest \
 	./internal/config:FuzzConfigFile \
 	./internal/config:FuzzParseUnits \
+	./internal/fetcher:FuzzDecodeRaw \
 	./internal/exact:FuzzDecodeManifest \
 	./internal/exact:FuzzParseRun \
 	./internal/exact:FuzzValidName \

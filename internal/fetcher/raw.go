@@ -161,8 +161,17 @@ func decodeRaw(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start
 
 // decodeLegacy decodes b with kafka-go's decoder and the fetcher's earlier
 // path: message sets of magic 0 and 1 (old log segments) are rare enough
-// that their copies do not matter.
-func decodeLegacy(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start int64, committed bool, hint sizeHint) (bool, int, error) {
+// that their copies do not matter. kafka-go's decoder panics on some
+// malformed message sets (FuzzDecodeRaw found a negative slice bound in
+// its magic 1 reader); that is an error here, not a crash.
+func decodeLegacy(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start int64, committed bool, hint sizeHint) (complete bool, used int, err error) {
+	before := *c
+	defer func() {
+		if p := recover(); p != nil {
+			*c = before
+			complete, used, err = false, 0, fmt.Errorf("malformed message set of magic 0 or 1 (kafka-go's decoder: %v)", p)
+		}
+	}()
 	buf := make([]byte, 4, 4+len(b))
 	binary.BigEndian.PutUint32(buf, uint32(len(b)))
 	var rs protocol.RecordSet
@@ -170,7 +179,7 @@ func decodeLegacy(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, st
 		return false, 0, err
 	}
 	rp := &fetchapi.ResponsePartition{AbortedTransactions: aborted, RecordSet: rs}
-	used, err := decode(c, rp, start, committed, hint)
+	used, err = decode(c, rp, start, committed, hint)
 	return rs.Records != nil, used, err
 }
 
