@@ -98,12 +98,17 @@ const (
 	batchAttributes  = 21 // int16
 	batchLastDelta   = 23 // int32: the last offset of the batch - base, kept by compaction
 	batchFirstTime   = 27 // int64
-	batchProducerID  = 43 // int64 (after maxTimestamp int64)
+	batchMaxTime     = 35 // int64; the append time under LogAppendTime
+	batchProducerID  = 43 // int64
 	batchRecordCount = 57 // int32 (after producerEpoch int16, baseSequence int32)
 	batchHeaderSize  = 61
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// attrLogAppendTime is the batch attribute of the timestamp type
+// LogAppendTime.
+const attrLogAppendTime = 1 << 3
 
 // errLegacy marks a record set holding message sets of magic 0 or 1,
 // which kafka-go's decoder reads.
@@ -199,6 +204,13 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 	}
 	attrs := protocol.Attributes(binary.BigEndian.Uint16(b[batchAttributes:]))
 	first := int64(binary.BigEndian.Uint64(b[batchFirstTime:]))
+	// On a topic with message.timestamp.type=LogAppendTime the broker
+	// leaves the records' timestamps as the producer sent them and sets
+	// the batch's timestamp type and maximum timestamp (the append time),
+	// which is every record's timestamp, as the Java consumer reports it.
+	// (kafka-go's decoder read neither: bloomgate filed such records by
+	// the producers' clocks before.)
+	appendTime, logAppend := int64(binary.BigEndian.Uint64(b[batchMaxTime:])), attrs&attrLogAppendTime != 0
 	pid := int64(binary.BigEndian.Uint64(b[batchProducerID:]))
 	count := int(int32(binary.BigEndian.Uint32(b[batchRecordCount:])))
 	recs := b[batchHeaderSize:]
@@ -246,6 +258,9 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 			d.c.Records = make([]kafka.Message, 0, max(d.hint, 64))
 		}
 		ts := first + r.timeDelta
+		if logAppend {
+			ts = appendTime
+		}
 		d.used += len(r.key) + len(r.value)
 		d.c.Records = append(d.c.Records, kafka.Message{
 			Offset:        off,

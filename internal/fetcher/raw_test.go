@@ -31,6 +31,7 @@ type testBatch struct {
 	producerID      int64
 	records         []testRecord
 	tail            int64 // offsets compaction removed after the last record
+	appendTime      int64 // with the LogAppendTime attribute: the broker's time
 }
 
 func appendVarBytes(b, v []byte) []byte {
@@ -80,7 +81,14 @@ func (tb testBatch) encode(t testing.TB) []byte {
 	}
 	binary.BigEndian.PutUint32(b[23:], uint32(last))
 	binary.BigEndian.PutUint64(b[batchFirstTime:], uint64(tb.firstTime))
-	binary.BigEndian.PutUint64(b[35:], uint64(tb.firstTime))
+	maxTime := tb.firstTime
+	for _, r := range tb.records {
+		maxTime = max(maxTime, tb.firstTime+r.timeDelta)
+	}
+	if tb.appendTime != 0 {
+		maxTime = tb.appendTime
+	}
+	binary.BigEndian.PutUint64(b[batchMaxTime:], uint64(maxTime))
 	binary.BigEndian.PutUint64(b[batchProducerID:], uint64(tb.producerID))
 	binary.BigEndian.PutUint16(b[51:], 0)
 	binary.BigEndian.PutUint32(b[53:], 0)
@@ -319,4 +327,28 @@ func FuzzDecodeRaw(f *testing.F) {
 			t.Fatalf("position %d, last record %d, start %d, gaps %d", c.Next, prev, start, c.Gaps)
 		}
 	})
+}
+
+// TestDecodeRawLogAppendTime: a batch of a topic with
+// message.timestamp.type=LogAppendTime gives every record the broker's
+// append time (the batch's maximum timestamp), not the producer's; other
+// batches keep the records' own.
+func TestDecodeRawLogAppendTime(t *testing.T) {
+	recs := []testRecord{{offsetDelta: 0, timeDelta: 0, value: []byte("a")}, {offsetDelta: 1, timeDelta: 250, value: []byte("b")}}
+	const producerTime, appendTime = 1_700_000_000_000, 1_700_000_090_123
+	set := testBatch{base: 0, firstTime: producerTime, producerID: -1, records: recs,
+		attrs: attrLogAppendTime, appendTime: appendTime}.encode(t)
+	set = append(set, testBatch{base: 2, firstTime: producerTime, producerID: -1, records: recs[:1]}.encode(t)...)
+	c := Chunk{}
+	if _, _, err := decodeRaw(&c, set, nil, 0, true, sizeHint{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Records) != 3 {
+		t.Fatalf("%d records, want 3", len(c.Records))
+	}
+	for i, want := range []int64{appendTime, appendTime, producerTime} {
+		if got := c.Records[i].Time.UnixMilli(); got != want {
+			t.Fatalf("record %d: time %d, want %d", i, got, want)
+		}
+	}
 }
