@@ -110,10 +110,6 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // LogAppendTime.
 const attrLogAppendTime = 1 << 3
 
-// errLegacy marks a record set holding message sets of magic 0 or 1,
-// which kafka-go's decoder reads.
-var errLegacy = errors.New("record set of magic 0 or 1")
-
 // decodeRaw fills c from the record batches of b at offsets >= start, as
 // decode does from kafka-go's decoding. It reports whether any batch was
 // complete (kafka-go's RecordSet.Records != nil) and the bytes of keys and
