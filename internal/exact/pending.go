@@ -3,29 +3,19 @@ package exact
 import "slices"
 
 // pendingChunk is how many adds the small map of the newest adds holds
-// before they are sorted into the middle array; midChunk, how many that
-// array holds before it is merged into the rest.
-const (
-	pendingChunk = 2048
-	midChunk     = 4 * pendingChunk
-)
+// before they are sorted into the rest.
+const pendingChunk = 2048
 
 // pending holds the adds not yet written as runs: the newest ones in a
-// small map (at most pendingChunk), older ones in a sorted middle array (at
-// most midChunk), the oldest in one sorted array; the arrays hold no
-// duplicates of their own. Each full map is merged into the middle array,
-// each full middle array into the rest. Memory: 24 bytes per held add,
-// plus the small map (about 100 KiB) and the middle array (192 KiB); a
-// map of every held add cost 2–4 times that, and a process holds one per
-// partition. A lookup is one small-map probe and two binary searches; an
-// add, a small-map insert and its share of the merges: each held add is
-// moved about 2 + FlushKeys/(2·midChunk) times (a memmove), where merging
-// every map into one array moved it FlushKeys/(2·pendingChunk) times, 16
-// at the defaults, 12 % of exact mode's CPU (docs/benchmarks.md, "Buffers
-// per partition, and record batches decoded in place").
+// small map (at most pendingChunk), the older ones in one sorted array
+// without duplicates, into which each full map is merged. Memory: 24
+// bytes per held add, plus the small map (about 100 KiB); a map of every
+// held add cost 2–4 times that, and a process holds one per partition.
+// A lookup is one small-map probe and a binary search; an add, a
+// small-map insert and its share of the merges (each held add is moved
+// about FlushKeys/(2·pendingChunk) times, a memmove).
 type pending struct {
 	recent map[entry]struct{}
-	mid    []entry // ascending by cmpEntry, no duplicates
 	sorted []entry // ascending by cmpEntry, no duplicates
 	chunk  []entry // merge scratch: recent, sorted
 }
@@ -38,15 +28,12 @@ func newPending(capacity int) *pending {
 	}
 }
 
-// len counts the held adds (an add repeated in the map and the arrays
-// counts twice until they are merged).
-func (p *pending) len() int { return len(p.sorted) + len(p.mid) + len(p.recent) }
+// len counts the held adds (an add repeated in the map and the array
+// counts twice until the map is merged).
+func (p *pending) len() int { return len(p.sorted) + len(p.recent) }
 
 func (p *pending) has(k entry) bool {
 	if _, ok := p.recent[k]; ok {
-		return true
-	}
-	if _, found := slices.BinarySearchFunc(p.mid, k, cmpEntry); found {
 		return true
 	}
 	_, found := slices.BinarySearchFunc(p.sorted, k, cmpEntry)
@@ -60,29 +47,20 @@ func (p *pending) add(k entry) {
 	}
 }
 
-// merge moves the map's adds into the middle array, and that into the
-// rest once it is full.
+// merge moves the map's adds into the sorted array: sorted, then merged
+// from the back in place (the array grows by at most the map's size).
 func (p *pending) merge() {
-	if len(p.recent) > 0 {
-		c := p.chunk[:0]
-		for k := range p.recent {
-			c = append(c, k)
-		}
-		clear(p.recent)
-		slices.SortFunc(c, cmpEntry)
-		p.mid, p.chunk = mergeSorted(p.mid, c), c[:0]
+	if len(p.recent) == 0 {
+		return
 	}
-	if len(p.mid) >= midChunk {
-		p.sorted, p.mid = mergeSorted(p.sorted, p.mid), p.mid[:0]
+	c := p.chunk[:0]
+	for k := range p.recent {
+		c = append(c, k)
 	}
-}
-
-// mergeSorted merges c into s, both ascending without duplicates, from
-// the back in place (s grows by at most len(c)), keeping one of each entry
-// in both.
-func mergeSorted(s, c []entry) []entry {
-	n := len(s)
-	s = slices.Grow(s, len(c))[:n+len(c)]
+	clear(p.recent)
+	slices.SortFunc(c, cmpEntry)
+	n := len(p.sorted)
+	s := slices.Grow(p.sorted, len(c))[:n+len(c)]
 	i, j, w := n-1, len(c)-1, len(s)-1
 	for j >= 0 {
 		switch d := -1; {
@@ -110,21 +88,17 @@ func mergeSorted(s, c []entry) []entry {
 		copy(s[i+1:], s[w+1:])
 		s = s[:len(s)-gap]
 	}
-	return s
+	p.sorted, p.chunk = s, c[:0]
 }
 
 // drain returns every held add, sorted by generation and hash, without
 // duplicates; valid until reset.
 func (p *pending) drain() []entry {
 	p.merge()
-	if len(p.mid) > 0 {
-		p.sorted, p.mid = mergeSorted(p.sorted, p.mid), p.mid[:0]
-	}
 	return p.sorted
 }
 
 func (p *pending) reset() {
 	clear(p.recent)
-	p.mid = p.mid[:0]
 	p.sorted = p.sorted[:0]
 }

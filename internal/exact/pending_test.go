@@ -21,7 +21,7 @@ func TestPendingMatchesSet(t *testing.T) {
 		return entry{gen: uint64(rng.IntN(3) + 1), hi: rng.Uint64() % 5000, lo: rng.Uint64()}
 	}
 	for round := range 3 {
-		for i := range 3*midChunk + 117 { // through merges into both arrays
+		for i := range 3*pendingChunk + 117 {
 			k := key()
 			p.add(k)
 			set[k] = true
