@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -271,6 +273,52 @@ func TestDecodeRawLegacy(t *testing.T) {
 	}
 	if len(c.Records) != 2 || string(c.Records[0].Key) != "a" || string(c.Records[1].Value) != "2" || c.Records[1].Key != nil || c.Next != 2 {
 		t.Fatalf("magic 1: records %+v, next %d", c.Records, c.Next)
+	}
+}
+
+// TestDecodeRawMixedFormats: a record set that changes format (a log
+// written before and after a message format upgrade) is decoded up to the
+// change, in either order, and the position stops at the first entry of
+// the other format, which the next fetch starts with. kafka-go's decoder
+// never sees a v2 batch (it allocates by a batch's record count).
+func TestDecodeRawMixedFormats(t *testing.T) {
+	rs := protocol.RecordSet{Version: 1, Records: protocol.NewRecordReader(
+		protocol.Record{Offset: 0, Value: protocol.NewBytes([]byte("old0"))},
+		protocol.Record{Offset: 1, Value: protocol.NewBytes([]byte("old1"))},
+	)}
+	var buf bytes.Buffer
+	if _, err := rs.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	legacy := buf.Bytes()[4:]
+	v2 := testBatch{base: 2, firstTime: 1, producerID: -1, records: []testRecord{{value: []byte("new2")}, {offsetDelta: 1, value: []byte("new3")}}}.encode(t)
+	// A v2 batch claiming 2^31-1 records after the legacy set: decoding it
+	// with kafka-go would allocate ~150 GB.
+	huge := slices.Clone(v2)
+	binary.BigEndian.PutUint32(huge[batchRecordCount:], math.MaxInt32)
+	binary.BigEndian.PutUint32(huge[batchCRC:], crc32.Checksum(huge[batchAttributes:], castagnoli))
+	for _, tc := range []struct {
+		name string
+		set  []byte
+		want []string
+		next int64
+	}{
+		{"legacy then v2", slices.Concat(legacy, v2), []string{"old0", "old1"}, 2},
+		{"legacy then a v2 batch with a huge count", slices.Concat(legacy, huge), []string{"old0", "old1"}, 2},
+		{"v2 then legacy", slices.Concat(v2, legacy), []string{"new2", "new3"}, 4},
+	} {
+		c := Chunk{}
+		complete, _, err := decodeRaw(&c, tc.set, nil, 0, true, sizeHint{})
+		if err != nil || !complete {
+			t.Fatalf("%s: complete %v, err %v", tc.name, complete, err)
+		}
+		var got []string
+		for _, r := range c.Records {
+			got = append(got, string(r.Value))
+		}
+		if !slices.Equal(got, tc.want) || c.Next != tc.next {
+			t.Fatalf("%s: records %q, next %d; want %q, next %d", tc.name, got, c.Next, tc.want, tc.next)
+		}
 	}
 }
 
