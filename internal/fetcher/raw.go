@@ -236,19 +236,11 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 	count := int(int32(binary.BigEndian.Uint32(b[batchRecordCount:])))
 	recs := b[batchHeaderSize:]
 	if codec := attrs.Compression(); codec != 0 {
-		cd := codec.Codec()
-		if cd == nil {
-			return fmt.Errorf("record batch at offset %d: unsupported compression codec %d", base, codec)
-		}
-		r := cd.NewReader(bytes.NewReader(recs))
-		var out bytes.Buffer
-		out.Grow(4 * len(recs))
-		_, err := out.ReadFrom(r)
-		r.Close()
+		out, err := decompress(codec, recs)
 		if err != nil {
-			return fmt.Errorf("record batch at offset %d: decompressing (%s): %w", base, cd.Name(), err)
+			return fmt.Errorf("record batch at offset %d: decompressing (%s): %w", base, codec, err)
 		}
-		recs = out.Bytes()
+		recs = out
 	}
 	var skipped *int
 	switch {

@@ -1,0 +1,133 @@
+package fetcher
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/snappy"
+	"github.com/klauspost/compress/zstd"
+	"github.com/segmentio/kafka-go/compress"
+)
+
+// What one compressed record batch may decompress to: 1024 times its
+// compressed size (deflate's ceiling is ~1032), and at least 16 MiB, which
+// is 16 times the largest batch the common producers build (kafka-go's
+// Writer and franz-go cap a batch at 1 MiB before compression). A batch
+// beyond it is an error at its offset (the partition stops there, visibly)
+// instead of an allocation of gigabytes: kafka-go's snappy reader
+// allocated whatever a xerial frame or a snappy block declared (up to
+// 4 GiB for a 30-byte batch, which FuzzDecodeRaw found), and a zstd
+// frame may declare a window of gigabytes.
+const (
+	decompressFloor = 16 << 20
+	decompressRatio = 1024
+	// zstdMaxWindow bounds the history a zstd frame may ask for (the
+	// format's recommended decoder minimum is 8 MiB; the Java and
+	// librdkafka producers' default levels use 2 MiB or less).
+	zstdMaxWindow = 32 << 20
+)
+
+// errInflated: a batch that decompresses to more than decompressLimit.
+var errInflated = errors.New("decompresses beyond the bound")
+
+func decompressLimit(compressed int) int {
+	return max(decompressFloor, decompressRatio*compressed)
+}
+
+// decompress returns the records of a batch compressed with codec.
+func decompress(codec compress.Compression, src []byte) ([]byte, error) {
+	limit := decompressLimit(len(src))
+	switch codec {
+	case compress.Snappy:
+		return decodeSnappy(src, limit)
+	case compress.Zstd:
+		d, _ := zstdDecoders.Get().(*zstd.Decoder)
+		if d == nil {
+			var err error
+			if d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow)); err != nil {
+				return nil, err
+			}
+		}
+		defer zstdDecoders.Put(d)
+		if err := d.Reset(bytes.NewReader(src)); err != nil {
+			return nil, err
+		}
+		return readLimited(d, len(src), limit)
+	}
+	cd := codec.Codec()
+	if cd == nil {
+		return nil, fmt.Errorf("unsupported compression codec %d", codec)
+	}
+	r := cd.NewReader(bytes.NewReader(src))
+	defer r.Close()
+	return readLimited(r, len(src), limit)
+}
+
+var zstdDecoders sync.Pool // *zstd.Decoder
+
+// readLimited reads r to its end, failing with errInflated beyond limit
+// bytes.
+func readLimited(r io.Reader, compressed, limit int) ([]byte, error) {
+	var out bytes.Buffer
+	out.Grow(min(4*compressed, limit))
+	if _, err := out.ReadFrom(io.LimitReader(r, int64(limit)+1)); err != nil {
+		return nil, err
+	}
+	if out.Len() > limit {
+		return nil, fmt.Errorf("%w of %d bytes for %d compressed bytes", errInflated, limit, compressed)
+	}
+	return out.Bytes(), nil
+}
+
+// xerialMagic starts the framing the Java client's snappy codec writes
+// (magic, version, compatible version; then blocks of a 4-byte length and
+// a snappy block). Without it a batch is one snappy block.
+var xerialMagic = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// decodeSnappy decodes raw or xerial-framed snappy, checking each
+// declared length against what is there and the bound before allocating.
+func decodeSnappy(src []byte, limit int) ([]byte, error) {
+	if len(src) < 16 || !bytes.Equal(src[:8], xerialMagic) {
+		return decodeSnappyBlock(nil, src, limit)
+	}
+	var out []byte
+	for p := src[16:]; len(p) > 0; {
+		if len(p) < 4 {
+			return nil, errors.New("snappy: xerial frame length cut short")
+		}
+		n := binary.BigEndian.Uint32(p)
+		p = p[4:]
+		if uint64(n) > uint64(len(p)) {
+			return nil, fmt.Errorf("snappy: xerial frame of %d bytes with %d left", n, len(p))
+		}
+		var err error
+		if out, err = decodeSnappyBlock(out, p[:n], limit); err != nil {
+			return nil, err
+		}
+		p = p[n:]
+	}
+	return out, nil
+}
+
+// decodeSnappyBlock appends the decoding of one snappy block to out.
+func decodeSnappyBlock(out, block []byte, limit int) ([]byte, error) {
+	n, err := snappy.DecodedLen(block)
+	if err != nil {
+		return nil, fmt.Errorf("snappy: %w", err)
+	}
+	if n > limit-len(out) {
+		return nil, fmt.Errorf("%w of %d bytes: a snappy block declares %d bytes", errInflated, limit, n)
+	}
+	if cap(out)-len(out) < n {
+		out = append(make([]byte, 0, len(out)+max(n, len(out))), out...)
+	}
+	d, err := snappy.Decode(out[len(out):len(out)+n], block)
+	if err != nil {
+		return nil, fmt.Errorf("snappy: %w", err)
+	}
+	return out[:len(out)+len(d)], nil
+}
