@@ -81,6 +81,7 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		cfg             broker.Config
 		level           string
 		sessMin         time.Duration
+		restoreHold     time.Duration
 		tlsCert, tlsKey string
 	)
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:9092", "TCP `address` to listen on (port 0: any free port)")
@@ -91,6 +92,7 @@ func cmdBroker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.BoolVar(&cfg.AutoCreateTopics, "auto-create-topics", false, "let clients create unknown topics")
 	config.CountVar(fs, &cfg.DefaultPartitions, "default-partitions", 1, "partitions of auto-created topics, a `count`")
 	config.DurationVar(fs, &sessMin, "group-min-session-timeout", 100*time.Millisecond, "smallest consumer-group session timeout accepted, a `duration`")
+	config.DurationVar(fs, &restoreHold, "group-restore-hold", broker.DefaultGroupRestoreHold, "with --data-dir, after a restart: how long consumer groups restored from it refuse joins (COORDINATOR_LOAD_IN_PROGRESS), so that members from before the restart learn they lost their partitions before others get them; the longest session timeout in use, a `duration` (0: none)")
 	fs.Var(&users, "user", "SASL user, `MECHANISM:USER:PASSWORD` with PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (repeatable; enables SASL)")
 	fs.StringVar(&tlsCert, "tls-cert-file", "", "PEM server certificate `file`: serve TLS (with --tls-key-file)")
 	fs.StringVar(&tlsKey, "tls-key-file", "", "PEM server key `file`")
@@ -122,6 +124,10 @@ Flags:
 	cfg.Topics = topics
 	cfg.Users = users
 	cfg.GroupMinSessionTimeout = sessMin
+	cfg.GroupRestoreHold = restoreHold
+	if restoreHold == 0 {
+		cfg.GroupRestoreHold = -1
+	}
 	if tlsCert != "" || tlsKey != "" {
 		cert, err := tls.LoadX509KeyPair(tlsCert, tlsKey)
 		if err != nil {

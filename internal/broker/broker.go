@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +100,19 @@ type Config struct {
 	// accepted. kfake's default (6s, like Kafka) makes fast-rebalance tests
 	// slow; default here 100ms.
 	GroupMinSessionTimeout time.Duration
+	// GroupRestoreHold: after a restart that restored consumer groups from
+	// DataDir, JoinGroup is answered COORDINATOR_LOAD_IN_PROGRESS (which
+	// clients retry) for this long. kfake restores a group's generation
+	// and offsets but not its members, so without the hold the first
+	// member to rejoin forms a generation alone and is assigned
+	// partitions that the other members still process until their next
+	// heartbeat or commit tells them they are no longer members: two
+	// owners at once, records written twice. Kafka keeps a loaded
+	// group's members until their sessions expire; the hold gives every
+	// member that long to learn. Default 10s, the worker's default
+	// session timeout (set the longest session timeout in use); negative:
+	// no hold.
+	GroupRestoreHold time.Duration
 	// TLS, if set, serves TLS with this server configuration.
 	TLS *tls.Config
 	// Users, if any, enable SASL: clients must authenticate as one of them.
@@ -176,6 +191,9 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.GroupMinSessionTimeout == 0 {
 		cfg.GroupMinSessionTimeout = 100 * time.Millisecond
 	}
+	if cfg.GroupRestoreHold == 0 {
+		cfg.GroupRestoreHold = DefaultGroupRestoreHold
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -235,10 +253,18 @@ func New(cfg Config) (*Broker, error) {
 			opts = append(opts, kfake.EnableACLs())
 		}
 	}
+	restored := false
+	if cfg.DataDir != "" {
+		st, err := os.Stat(filepath.Join(cfg.DataDir, "groups.log"))
+		restored = err == nil && st.Size() > 0
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("starting broker: %w", err)
+	}
+	if restored && cfg.GroupRestoreHold > 0 {
+		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold))
 	}
 	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing}
 	if cfg.TLS == nil && len(cfg.Users) == 0 {
@@ -376,4 +402,34 @@ func (a slogAdapter) Logf(level kfake.LogLevel, format string, args ...any) {
 		return
 	}
 	a.l.Log(context.Background(), lvl, fmt.Sprintf(format, args...), "component", "broker")
+}
+
+// DefaultGroupRestoreHold is Config.GroupRestoreHold's default.
+const DefaultGroupRestoreHold = 10 * time.Second
+
+// holdJoins answers every JoinGroup of a new member (no member ID) before
+// until with COORDINATOR_LOAD_IN_PROGRESS (Config.GroupRestoreHold), so
+// that no generation forms. A member from before the restart learns
+// from kfake that it is unknown (UNKNOWN_MEMBER_ID) and stops its
+// partitions: on its next heartbeat or commit, or at once if it was
+// rejoining (a member rejoining a cooperative group keeps processing its
+// partitions; answering it LOAD_IN_PROGRESS too would keep it at that
+// until the first new member forms a generation without it).
+func holdJoins(c *kfake.Cluster, until time.Time) {
+	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !time.Now().Before(until) {
+			c.DropControl()
+			return nil, nil, false
+		}
+		c.KeepControl()
+		jr := req.(*kmsg.JoinGroupRequest)
+		if jr.MemberID != "" {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.Version = req.GetVersion()
+		resp.ErrorCode = kerr.CoordinatorLoadInProgress.Code
+		resp.Generation = -1
+		return resp, nil, true
+	})
 }

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func TestParseTopicSpec(t *testing.T) {
@@ -171,7 +174,9 @@ func TestRunStopsOnCancel(t *testing.T) {
 
 func TestDataDirSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
-	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, Topics: []TopicSpec{{"in", 2}}}
+	// The groups' hold after the restart (TestGroupRestoreHold) at the
+	// readers' session timeout.
+	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, Topics: []TopicSpec{{"in", 2}}, GroupRestoreHold: time.Second}
 	b1, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +213,76 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 	// A fresh group still reads all 60 records: the data survived.
 	if got := consumeGroup(t, b2.Addr(), "in", "fresh", 60); len(got) != 60 {
 		t.Fatalf("fresh group read %d records, want 60", len(got))
+	}
+}
+
+// TestGroupRestoreHold: after a restart that restored groups, JoinGroup
+// is answered COORDINATOR_LOAD_IN_PROGRESS until the hold has passed, so
+// that no member forms a generation while the members from before the
+// restart still process their partitions; a broker without restored
+// groups does not hold.
+func TestGroupRestoreHold(t *testing.T) {
+	// One JoinGroup, answered as is (no retries: kgo would retry
+	// COORDINATOR_LOAD_IN_PROGRESS itself).
+	join := func(addr, member string) int16 {
+		t.Helper()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		req := kmsg.NewPtrJoinGroupRequest()
+		req.Group, req.ProtocolType, req.MemberID = "g", "consumer", member
+		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10000, 10000
+		proto := kmsg.NewJoinGroupRequestProtocol()
+		proto.Name = "range"
+		req.Protocols = append(req.Protocols, proto)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ErrorCode
+	}
+	const hold = 2 * time.Second
+	dir := t.TempDir()
+	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, Topics: []TopicSpec{{"in", 2}}, GroupRestoreHold: hold}
+	b1, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := join(b1.Addr(), ""); code == kerr.CoordinatorLoadInProgress.Code {
+		t.Fatal("a broker without restored groups holds joins")
+	}
+	produce(t, b1.Addr(), "in", 5, 0)
+	consumeGroup(t, b1.Addr(), "in", "g", 5)
+	b1.Close()
+
+	cfg.Listen = b1.Addr()
+	start := time.Now()
+	b2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	if code := join(b2.Addr(), ""); code != kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("join right after the restart: error code %d, want %d (COORDINATOR_LOAD_IN_PROGRESS)", code, kerr.CoordinatorLoadInProgress.Code)
+	}
+	// A member from before the restart, rejoining with its ID, is told at
+	// once that it is unknown, which stops its partitions (holding it too
+	// would let it process them until a new member formed a generation).
+	if code := join(b2.Addr(), "member-from-before"); code != kerr.UnknownMemberID.Code {
+		t.Fatalf("rejoin of a member from before the restart: error code %d, want %d (UNKNOWN_MEMBER_ID)", code, kerr.UnknownMemberID.Code)
+	}
+	time.Sleep(time.Until(start.Add(hold + 100*time.Millisecond)))
+	if code := join(b2.Addr(), ""); code == kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("join after the hold: still COORDINATOR_LOAD_IN_PROGRESS")
+	}
+	// The group's committed offsets survived: a reader resumes after them.
+	produce(t, b2.Addr(), "in", 3, 5)
+	if got := consumeGroup(t, b2.Addr(), "in", "g", 3); len(got) != 3 {
+		t.Fatalf("after the hold the group read %d records, want 3", len(got))
 	}
 }
 
