@@ -152,6 +152,23 @@ func (e *OffsetError) Error() string {
 
 func (e *OffsetError) Unwrap() error { return e.Err }
 
+// CorruptError is returned when the records the broker sent at a
+// position do not decode: a CRC mismatch, a malformed or unsupported
+// batch, one that decompresses beyond the bound. Fetching again returns
+// the same bytes.
+type CorruptError struct {
+	Topic     string
+	Partition int
+	Offset    int64
+	Err       error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("decoding %s/%d at offset %d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+func (e *CorruptError) Unwrap() error { return e.Err }
+
 // Partition reads one partition from a position onwards. It is used by one
 // goroutine at a time.
 type Partition struct {
@@ -251,7 +268,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	}
 	complete, copied, err := decodeRaw(&c, rp.Records.B, rp.AbortedTransactions, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
 	if err != nil {
-		return Chunk{Next: start}, fmt.Errorf("decoding %s/%d at offset %d: %w", p.cfg.Topic, p.cfg.Partition, start, err)
+		return Chunk{Next: start}, &CorruptError{Topic: p.cfg.Topic, Partition: p.cfg.Partition, Offset: start, Err: err}
 	}
 	// The broker returns batches from the one holding start on, and the
 	// position moves past each batch's last offset (decodeRaw). Only

@@ -153,10 +153,21 @@ func decodeRaw(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start
 		}
 		batch := b[:n]
 		b = b[n:]
-		complete = true
+		// A batch that does not decode ends the chunk before it when
+		// batches precede it: their records are handed over and the next
+		// fetch starts at the bad batch, which fails it with its own
+		// offset. Otherwise the records before it would never be read.
+		mark := *d.c
+		used := d.used
 		if err := d.batch(batch, txns); err != nil {
-			return complete, d.used, err
+			if !complete {
+				return false, d.used, err
+			}
+			mark.Records = d.c.Records[:len(mark.Records)]
+			*d.c, d.used = mark, used
+			break
 		}
+		complete = true
 	}
 	if !complete && size > 0 {
 		// Brokers return the first batch whole (KIP-74), whatever the

@@ -322,6 +322,26 @@ func TestDecodeRawMixedFormats(t *testing.T) {
 	}
 }
 
+// TestDecodeRawStopsBeforeBadBatch: a batch that does not decode (here a
+// CRC mismatch) after good ones ends the chunk before it, without an
+// error: the good batches' records are handed over and the position is
+// the bad batch's offset, where the next fetch fails with it.
+func TestDecodeRawStopsBeforeBadBatch(t *testing.T) {
+	good := testBatch{base: 0, firstTime: 1, producerID: -1, records: []testRecord{{value: []byte("a")}, {offsetDelta: 1, value: []byte("b")}}}.encode(t)
+	bad := testBatch{base: 2, firstTime: 1, producerID: -1, records: []testRecord{{value: []byte("c")}, {offsetDelta: 1, value: []byte("d")}}}.encode(t)
+	bad[len(bad)-1] ^= 0xff // the CRC no longer matches
+	set := slices.Concat(good, bad)
+	c := Chunk{}
+	complete, _, err := decodeRaw(&c, set, nil, 0, true, sizeHint{})
+	if err != nil || !complete || len(c.Records) != 2 || string(c.Records[1].Value) != "b" || c.Next != 2 {
+		t.Fatalf("good then bad: complete %v, err %v, %d records, next %d; want the good batch's 2 records, next 2", complete, err, len(c.Records), c.Next)
+	}
+	c = Chunk{Next: 2}
+	if _, _, err := decodeRaw(&c, bad, nil, 2, true, sizeHint{}); err == nil || !strings.Contains(err.Error(), "offset 2") {
+		t.Fatalf("the bad batch alone: err %v, want its CRC mismatch at offset 2", err)
+	}
+}
+
 // TestDecodeRawPartialOnly: a response holding only the start of a batch
 // is an error (brokers return the first batch whole, so fetching again
 // would return the same), not an empty chunk that leaves the partition

@@ -118,12 +118,18 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				return
 			}
 			var oe *fetcher.OffsetError
+			var ce *fetcher.CorruptError
 			if failingSince.IsZero() {
 				failingSince = pp.w.deps.Now()
 			}
 			// Refused access is not waited out here: the partition's
 			// failure path logs it and applies the runtime rule (access.go).
-			if errors.As(err, &oe) || pp.w.deps.Now().Sub(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
+			// Nor are records that do not decode: the broker sends the
+			// same bytes again, and the partition's failure path shows
+			// them (status page, log, stall alert) at once instead of
+			// after fetchGiveUp of retries at debug level; its sessions
+			// retry with backoff.
+			if errors.As(err, &oe) || errors.As(err, &ce) || pp.w.deps.Now().Sub(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
 				select {
 				case out <- piece{err: err}:
 				case <-ctx.Done():
