@@ -154,14 +154,16 @@ func decodeRaw(c *Chunk, b []byte, aborted []fetchapi.ResponseTransaction, start
 		batch := b[:n]
 		b = b[n:]
 		// A batch that does not decode ends the chunk before it when
-		// batches precede it: their records are handed over and the next
-		// fetch starts at the bad batch, which fails it with its own
-		// offset. Otherwise the records before it would never be read.
+		// batches precede it and moved the position: their records are
+		// handed over and the next fetch starts at the bad batch, which
+		// fails it with its own offset. Otherwise the records before it
+		// would never be read. (Had they not moved the position, the
+		// next fetch would return the same: the error it is.)
 		mark := *d.c
 		used := d.used
 		if err := d.batch(batch, txns); err != nil {
-			if !complete {
-				return false, d.used, err
+			if !complete || mark.Next <= start {
+				return complete, d.used, err
 			}
 			mark.Records = d.c.Records[:len(mark.Records)]
 			*d.c, d.used = mark, used
