@@ -38,7 +38,8 @@ func decompressLimit(compressed int) int {
 	return max(decompressFloor, decompressRatio*compressed)
 }
 
-// decompress returns the records of a batch compressed with codec.
+// decompress returns the records of a batch compressed with codec, in a
+// buffer of setPool.
 func decompress(codec compress.Compression, src []byte) ([]byte, error) {
 	limit := decompressLimit(len(src))
 	switch codec {
@@ -69,18 +70,42 @@ func decompress(codec compress.Compression, src []byte) ([]byte, error) {
 
 var zstdDecoders sync.Pool // *zstd.Decoder
 
-// readLimited reads r to its end, failing with errInflated beyond limit
-// bytes.
+// readLimited reads r to its end into a buffer of setPool, failing with
+// errInflated beyond limit bytes.
 func readLimited(r io.Reader, compressed, limit int) ([]byte, error) {
-	var out bytes.Buffer
-	out.Grow(min(4*compressed, limit))
-	if _, err := out.ReadFrom(io.LimitReader(r, int64(limit)+1)); err != nil {
-		return nil, err
+	out := setPool.get(min(4*compressed, limit+1))[:0]
+	for {
+		if len(out) == cap(out) {
+			if len(out) > limit {
+				setPool.put(out)
+				return nil, fmt.Errorf("%w of %d bytes for %d compressed bytes", errInflated, limit, compressed)
+			}
+			out = growPooled(out, min(2*cap(out), limit+1))
+		}
+		n, err := r.Read(out[len(out):cap(out)])
+		out = out[:len(out)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			setPool.put(out)
+			return nil, err
+		}
 	}
-	if out.Len() > limit {
+	if len(out) > limit {
+		setPool.put(out)
 		return nil, fmt.Errorf("%w of %d bytes for %d compressed bytes", errInflated, limit, compressed)
 	}
-	return out.Bytes(), nil
+	return out, nil
+}
+
+// growPooled returns a buffer of setPool of capacity >= size holding b's
+// bytes, and hands b back.
+func growPooled(b []byte, size int) []byte {
+	nb := setPool.get(size)[:len(b)]
+	copy(nb, b)
+	setPool.put(b)
+	return nb
 }
 
 // xerialMagic starts the framing the Java client's snappy codec writes
@@ -123,7 +148,11 @@ func decodeSnappyBlock(out, block []byte, limit int) ([]byte, error) {
 		return nil, fmt.Errorf("%w of %d bytes: a snappy block declares %d bytes", errInflated, limit, n)
 	}
 	if cap(out)-len(out) < n {
-		out = append(make([]byte, 0, len(out)+max(n, len(out))), out...)
+		if out == nil {
+			out = setPool.get(n)[:0]
+		} else {
+			out = growPooled(out, len(out)+max(n, len(out)))
+		}
 	}
 	d, err := snappy.Decode(out[len(out):len(out)+n], block)
 	if err != nil {

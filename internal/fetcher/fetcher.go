@@ -29,7 +29,8 @@
 // decoded here (raw.go), not by kafka-go: keys, values and header values
 // are slices of the fetched bytes (of a compressed batch's decompressed
 // bytes), no copy and no allocation per record besides header slices and
-// header keys. Each batch's CRC-32C is checked.
+// header keys. Each batch's CRC-32C is checked. A chunk's buffers are
+// reused by later fetches once it is released (Chunk.Release).
 package fetcher
 
 import (
@@ -118,7 +119,7 @@ func (c Config) Validate() error {
 type Chunk struct {
 	// Records are the data records at offsets >= the position the fetch
 	// started at, in offset order. Key, Value and header values are nil
-	// where the record holds null.
+	// where the record holds null. They are valid until Release.
 	Records []kafka.Message
 	// Next is the position after this chunk: every offset below it was
 	// returned, or was a marker, an aborted record or a gap.
@@ -131,6 +132,9 @@ type Chunk struct {
 	// over: transaction markers, records of aborted transactions, offsets
 	// that hold no record (compaction).
 	Markers, Aborted, Gaps int
+
+	// own is what Records point into, for Release (pool.go).
+	own *owned
 }
 
 // ErrOffsetOutOfRange is returned (wrapped in an *OffsetError) when the
@@ -266,9 +270,15 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	if p.cfg.Isolation == ReadUncommitted || c.LastStableOffset < 0 {
 		c.LastStableOffset = c.HighWatermark
 	}
+	c.own = &owned{set: rp.Records.B}
 	complete, copied, err := decodeRaw(&c, rp.Records.B, rp.AbortedTransactions, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
+	c.own.records = c.Records
 	if err != nil {
+		c.Release()
 		return Chunk{Next: start}, &CorruptError{Topic: p.cfg.Topic, Partition: p.cfg.Partition, Offset: start, Err: err}
+	}
+	if len(c.Records) == 0 {
+		c.Release() // nothing points into it
 	}
 	// The broker returns batches from the one holding start on, and the
 	// position moves past each batch's last offset (decodeRaw). Only

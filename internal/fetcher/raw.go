@@ -81,7 +81,7 @@ func (r *RawRecords) ReadFrom(rd io.Reader) (int64, error) {
 		r.B = nil
 		return 4, nil
 	}
-	b := make([]byte, n)
+	b := setPool.get(int(n)) // back to the pool with Chunk.Release
 	m, err := io.ReadFull(rd, b)
 	r.B = b[:m]
 	return 4 + int64(m), err
@@ -254,6 +254,9 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 			return fmt.Errorf("record batch at offset %d: decompressing (%s): %w", base, codec, err)
 		}
 		recs = out
+		if d.c.own != nil {
+			d.c.own.inflated = append(d.c.own.inflated, out)
+		}
 	}
 	var skipped *int
 	switch {
@@ -281,7 +284,7 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 			continue
 		}
 		if d.c.Records == nil {
-			d.c.Records = make([]kafka.Message, 0, max(d.hint, 64))
+			d.c.Records = recordsPool.get(max(d.hint, minPooled))[:0]
 		}
 		ts := first + r.timeDelta
 		if logAppend {

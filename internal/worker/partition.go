@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/group"
 )
 
@@ -51,7 +52,10 @@ type partitionProc struct {
 	cp           *checkpointer
 	pieces       chan piece
 	joined       []*kafka.Message // the records of the batch being handled (nextBatch)
-	lsoLag       int64
+	// handled are the fetches whose last piece is in the batch being
+	// handled: released by the next nextBatch.
+	handled []*fetcher.Chunk
+	lsoLag  int64
 
 	rb             recordBuilder
 	rbAlone        recordBuilder // records written alone, one at a time
@@ -380,6 +384,10 @@ func (pp *partitionProc) startReading(ctx context.Context, offset int64) (stop f
 		return func() {}, err
 	}
 	rctx, cancel := context.WithCancel(ctx)
+	// Fetches of an earlier reader are left to the collector: a session
+	// that ended with an error may have stopped anywhere.
+	clear(pp.handled)
+	pp.handled = pp.handled[:0]
 	pp.pieces = make(chan piece, 1)
 	pumpDone := make(chan struct{})
 	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()

@@ -34,6 +34,9 @@ type piece struct {
 	hwm, lso         int64
 	markers, aborted int
 	err              error
+	// fetched is set on a fetch's last piece: the chunk to release once
+	// the batch holding the piece is handled (nextBatch).
+	fetched *fetcher.Chunk
 }
 
 // isolation maps the setting to the fetcher's level.
@@ -154,6 +157,7 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 		}
 		failingSince, leaderMoved = time.Time{}, false
 		b.reset()
+		fetched := &c
 		if c.Next == from && len(c.Records) == 0 {
 			// Nothing new: only the offsets are news (an open transaction
 			// holds the LSO).
@@ -173,6 +177,7 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				pc.next = pc.msgs[n-1].Offset + 1
 			} else {
 				pc.markers, pc.aborted = c.Markers, c.Aborted
+				pc.fetched = fetched
 			}
 			select {
 			case out <- pc:
@@ -188,16 +193,28 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // is pp.next means idle.
 //
 // A batch points into its pieces' records (pp.joined, which the batch
-// before no longer needs: handle is done with it). Fetched records are
-// never changed or reused, so what points at them past handle (the
-// written records' builder and plan until the next batch) stays valid;
-// a stalled record is a copy. A batch joins pieces of two or more fetches whenever a fetch holds fewer
-// records than a batch (at the defaults, about every batch): copying the
-// records themselves cost 152 bytes per record and ~3 MiB at 8
-// partitions, pointers cost 8 (docs/benchmarks.md, "Fewer copies").
+// before no longer needs: handle is done with it). A batch joins pieces of
+// two or more fetches whenever a fetch holds fewer records than a batch
+// (at the defaults, about every batch): copying the records themselves
+// cost 152 bytes per record and ~3 MiB at 8 partitions, pointers cost 8
+// (docs/benchmarks.md, "Fewer copies").
+//
+// The fetches whose last piece the batch before held are released here
+// (fetcher.Chunk.Release): their buffers go to later fetches. Nothing
+// points into them once handle returned: a batch's writes are encoded
+// and acknowledged inside handle, the written records' builder is reset
+// before it is read again, a stalled record is a copy (copyMessage), the
+// resume mark is a digest (markOf). Under the race detector released
+// bytes are overwritten, so a test that reads a record after this point
+// fails instead of passing by luck.
 func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (batch, error) {
 	clear(pp.joined) // drop references into earlier fetches' records
 	pp.joined = pp.joined[:0]
+	for _, c := range pp.handled {
+		c.Release()
+	}
+	clear(pp.handled)
+	pp.handled = pp.handled[:0]
 	b := batch{next: pp.next, hwm: -1, lso: -1}
 	t := time.NewTimer(idle)
 	defer t.Stop()
@@ -213,6 +230,9 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 				// Records gathered so far are read again after the
 				// recovery that the error causes.
 				return batch{}, pc.err
+			}
+			if pc.fetched != nil {
+				pp.handled = append(pp.handled, pc.fetched)
 			}
 			b.hwm, b.lso = pc.hwm, pc.lso
 			pp.observeOffsets(pc.hwm, pc.lso)
