@@ -1,5 +1,6 @@
 // Package gcbudget keeps the garbage the Go runtime lets accumulate between
-// collections at a fixed allowance, instead of a share of the live heap.
+// collections small and independent of the filters, instead of a share of
+// the live heap.
 //
 // The runtime's default (GOGC=100) starts a collection when the heap has
 // grown by as much as was live after the last one. A worker's live heap is
@@ -7,13 +8,17 @@
 // become garbage: with GOGC=100 a worker holding 2 GiB of filters lets 2 GiB
 // of short-lived fetch and write buffers pile up before collecting, and its
 // resident memory approaches twice the filters. A Pacer sets the GC
-// percentage so that the allowance is Headroom bytes whatever the live heap
-// — 100 % (the default) while the live heap is at most Headroom, less as
-// the filters grow, never below MinPercent.
+// percentage so that the allowance is the larger of Headroom and half the
+// heap the collector has to scan, whatever the live heap.
 //
-// Cost: a collection every Headroom bytes allocated once the live heap is
-// larger than Headroom. The filters are pointer-free and are not scanned,
-// so a collection costs about what it costs without them.
+// Cost: a collection's work is the scannable heap (objects with pointers:
+// the decoded records, maps, the written records' builders), not the
+// filters, which are pointer-free and only marked. An allowance of half
+// the scannable heap bounds the marking work to about two bytes per byte
+// allocated (GOGC=100 gives an ordinary program one); Headroom bounds how
+// often the fixed cost of a cycle is paid. The worker reuses its fetch
+// buffers (internal/fetcher, Chunk.Release), so it allocates little per
+// event and a small allowance costs little.
 package gcbudget
 
 import (
@@ -25,35 +30,31 @@ import (
 
 // Defaults of a Pacer.
 const (
-	// DefaultHeadroom is small against a worker's other memory: at 4 M
-	// keys over 8 partitions (filters 11 MB, fetch and write buffers
-	// ~40 MB live) the peak RSS was 181 MiB with 64 MiB (read every 5 s),
-	// 131 MiB with 16 MiB; with 512 KiB fetches 116 MiB at 32 MiB and
-	// 103 MiB at 16 MiB, which spent ~15 % more CPU per event than 32 MiB
-	// (docs/benchmarks.md, "Peak RSS at 4 M keys").
-	DefaultHeadroom = 16 << 20
-	// MinPercent bounds how often the runtime collects: at most every
-	// 25 % of the live heap allocated. A worker with many partitions has a
-	// large live heap of buffers besides its filters: at 64 partitions
-	// (2 M events, ~250 MB live) 10 % cost 3.9 CPU s per 1 M events at 285
-	// MiB of RSS, 25 % 2.6 s at 327 MiB (docs/benchmarks.md, "64
-	// partitions after the memory work"). With large filters it lets more
-	// garbage accumulate (512 MiB of filters: 128 MiB instead of 51).
-	MinPercent = 25
+	// DefaultHeadroom: at 4 M keys over 8 partitions (filters 12 MB, fetch
+	// and write buffers ~25 MB live), with the fetch buffers reused, an
+	// allowance of max(4 MiB, half the scannable heap) peaked at 76 MiB of
+	// RSS against 86-88 MiB with the earlier 16 MiB (and a 25 % floor), at
+	// the same CPU per event; at 64 partitions 224-233 against 235-239
+	// MiB for ~6 % more CPU. A fixed 4 MiB with a 5 % floor cost 80 %
+	// more CPU at 64 partitions, whose scannable heap (~50 MB of decoded
+	// records) was then marked every ~9 MB allocated (docs/benchmarks.md,
+	// "Fetched buffers reused, and the allowance").
+	DefaultHeadroom = 4 << 20
 	// Interval is how often the live heap is read (a few microseconds):
 	// often enough that the allowance shrinks while the fetch buffers
 	// fill, in the first second, not after the first 5 s at 100 %.
 	Interval = 250 * time.Millisecond
 )
 
-// Percent is the GC percentage that lets headroom bytes of garbage
-// accumulate over live bytes: 100 × headroom / live, within MinPercent and
-// 100.
-func Percent(live, headroom uint64) int {
-	if live == 0 || live <= headroom {
+// Percent is the GC percentage that lets max(headroom, scan/2) bytes of
+// garbage accumulate over live bytes, of which scan are scannable (the
+// runtime's /gc/scan/total:bytes): within 1 and 100.
+func Percent(live, scan, headroom uint64) int {
+	allow := max(headroom, scan/2)
+	if live == 0 || live <= allow {
 		return 100
 	}
-	return max(MinPercent, int(100*headroom/live))
+	return max(1, int(100*allow/live))
 }
 
 // Pacer adjusts the GC percentage to the live heap.
@@ -80,15 +81,15 @@ func (p *Pacer) Run(ctx context.Context) error {
 		return nil
 	}
 	defer debug.SetGCPercent(orig)
-	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/scan/total:bytes"}}
 	cur := orig
 	t := time.NewTicker(Interval)
 	defer t.Stop()
 	for {
 		metrics.Read(sample)
-		if sample[0].Value.Kind() == metrics.KindUint64 {
+		if sample[0].Value.Kind() == metrics.KindUint64 && sample[1].Value.Kind() == metrics.KindUint64 {
 			live := sample[0].Value.Uint64()
-			if pct := Percent(live, headroom); pct != cur {
+			if pct := Percent(live, sample[1].Value.Uint64(), headroom); pct != cur {
 				debug.SetGCPercent(pct)
 				cur = pct
 				if p.OnChange != nil {

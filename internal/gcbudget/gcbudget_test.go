@@ -10,19 +10,21 @@ import (
 func TestPercent(t *testing.T) {
 	const mib = 1 << 20
 	for _, tc := range []struct {
-		live, headroom uint64
-		want           int
+		live, scan, headroom uint64
+		want                 int
 	}{
-		{0, 64 * mib, 100},
-		{10 * mib, 64 * mib, 100},
-		{64 * mib, 64 * mib, 100},
-		{128 * mib, 64 * mib, 50},
-		{192 * mib, 64 * mib, 33},
-		{640 * mib, 64 * mib, 25},
-		{2048 * mib, 64 * mib, 25},
+		{0, 0, 4 * mib, 100},
+		{4 * mib, 1 * mib, 4 * mib, 100},
+		{8 * mib, 1 * mib, 4 * mib, 50},
+		{40 * mib, 2 * mib, 4 * mib, 10},    // the headroom decides
+		{40 * mib, 16 * mib, 4 * mib, 20},   // half the scannable heap decides
+		{180 * mib, 60 * mib, 4 * mib, 16},  // many partitions: records to scan
+		{2048 * mib, 2 * mib, 4 * mib, 1},   // filters alone: never below 1 (0 = always collecting)
+		{64 * mib, 200 * mib, 4 * mib, 100}, // never above the default
 	} {
-		if got := Percent(tc.live, tc.headroom); got != tc.want {
-			t.Errorf("Percent(%d MiB, %d MiB) = %d, want %d", tc.live/mib, tc.headroom/mib, got, tc.want)
+		if got := Percent(tc.live, tc.scan, tc.headroom); got != tc.want {
+			t.Errorf("Percent(%d MiB live, %d MiB scannable, %d MiB) = %d, want %d",
+				tc.live/mib, tc.scan/mib, tc.headroom/mib, got, tc.want)
 		}
 	}
 }
