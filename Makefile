@@ -59,6 +59,8 @@ test:
 	@vgw=$$(.ci/deps.sh | tail -n 1) && \
 	  BLOOMGATE_VERSITYGW="$$vgw" BLOOMGATE_REQUIRE_TOOLS=1 PATH="$(TOOLS_PATH)" \
 	  $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	@# all 3000 random record sets (300 under the race detector, where lz4's blocks are slow)
+	$(GO) test -count=1 -run '^TestDecodeRawAsKafkaGo$$' ./internal/fetcher
 	@$(MAKE) --no-print-directory fuzz
 
 # A short run of every fuzz target; a crasher is written to the package's

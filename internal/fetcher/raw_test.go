@@ -192,10 +192,18 @@ func randomSet(t testing.TB, rng *rand.Rand) (set []byte, aborted []fetchapi.Res
 // compaction removed from the batch's tail (kafka-go's stops after the
 // last record), and the offsets passed over without a record are counted
 // as gaps.
+//
+// Under the race detector it decodes the first 300 sets: each lz4 batch
+// allocates a 4 MiB block there (pierrec/lz4's pool), whose shadow memory
+// made the 3000 take ~195 s; make test runs all 3000 without it too.
 func TestDecodeRawAsKafkaGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	tails := 0
-	for i := range 3000 {
+	sets := 3000
+	if raceOn {
+		sets = 300
+	}
+	for i := range sets {
 		set, aborted, start, ends := randomSet(t, rng)
 		committed := i%2 == 0
 		want, wantAny, werr := decodeKafkaGo(set, aborted, start, committed)
@@ -235,8 +243,8 @@ func TestDecodeRawAsKafkaGo(t *testing.T) {
 			}
 		}
 	}
-	if tails < 100 {
-		t.Fatalf("only %d sets moved past a batch's removed tail", tails)
+	if tails < sets/30 {
+		t.Fatalf("only %d of %d sets moved past a batch's removed tail", tails, sets)
 	}
 }
 

@@ -1,0 +1,5 @@
+//go:build race
+
+package fetcher
+
+const raceOn = true
