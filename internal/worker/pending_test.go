@@ -1,13 +1,16 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/bloomgate/bloomgate/internal/producer"
 )
@@ -133,5 +136,91 @@ func kafkaWait(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 5s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestOutputCutsBatches: a write larger than writeBatchBytes goes out in
+// several produce requests, each batch cut at writeBatchBytes, in input
+// order, one in flight at a time; a record above writeBatchBytes and within
+// the topic's bound goes in a batch of its own instead of being refused.
+func TestOutputCutsBatches(t *testing.T) {
+	t.Parallel()
+	c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(4, tOut))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	type sent struct {
+		size, records int
+		first         byte // the first record's value's first byte
+	}
+	var mu sync.Mutex
+	var reqs []sent
+	c.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, rt := range kr.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				var b kmsg.RecordBatch
+				if err := b.ReadFrom(rp.Records); err != nil {
+					t.Errorf("produce request: %v", err)
+					continue
+				}
+				var r kmsg.Record
+				if err := r.ReadFrom(b.Records); err != nil {
+					t.Errorf("first record: %v", err)
+					continue
+				}
+				mu.Lock()
+				reqs = append(reqs, sent{size: len(rp.Records), records: int(b.NumRecords), first: r.Value[0]})
+				mu.Unlock()
+			}
+		}
+		return nil, nil, false
+	})
+	o := testOutput(t, c.ListenAddrs())
+
+	// 30 records of 40 KiB (~1.2 MB) with one of 300 KiB as the 11th; the
+	// value's first byte is the record's number.
+	rb := new(recordBuilder)
+	rb.reset(1, nil)
+	for i := range 30 {
+		n := 40 << 10
+		if i == 10 {
+			n = 300 << 10
+		}
+		v := bytes.Repeat([]byte{byte(i)}, n)
+		rb.add(tOut, &kafka.Message{Offset: int64(i), Value: v}, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := o.writeAll(ctx, 1, rb); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+	if got := o.ackedOffset(tOut, 1); got != 30 {
+		t.Fatalf("acked offset of %s/1: %d, want 30", tOut, got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// Record i of the write is the i-th record sent; the 300 KiB one alone.
+	next := 0
+	for k, r := range reqs {
+		if int(r.first) != next {
+			t.Errorf("request %d starts with record %d, want %d (input order)", k, r.first, next)
+		}
+		if r.first == 10 && r.records != 1 {
+			t.Errorf("request %d: the 300 KiB record shares its batch with %d others", k, r.records-1)
+		}
+		if r.records > 1 && r.size > writeBatchBytes {
+			t.Errorf("request %d: a batch of %d records is %d bytes, over writeBatchBytes (%d)", k, r.records, r.size, writeBatchBytes)
+		}
+		next += r.records
+	}
+	if next != 30 {
+		t.Errorf("%d records sent in %d requests, want 30", next, len(reqs))
+	}
+	// 29 × 40 KiB in batches of at most 6 (6 × ~40 KiB < 256 KiB < 7 ×),
+	// cut before and after the large one: 10 = 6+4, 19 = 6+6+6+1.
+	if len(reqs) != 7 {
+		t.Errorf("%d produce requests, want 7: %+v", len(reqs), reqs)
 	}
 }
