@@ -390,7 +390,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				}
 				for _, r := range rs {
 					r.set = s
-					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.0f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records, span %s, %d warnings)",
+					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.1f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records, span %s, %d warnings)",
 						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.rssAnon, r.rssFile, float64(r.exactBytes)/(1<<20),
 						r.output, r.span.Round(time.Millisecond), r.warnings)
 					results = append(results, r)
@@ -650,7 +650,7 @@ func writeTable(w io.Writer, cfg benchConfig, systems []string, valueBytes float
 	for _, s := range order {
 		p, q := by[s][a], by[s][b]
 		pr, qr := median(p, func(r result) float64 { return r.rate }), median(q, func(r result) float64 { return r.rate })
-		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f / %.2f | %.0f MiB | %.0f MiB |\n",
+		fmt.Fprintf(w, "| %d / %s | %.0f | %.0f | %.2f | %.2f | %.2f | %.2f / %.2f | %.1f MiB | %.1f MiB |\n",
 			s.batchSize, s.batchTimeout, pr, qr, qr/pr,
 			median(p, func(r result) float64 { return r.cpuPerM }), median(q, func(r result) float64 { return r.cpuPerM }),
 			median(p, func(r result) float64 { return r.brokerPerM }), median(q, func(r result) float64 { return r.brokerPerM }),
@@ -684,7 +684,7 @@ func writeLongTable(w io.Writer, systems []string, order []setting, by map[setti
 		b := by[s][base]
 		for _, sys := range systems {
 			q := by[s][sys]
-			fmt.Fprintf(w, "| %d / %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.0f MiB |\n", s.batchSize, s.batchTimeout, sys,
+			fmt.Fprintf(w, "| %d / %s | %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.1f MiB |\n", s.batchSize, s.batchTimeout, sys,
 				median(q, rate), median(q, rate)/median(b, rate), median(q, cpu), median(q, cpu)/median(b, cpu),
 				median(q, func(r result) float64 { return r.brokerPerM }), maxOf(q, func(r result) float64 { return r.hwmMiB }))
 		}
