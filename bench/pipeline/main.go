@@ -73,6 +73,7 @@ func main() {
 	flag.IntVar(&b.events, "events", 1_000_000, "bench: input events")
 	flag.IntVar(&b.partitions, "partitions", 8, "bench: partitions of every topic")
 	flag.Float64Var(&b.duplicates, "duplicates", 0.2, "bench: fraction of duplicate events")
+	flag.StringVar(&b.compression, "compression", "none", "bench: codec of the input's batches (none, gzip, snappy, lz4, zstd; written by kafka-go, as loadgen --compression)")
 	flag.StringVar(&b.settings, "settings", "1000:1ms,2000:1ms,2000:5ms,3000:5ms", "bench: comma-separated batch-size:batch-timeout settings, each run for both")
 	flag.IntVar(&b.reps, "reps", 1, "bench: repetitions of every setting (order of the two alternates)")
 	flag.StringVar(&b.repo, "repo", "..", "bench: the bloomgate repository (to build cmd/bloomgate)")
@@ -133,6 +134,8 @@ type benchConfig struct {
 	// brokerStore is dir or memory: with dir the broker writes its
 	// records to files in a temporary directory.
 	brokerStore string
+	// compression is the input's codec (loadgen --compression).
+	compression string
 }
 
 // systems are the processes compared per setting: the baselines first, the
@@ -284,7 +287,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 
 	logf("loading %d events (%.0f%% duplicates) into topic in", cfg.events, 100*cfg.duplicates)
 	lg := exec.CommandContext(ctx, bin, "loadgen", "--brokers", addr, "--topic", "in",
-		"--count", strconv.Itoa(cfg.events), "--duplicates", strconv.FormatFloat(cfg.duplicates, 'f', -1, 64), "--quiet")
+		"--count", strconv.Itoa(cfg.events), "--duplicates", strconv.FormatFloat(cfg.duplicates, 'f', -1, 64), "--compression", cfg.compression, "--quiet")
 	lg.Stderr = os.Stderr
 	lgOut, err := lg.Output()
 	if err != nil {
@@ -628,8 +631,8 @@ func procCPU(pid int) float64 {
 func procHWM(pid int) float64 { return procstat.StatusMiB(pid, "VmHWM") }
 
 func writeTable(w io.Writer, cfg benchConfig, systems []string, valueBytes float64, rs []result, brokerCPU float64) {
-	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
-		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.mode, cfg.reps)
+	fmt.Fprintf(w, "\n%d events, %d partitions, %.0f%% duplicates, %.0f-byte JSON values on average, input compression %s, key json:order_id; %d CPUs (GOMAXPROCS %d); %s runs, median of %d per cell\n\n",
+		cfg.events, cfg.partitions, 100*cfg.duplicates, valueBytes, cfg.compression, runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.mode, cfg.reps)
 	var order []setting
 	by := map[setting]map[string][]result{}
 	for _, r := range rs {

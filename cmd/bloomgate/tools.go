@@ -175,6 +175,7 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	config.DurationVar(fs, &cfg.TimeStep, "time-step", time.Millisecond, "event-time distance between events when --start-time is set, a `duration`")
 	config.CountVar(fs, &cfg.BatchSize, "batch-size", 10000, "events per produce call and batch, a `count`")
 	config.DurationVar(fs, &cfg.BatchTimeout, "batch-timeout", time.Millisecond, "max wait to fill a produce batch, a `duration`")
+	fs.StringVar(&cfg.Compression, "compression", "none", "codec of the written batches: "+loadgen.Compressions)
 	fs.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	fs.BoolVar(&sec.TLS.Enabled, "tls-enabled", false, "connect over TLS")
 	fs.StringVar(&sec.TLS.CAFile, "tls-ca-file", "", "PEM CA `file` to trust")

@@ -31,6 +31,10 @@ type Config struct {
 	// its batch size; default 10000. BatchTimeout defaults to 1ms.
 	BatchSize    int
 	BatchTimeout time.Duration
+	// Compression is the codec of the written batches: "" or none, gzip,
+	// snappy, lz4 or zstd (kafka-go's writers; the frames the brokers
+	// keep are what a kafka-go producer sends).
+	Compression string
 	// Transport carries TLS/SASL settings; nil uses kafka-go's default.
 	Transport kafka.RoundTripper
 	// SASLUsername is the user the Transport's SASL mechanism logs in as,
@@ -63,7 +67,30 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchTimeout < 0 {
 		errs = append(errs, errors.New("batch size and timeout must not be negative"))
 	}
+	if _, err := codec(c.Compression); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
+}
+
+// Compressions lists the values Config.Compression takes.
+const Compressions = "none, gzip, snappy, lz4 or zstd"
+
+// codec is kafka-go's codec for name (0: none).
+func codec(name string) (kafka.Compression, error) {
+	switch name {
+	case "", "none":
+		return 0, nil
+	case "gzip":
+		return kafka.Gzip, nil
+	case "snappy":
+		return kafka.Snappy, nil
+	case "lz4":
+		return kafka.Lz4, nil
+	case "zstd":
+		return kafka.Zstd, nil
+	}
+	return 0, fmt.Errorf("compression %q: use %s", name, Compressions)
 }
 
 // Stats are the counts of a run so far. Unique + Duplicates = Events.
@@ -124,6 +151,7 @@ func Run(ctx context.Context, cfg Config) (Stats, error) {
 		RequiredAcks: kafka.RequireAll,
 		Transport:    cfg.Transport,
 	}
+	w.Compression, _ = codec(cfg.Compression) // validated above
 	defer w.Close()
 
 	chunk := cfg.BatchSize

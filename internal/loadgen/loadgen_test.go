@@ -10,6 +10,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/broker"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 func collect(t *testing.T, cfg GenConfig) []Event {
@@ -161,6 +162,7 @@ func TestValidate(t *testing.T) {
 		{GenConfig: GenConfig{Count: 10}, Topic: "t"},
 		{GenConfig: GenConfig{Count: 10}, Brokers: []string{"a:1"}},
 		{GenConfig: GenConfig{Count: 10}, Brokers: []string{"a:1"}, Topic: "t", Rate: -1},
+		{GenConfig: GenConfig{Count: 10}, Brokers: []string{"a:1"}, Topic: "t", Compression: "brotli"},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); err == nil {
@@ -260,5 +262,51 @@ func TestRateLimit(t *testing.T) {
 	}
 	if st.Elapsed < 400*time.Millisecond {
 		t.Fatalf("1000 events at 2000/s took %v, want about 500ms", st.Elapsed)
+	}
+}
+
+// TestCompression: with --compression the batches reach the broker in that
+// codec (as a reader sees them: kgo reports each record's batch codec), and
+// every event is there.
+func TestCompression(t *testing.T) {
+	codecs := []struct {
+		name string
+		kgo  uint8 // kgo.RecordAttrs.CompressionType
+	}{{"none", 0}, {"gzip", 1}, {"snappy", 2}, {"lz4", 3}, {"zstd", 4}}
+	var topics []broker.TopicSpec
+	for _, c := range codecs {
+		topics = append(topics, broker.TopicSpec{Name: "c-" + c.name, Partitions: 1})
+	}
+	b, err := broker.New(broker.Config{Topics: topics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, c := range codecs {
+		topic := "c-" + c.name
+		cfg := Config{GenConfig: GenConfig{Count: 300, Seed: 3}, Brokers: []string{b.Addr()}, Topic: topic, BatchSize: 100, Compression: c.name}
+		if _, err := Run(ctx, cfg); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for n < 300 && ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				n++
+				if got := r.Attrs.CompressionType(); got != c.kgo {
+					t.Errorf("%s: record %d in a batch of codec %d, want %d", c.name, r.Offset, got, c.kgo)
+				}
+			})
+		}
+		cl.Close()
+		if n != 300 {
+			t.Errorf("%s: read %d events back, want 300", c.name, n)
+		}
 	}
 }

@@ -355,8 +355,17 @@ func TestFingerprintStatsAges(t *testing.T) {
 	for _, a := range fs.Ages {
 		sum += a
 	}
-	if len(fs.Ages) != 8 || fs.Ages[0] != 60 || fs.Ages[7] > 1000 || fs.Ages[7] < 980 || sum != fs.EstKeys {
-		t.Errorf("ages %v (sum %d), want 8 generations, 60 … ~1000 (less the newest's false positives), summing to the live entries %d", fs.Ages, sum, fs.EstKeys)
+	// A key that tests as seen (a false positive, at 1 %) is not added, so
+	// each generation holds its keys less a few: 60 keys ~0.3 of them at
+	// the older generations' occupancy, the 1,000 of the overflowing one
+	// more. Exact counts made this test fail in 14 and 18 of 1,000 runs
+	// (without and with -race; 59 in the oldest).
+	older := len(fs.Ages) == 8
+	for _, a := range fs.Ages[:max(len(fs.Ages)-1, 0)] {
+		older = older && a <= 60 && a >= 55
+	}
+	if !older || fs.Ages[7] > 1000 || fs.Ages[7] < 980 || sum != fs.EstKeys {
+		t.Errorf("ages %v (sum %d), want 8 generations, 7 of ~60 then ~1000 (less false positives), summing to the live entries %d", fs.Ages, sum, fs.EstKeys)
 	}
 	ring, _ := realState(t, t.TempDir()).NewFilter(params)
 	ring.TestAndAdd([]byte("a"), t0)
