@@ -45,6 +45,8 @@ func decompress(codec compress.Compression, src []byte) ([]byte, error) {
 	switch codec {
 	case compress.Snappy:
 		return decodeSnappy(src, limit)
+	case compress.Lz4:
+		return decodeLZ4(src, limit)
 	case compress.Zstd:
 		d, _ := zstdDecoders.Get().(*zstd.Decoder)
 		if d == nil {

@@ -71,8 +71,10 @@ type Config struct {
 	Topic     string
 	Partition int
 	Isolation Isolation
-	// MaxBytes bounds one response (default 8 MiB). A first batch larger
-	// than it is still returned whole (KIP-74).
+	// MaxBytes bounds one response (default 8 MiB): the bytes fetched and,
+	// for compressed input, what they decompress to, together (the limit
+	// sent is scaled by the recent fetches' compression; partitionBytes).
+	// A first batch larger than the limit is still returned whole (KIP-74).
 	MaxBytes int
 	// MaxWait is how long the broker may hold a fetch when no data is
 	// available (default 500ms). It also bounds how long Fetch blocks on an
@@ -182,6 +184,51 @@ type Partition struct {
 	// size is what the next fetch's records slice and arena are made for
 	// (growing the slice record by record cost ~7 % of the worker's CPU).
 	size sizeHint
+	// wireShare is the share of a recent fetch's memory that its bytes on
+	// the wire were (the rest: its compressed batches decompressed); 1:
+	// none compressed; 0: no fetch returned records yet.
+	wireShare float64
+}
+
+// minPartitionBytes is the least a fetch asks for however compressed the
+// input (a larger first batch is still returned whole).
+const minPartitionBytes = 16 << 10
+
+// partitionBytes is the partition limit of the next fetch: MaxBytes of
+// memory, the fetched bytes and their decompression together. The limit
+// counts bytes on the wire, so a fetch of lz4 batches compressed 4:1 held
+// 5 times MaxBytes once decompressed (with its records slice more): at 4 M
+// keys over 8 partitions of lz4 input the worker peaked at 142 MiB against
+// 67 MiB uncompressed (docs/benchmarks.md, "Compressed input").
+//
+// Until a fetch returned records the compression is not known, and the
+// limit is a quarter of MaxBytes: a first fetch of MaxBytes of lz4 (and
+// the records slices sized after it, for the fetches after) made a peak of
+// ~140 MiB at the start where the steady state held ~75.
+func (p *Partition) partitionBytes() int {
+	share := p.wireShare
+	if share <= 0 {
+		share = 0.25
+	}
+	if share >= 1 {
+		return p.cfg.MaxBytes
+	}
+	return max(min(minPartitionBytes, p.cfg.MaxBytes), int(float64(p.cfg.MaxBytes)*share))
+}
+
+// observeWire updates wireShare from a fetch of wire bytes whose
+// compressed batches decompressed to inflated bytes: the mean of the last
+// share and this one, so that one odd fetch does not swing the next.
+func (p *Partition) observeWire(wire, inflated int) {
+	if wire <= 0 {
+		return
+	}
+	share := float64(wire) / float64(wire+inflated)
+	if p.wireShare <= 0 {
+		p.wireShare = share
+		return
+	}
+	p.wireShare = (p.wireShare + share) / 2
 }
 
 // New returns a reader of cfg.Topic/cfg.Partition positioned at offset (a
@@ -236,7 +283,7 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 				CurrentLeaderEpoch: -1,
 				FetchOffset:        start,
 				LogStartOffset:     -1,
-				PartitionMaxBytes:  int32(p.cfg.MaxBytes),
+				PartitionMaxBytes:  int32(p.partitionBytes()),
 			}},
 		}},
 	})
@@ -273,6 +320,13 @@ func (p *Partition) Fetch(ctx context.Context) (Chunk, error) {
 	c.own = &owned{set: rp.Records.B}
 	complete, copied, err := decodeRaw(&c, rp.Records.B, rp.AbortedTransactions, start, p.cfg.Isolation == ReadCommitted, p.size.margin())
 	c.own.records = c.Records
+	if err == nil && len(c.Records) > 0 {
+		inflated := 0
+		for _, b := range c.own.inflated {
+			inflated += len(b)
+		}
+		p.observeWire(len(rp.Records.B), inflated)
+	}
 	if err != nil {
 		c.Release()
 		return Chunk{Next: start}, &CorruptError{Topic: p.cfg.Topic, Partition: p.cfg.Partition, Offset: start, Err: err}
