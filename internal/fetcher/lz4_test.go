@@ -175,3 +175,34 @@ func TestLZ4AllocatesItsContent(t *testing.T) {
 		t.Errorf("%d bytes allocated per decoded batch of %d bytes after collections; want under 1 MiB", per, len(plain))
 	}
 }
+
+// TestPartitionBytesScaledByCompression: the partition limit a fetch sends
+// is MaxBytes for uncompressed input, a quarter of it before the first
+// records, MaxBytes times the wire bytes' share of the memory for
+// compressed input (averaged with the fetch before), and never below
+// minPartitionBytes.
+func TestPartitionBytesScaledByCompression(t *testing.T) {
+	p := &Partition{cfg: Config{MaxBytes: 512 << 10}}
+	if got := p.partitionBytes(); got != 128<<10 {
+		t.Errorf("before any records: %d, want a quarter of 512 KiB", got)
+	}
+	p.observeWire(300<<10, 0)
+	if got := p.partitionBytes(); got != 512<<10 {
+		t.Errorf("uncompressed: %d, want 512 KiB", got)
+	}
+	p = &Partition{cfg: Config{MaxBytes: 512 << 10}}
+	p.observeWire(100<<10, 400<<10) // 5:1 in memory
+	if got := p.partitionBytes(); got != 512<<10/5 {
+		t.Errorf("compressed 4:1: %d, want %d", got, 512<<10/5)
+	}
+	p.observeWire(100<<10, 0) // then an uncompressed fetch: the mean, 0.6
+	maxBytes, share := 512<<10, (100.0/500.0+1)/2
+	if got, want := p.partitionBytes(), int(float64(maxBytes)*share); got != want {
+		t.Errorf("after a compressed and an uncompressed fetch: %d, want %d", got, want)
+	}
+	p = &Partition{cfg: Config{MaxBytes: 512 << 10}}
+	p.observeWire(1<<10, 255<<10)
+	if got := p.partitionBytes(); got != minPartitionBytes {
+		t.Errorf("compressed 255:1: %d, want the floor %d", got, minPartitionBytes)
+	}
+}

@@ -197,10 +197,11 @@ var errNotSent = errors.New("not sent: an earlier batch of the partition failed"
 // "Output batches of 256 KiB").
 const writeBatchBytes = 256 << 10
 
-// writeRun sends r's records in batches bounded by the topic's limit (and
-// cut at writeBatchBytes), each after the previous one is acknowledged; src is the
-// bloomgate-src-partition value and arena the records' builder's. It
-// returns nil, or errs (made if nil) with the failed records' errors set.
+// writeRun sends r's records in batches bounded by the topic's limit and
+// cut at writeBatchBytes, each after the previous one is acknowledged;
+// src is the bloomgate-src-partition value and arena the records'
+// builder's. It returns nil, or errs (made if nil) with the failed
+// records' errors set.
 func (o *output) writeRun(ctx context.Context, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
