@@ -23,10 +23,8 @@ package statuspage
 
 import (
 	"bytes"
-	"embed"
 	"encoding/json"
 	"fmt"
-	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
@@ -38,31 +36,7 @@ import (
 // RefreshSeconds is how often the page reloads itself.
 const RefreshSeconds = 5
 
-//go:embed page.html
-var files embed.FS
-
-var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
-	"count":    countOf,
-	"rate":     rate,
-	"percent":  percent,
-	"barWidth": barWidth,
-	"bytes":    byteSize,
-	"offset":   offset,
-	"seconds":  seconds,
-	"age":      age,
-	"add":      func(a, b uint64) uint64 { return a + b },
-	"ageBars":  ageBars,
-	"counts":   counts,
-	"size":     func(n int64) string { return byteSize(uint64(max(n, 0))) },
-	"in": func(now, t time.Time) string {
-		if !t.After(now) {
-			return "now"
-		}
-		return "in " + duration(t.Sub(now))
-	},
-}).ParseFS(files, "page.html"))
-
-// view is what the template renders.
+// view is what render writes.
 type view struct {
 	worker.Status
 	Now     time.Time
@@ -276,10 +250,7 @@ func handler(status func() worker.Status, now func() time.Time) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(rw http.ResponseWriter, _ *http.Request) {
 		var buf bytes.Buffer
-		if err := page.Execute(&buf, newView(status(), now())); err != nil {
-			http.Error(rw, fmt.Sprintf("rendering status page: %v", err), http.StatusInternalServerError)
-			return
-		}
+		render(&buf, newView(status(), now()))
 		h := rw.Header()
 		h.Set("Content-Type", "text/html; charset=utf-8")
 		h.Set("Cache-Control", "no-store")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -463,6 +464,72 @@ func TestMountNextToWorkerHandler(t *testing.T) {
 		body, _ := io.ReadAll(get(t, mux, path).Body)
 		if !strings.HasPrefix(string(body), want) {
 			t.Errorf("GET %s: %.40q, want prefix %q", path, body, want)
+		}
+	}
+}
+
+// hostile is a value that would be markup, or leave an attribute, if the
+// page wrote it unescaped.
+const hostile = `<script>alert(1)</script>" onload="x' &amp;`
+
+// randFill sets the fields under v at random: zero or not, strings from a
+// few the page treats differently (phases, states) and hostile.
+func randFill(r *rand.Rand, v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Struct:
+		if v.Type() == reflect.TypeFor[time.Time]() {
+			if r.IntN(3) > 0 {
+				v.Set(reflect.ValueOf(testNow.Add(time.Duration(r.IntN(7200)-3600) * time.Second)))
+			}
+			return
+		}
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				randFill(r, v.Field(i))
+			}
+		}
+	case reflect.Pointer:
+		if r.IntN(2) == 0 {
+			v.Set(reflect.New(v.Type().Elem()))
+			randFill(r, v.Elem())
+		}
+	case reflect.Slice:
+		n := r.IntN(4)
+		v.Set(reflect.MakeSlice(v.Type(), n, n))
+		for i := range n {
+			randFill(r, v.Index(i))
+		}
+	case reflect.String:
+		v.SetString([]string{"", "x", "seeding", "replaying", "running", hostile, "s3: <denied>"}[r.IntN(7)])
+	case reflect.Bool:
+		v.SetBool(r.IntN(2) == 0)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt([]int64{-1, 0, 1, 2, 12345, 3_000_000_123}[r.IntN(6)])
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint([]uint64{0, 1, 2, 999, 1_234_567}[r.IntN(5)])
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat([]float64{0, 0.3, 1.5, 70.4, 0.0001}[r.IntN(5)])
+	}
+}
+
+// TestPageEscapesEveryValue renders statuses with every field set at
+// random, strings hostile among them: no value comes out as markup or
+// leaves its attribute.
+func TestPageEscapesEveryValue(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		var st worker.Status
+		randFill(r, reflect.ValueOf(&st).Elem())
+		var b bytes.Buffer
+		render(&b, newView(st, testNow))
+		page := b.String()
+		for _, bad := range []string{"<script>", `" onload="`, "x' &amp;"} {
+			if strings.Contains(page, bad) {
+				t.Fatalf("status %d: %q unescaped in the page:\n%s", i, bad, page)
+			}
+		}
+		if !strings.HasSuffix(page, "</html>\n") {
+			t.Fatalf("status %d: page not complete", i)
 		}
 	}
 }
