@@ -77,7 +77,8 @@ func main() {
 	flag.StringVar(&b.settings, "settings", "1000:1ms,2000:1ms,2000:5ms,3000:5ms", "bench: comma-separated batch-size:batch-timeout settings, each run for both")
 	flag.IntVar(&b.reps, "reps", 1, "bench: repetitions of every setting (order of the two alternates)")
 	flag.StringVar(&b.repo, "repo", "..", "bench: the bloomgate repository (to build cmd/bloomgate)")
-	flag.StringVar(&b.bloomgate, "bloomgate", "", "bench: use this bloomgate binary instead of building one")
+	flag.StringVar(&b.bloomgate, "bloomgate", "", "bench: use this bloomgate binary instead of building one (built as the container image is: CGO_ENABLED=0, -trimpath, -ldflags '-s -w', -tags nodev)")
+	flag.StringVar(&b.tools, "tools", "", "bench: bloomgate binary for the broker and the load generator (default: a full build of -repo; the worker's build may lack the broker)")
 	flag.StringVar(&b.extraArgs, "bloomgate-args", "", "bench: extra flags for bloomgate run, space-separated")
 	flag.StringVar(&b.mode, "run", "sequential", "bench: sequential (one process at a time) or concurrent (pipe and bloomgate at the same time, on the same input)")
 	flag.StringVar(&b.perf, "perf", "", "bench: record a CPU profile of each bloomgate pass with perf into this directory")
@@ -123,6 +124,7 @@ type benchConfig struct {
 	reps       int
 	repo       string
 	bloomgate  string
+	tools      string // bloomgate binary with the broker (broker, loadgen)
 	extraArgs  string
 	perf       string // directory for perf profiles of the bloomgate passes
 	mode       string // sequential or concurrent
@@ -231,14 +233,21 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	bin := cfg.bloomgate
 	if bin == "" {
 		bin = filepath.Join(tmp, "bloomgate")
-		logf("building bloomgate from %s", cfg.repo)
-		buildArgs := []string{"build", "-C", cfg.repo, "-o", bin}
+		logf("building bloomgate from %s as the container image is", cfg.repo)
+		tags := "nodev"
 		if cfg.pprof != "" {
-			buildArgs = append(buildArgs, "-tags", "pprof")
+			tags += ",pprof"
 		}
-		build := exec.CommandContext(ctx, "go", append(buildArgs, "./cmd/bloomgate")...)
-		build.Stderr = os.Stderr
-		if err := build.Run(); err != nil {
+		// deployments/Dockerfile's build: what a worker runs.
+		if err := goBuild(ctx, cfg.repo, bin, []string{"CGO_ENABLED=0"}, "-trimpath", "-ldflags", "-s -w", "-tags", tags); err != nil {
+			return fmt.Errorf("building bloomgate: %w", err)
+		}
+	}
+	tools := cfg.tools
+	if tools == "" {
+		tools = filepath.Join(tmp, "bloomgate-tools")
+		logf("building bloomgate's broker and load generator from %s", cfg.repo)
+		if err := goBuild(ctx, cfg.repo, tools, nil); err != nil {
 			return fmt.Errorf("building bloomgate: %w", err)
 		}
 	}
@@ -292,7 +301,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	for i := 0; i < passes; i++ {
 		args = append(args, "--topic", fmt.Sprintf("out-%d:%d", i, cfg.partitions))
 	}
-	brk, err := startProc(ctx, bin, args...)
+	brk, err := startProc(ctx, tools, args...)
 	if err != nil {
 		return err
 	}
@@ -304,7 +313,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	logf("broker %s (pid %d)", addr, brk.cmd.Process.Pid)
 
 	logf("loading %d events (%.0f%% duplicates) into topic in", cfg.events, 100*cfg.duplicates)
-	lg := exec.CommandContext(ctx, bin, "loadgen", "--brokers", addr, "--topic", "in",
+	lg := exec.CommandContext(ctx, tools, "loadgen", "--brokers", addr, "--topic", "in",
 		"--count", strconv.Itoa(cfg.events), "--duplicates", strconv.FormatFloat(cfg.duplicates, 'f', -1, 64), "--quiet")
 	if cfg.compression != "none" { // builds before loadgen --compression load uncompressed input
 		lg.Args = append(lg.Args, "--compression", cfg.compression)
@@ -863,6 +872,16 @@ const (
 // freshCopy copies the executable src to dst with read and write (io.Copy
 // would use copy_file_range, which can share the source's blocks) and
 // returns dst.
+// goBuild builds repo's cmd/bloomgate into bin with the flags and
+// environment given.
+func goBuild(ctx context.Context, repo, bin string, env []string, flags ...string) error {
+	args := append([]string{"build", "-C", repo, "-o", bin}, flags...)
+	build := exec.CommandContext(ctx, "go", append(args, "./cmd/bloomgate")...)
+	build.Env = append(os.Environ(), env...)
+	build.Stderr = os.Stderr
+	return build.Run()
+}
+
 func freshCopy(src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {

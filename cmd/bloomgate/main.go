@@ -1,6 +1,8 @@
 // Command bloomgate is a Kafka dedup worker with rotating, checkpointed
 // Bloom filters, plus the tools around it: an embedded broker, a load
-// generator, a local demo and a checkpoint inspector.
+// generator, a local demo and a checkpoint inspector. Built with -tags
+// nodev (the container image is), it leaves out the embedded broker and
+// the demo on it.
 //
 // Exit codes: 0 success, 1 runtime error, 2 usage or configuration error.
 package main
@@ -29,15 +31,16 @@ type command struct {
 }
 
 func commands() []command {
-	return []command{
+	cmds := []command{
 		{"run", "run the dedup worker (see bloomgate run --help for every setting)", cmdRun},
 		{"check", "check run's settings against the brokers, topics, ACLs and checkpoints, processing nothing", cmdCheck},
-		{"dev", "local demo: embedded broker, worker and producer in one process", cmdDev},
-		{"broker", "run an embedded Kafka-protocol broker for local use and tests", cmdBroker},
-		{"loadgen", "produce synthetic order or URL events with known duplicates", cmdLoadgen},
-		{"inspect", "show the checkpoints of a group/topic/partition", cmdInspect},
-		{"version", "print the version", cmdVersion},
 	}
+	cmds = append(cmds, devCommands()...)
+	return append(cmds,
+		command{"loadgen", "produce synthetic order or URL events with known duplicates", cmdLoadgen},
+		command{"inspect", "show the checkpoints of a group/topic/partition", cmdInspect},
+		command{"version", "print the version", cmdVersion},
+	)
 }
 
 func main() {
@@ -70,6 +73,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return c.run(ctx, args[1:], stdout, stderr)
 		}
 	}
+	if notBuilt(args[0]) {
+		fmt.Fprintf(stderr, "bloomgate %s: not in this executable, which was built without the embedded broker "+
+			"(-tags nodev, as the container image is); use a full build: make build, or go install ./cmd/bloomgate\n", args[0])
+		return exitUsage
+	}
 	fmt.Fprintf(stderr, "bloomgate: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return exitUsage
@@ -92,9 +100,7 @@ Commands:
 Run "bloomgate <command> --help" for the flags of a command.
 
 Quick start:
-  bloomgate dev                                   # everything in one process
-  bloomgate broker --topic orders:8 --topic deduped:8 &
-  bloomgate loadgen --topic orders --count 1000000 --duplicates 0.2
+`+devQuickStart+`  bloomgate loadgen --topic orders --count 1000000 --duplicates 0.2
   bloomgate check --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
   bloomgate run --brokers 127.0.0.1:9092 --input orders --output deduped --key json:order_id
 `)

@@ -80,7 +80,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	buildText := strings.Join(build, "\n")
 	for _, want := range []string{
-		"--mount=type=cache,target=/go/pkg/mod", "CGO_ENABLED=0", "go build -trimpath",
+		"--mount=type=cache,target=/go/pkg/mod", "CGO_ENABLED=0", "go build -trimpath -tags nodev",
 		"-X github.com/bloomgate/bloomgate/internal/buildinfo.Version=${VERSION}", "ARG VERSION=", "./cmd/bloomgate",
 	} {
 		if !strings.Contains(buildText, want) {
