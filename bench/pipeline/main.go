@@ -1,9 +1,11 @@
 // Command pipeline measures bloomgate end to end against pass-through
 // pipes (kafka-go's and franz-go's), side by side in one run.
 //
-// It builds bloomgate, starts `bloomgate broker` as its own process (its
-// records in files of a temporary directory; -broker-store memory keeps
-// them in kfake's in-memory store instead), loads
+// It builds bloomgate as the container image does (CGO_ENABLED=0,
+// -trimpath, -ldflags '-s -w', -tags nodev: the executable a worker runs)
+// and a full build for the tools, starts `bloomgate broker` as its own
+// process (its records in files of a temporary directory; -broker-store
+// memory keeps them in kfake's in-memory store instead), loads
 // the input topic once with `bloomgate loadgen` (order events, ~200-byte JSON
 // values, a known share of duplicates), then for every batch setting runs,
 // one after the other on the same input, a `bloomgate run` process and a
