@@ -871,9 +871,6 @@ const (
 	profileSeconds = 4 * time.Second
 )
 
-// freshCopy copies the executable src to dst with read and write (io.Copy
-// would use copy_file_range, which can share the source's blocks) and
-// returns dst.
 // goBuild builds repo's cmd/bloomgate into bin with the flags and
 // environment given.
 func goBuild(ctx context.Context, repo, bin string, env []string, flags ...string) error {
@@ -884,6 +881,9 @@ func goBuild(ctx context.Context, repo, bin string, env []string, flags ...strin
 	return build.Run()
 }
 
+// freshCopy copies the executable src to dst with read and write (io.Copy
+// would use copy_file_range, which can share the source's blocks) and
+// returns dst.
 func freshCopy(src, dst string) (string, error) {
 	in, err := os.Open(src)
 	if err != nil {
