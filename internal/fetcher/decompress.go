@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/snappy"
 	"github.com/klauspost/compress/zstd"
@@ -48,18 +50,7 @@ func decompress(codec compress.Compression, src []byte) ([]byte, error) {
 	case compress.Lz4:
 		return decodeLZ4(src, limit)
 	case compress.Zstd:
-		d, _ := zstdDecoders.Get().(*zstd.Decoder)
-		if d == nil {
-			var err error
-			if d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow)); err != nil {
-				return nil, err
-			}
-		}
-		defer zstdDecoders.Put(d)
-		if err := d.Reset(bytes.NewReader(src)); err != nil {
-			return nil, err
-		}
-		return readLimited(d, len(src), limit)
+		return decodeZstd(src, limit)
 	}
 	cd := codec.Codec()
 	if cd == nil {
@@ -71,6 +62,74 @@ func decompress(codec compress.Compression, src []byte) ([]byte, error) {
 }
 
 var zstdDecoders sync.Pool // *zstd.Decoder
+
+// zstdRatio is the output-to-input ratio, in sixteenths, of the last zstd
+// batch decoded: what the next one's output buffer is sized by.
+var zstdRatio atomic.Uint32
+
+// decodeZstd decodes a batch's zstd frames with DecodeAll into a buffer of
+// setPool, which is also the decoder's window: a streaming decoder kept a
+// history buffer of its own, as large as a batch's output, in each pooled
+// decoder (at 8 partitions of zstd input the peak RSS was 87-89 MiB, 70-76
+// with DecodeAll; docs/benchmarks.md, "zstd decoded in place").
+//
+// The buffer is the frame's declared size when it declares one, else a
+// quarter over the last batch's ratio. The decoder stops at the buffer's
+// capacity (WithDecodeAllCapLimit); a failed decode is tried again with a
+// buffer four times larger, up to limit, where the failure stands: beyond
+// the bound, errInflated. A short buffer fails in more than one way
+// (ErrDecoderSizeExceeded, or a block that does not fit), so every failure
+// climbs: a corrupt batch costs a few decodes and buffers up to ~1.3 times
+// the bound before its error.
+func decodeZstd(src []byte, limit int) ([]byte, error) {
+	d, _ := zstdDecoders.Get().(*zstd.Decoder)
+	if d == nil {
+		var err error
+		d, err = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecodeAllCapLimit(true))
+		if err != nil {
+			return nil, err
+		}
+	}
+	defer zstdDecoders.Put(d)
+	inflated := func() error {
+		return fmt.Errorf("%w of %d bytes for %d compressed bytes", errInflated, limit, len(src))
+	}
+	size := 0
+	var h zstd.Header
+	if h.Decode(src) == nil && h.HasFCS {
+		if h.FrameContentSize > uint64(limit) {
+			return nil, inflated()
+		}
+		size = int(h.FrameContentSize) // frames after it are tried again
+	}
+	if size == 0 {
+		ratio := int(zstdRatio.Load())
+		if ratio == 0 {
+			ratio = 8 << 4
+		}
+		size = len(src) * ratio * 5 / 4 >> 4
+	}
+	for {
+		buf := setPool.get(min(max(size, minPooled), limit))
+		out, err := d.DecodeAll(src, buf[:0])
+		if cap(out) != cap(buf) || err != nil || len(out) > limit {
+			setPool.put(buf) // not used, or not handed out
+		}
+		switch {
+		case err == nil && len(out) <= limit:
+			zstdRatio.Store(uint32(min(len(out)<<4/max(len(src), 1), decompressRatio<<4)))
+			return out, nil
+		case err == nil:
+			return nil, inflated()
+		case cap(buf) < limit:
+			size = 4 * cap(buf)
+		case errors.Is(err, zstd.ErrDecoderSizeExceeded) || strings.Contains(err.Error(), "output bigger than max block size"):
+			return nil, inflated()
+		default:
+			return nil, err
+		}
+	}
+}
 
 // readLimited reads r to its end into a buffer of setPool, failing with
 // errInflated beyond limit bytes.

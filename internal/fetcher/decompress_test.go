@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -113,5 +114,109 @@ func TestDecompressBombs(t *testing.T) {
 	binary.BigEndian.PutUint32(cut[16:], 1000)
 	if _, err := decompress(compress.Snappy, cut); err == nil {
 		t.Fatal("a xerial frame longer than the batch decoded")
+	}
+}
+
+// zstdFrame compresses plain as kafka-go's writer does (a streamed frame:
+// no declared content size).
+func zstdFrame(t testing.TB, plain []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := (&kzstd.Codec{Level: 3}).NewWriter(&buf)
+	if _, err := w.Write(plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestZstdOutputSizes: the output buffer is sized by the ratio of the
+// batch before; batches that compress far better or worse than the one
+// before (a short buffer grown, a long one left partly unused), with and
+// without a declared size, decode to the original.
+func TestZstdOutputSizes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	noisy := make([]byte, 300<<10)
+	for i := range noisy {
+		noisy[i] = byte('a' + r.IntN(20))
+	}
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, plain := range [][]byte{
+		make([]byte, 2<<20), // ~5000:1
+		noisy,               // ~1.6:1
+		make([]byte, 1<<20),
+		[]byte("x"),
+		bytes.Repeat([]byte(`{"order_id":"o-123456","amount":42}`), 30000),
+		noisy[:1000],
+	} {
+		for _, frame := range [][]byte{zstdFrame(t, plain), enc.EncodeAll(plain, nil)} {
+			got, err := decompress(compress.Zstd, frame)
+			if err != nil || !bytes.Equal(got, plain) {
+				t.Fatalf("batch %d (%d compressed bytes): %d bytes, err %v; want %d", i, len(frame), len(got), err, len(plain))
+			}
+		}
+	}
+}
+
+// TestZstdStreamedBomb: a streamed frame (no declared size) of 64 MiB of
+// zeros fails with errInflated at the bound, having allocated about the
+// bound, not what it expands to.
+func TestZstdStreamedBomb(t *testing.T) {
+	bomb := zstdFrame(t, make([]byte, 64<<20))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := decompress(compress.Zstd, bomb)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errInflated) {
+		t.Fatalf("%d bytes: err %v, want errInflated", len(bomb), err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 5*uint64(decompressLimit(len(bomb))) {
+		t.Fatalf("%d bytes allocated for a bound of %d", alloc, decompressLimit(len(bomb)))
+	}
+}
+
+// TestZstdAllocatesItsContent: a pooled decoder writes a batch into the
+// pooled output and keeps no window of its own; after collections emptied
+// the pools, a batch costs its output and a decoder's tables, not a
+// history as large as the output as well.
+func TestZstdAllocatesItsContent(t *testing.T) {
+	if raceOn {
+		t.Skip("under the race detector sync.Pool drops a share of what is put back at random: allocations are not the decoder's")
+	}
+	plain := lz4Plain()
+	frame := zstdFrame(t, plain)
+	const n = 50
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		out, err := decompress(compress.Zstd, frame)
+		if err != nil || !bytes.Equal(out, plain) {
+			t.Fatalf("%d bytes, err %v", len(out), err)
+		}
+		setPool.put(out)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 64<<10 {
+		t.Errorf("%d bytes allocated per decoded batch of %d bytes (pooled output); want under 64 KiB", per, len(plain))
+	}
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		runtime.GC() // twice: a sync.Pool keeps its contents through one
+		runtime.GC()
+		out, err := decompress(compress.Zstd, frame)
+		if err != nil || !bytes.Equal(out, plain) {
+			t.Fatalf("%d bytes, err %v", len(out), err)
+		}
+		setPool.put(out)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / 10; per > uint64(len(plain))+512<<10 {
+		t.Errorf("%d bytes allocated per decoded batch of %d bytes after collections; want under its size + 512 KiB", per, len(plain))
 	}
 }
