@@ -189,34 +189,5 @@ func TestZstdAllocatesItsContent(t *testing.T) {
 		t.Skip("under the race detector sync.Pool drops a share of what is put back at random: allocations are not the decoder's")
 	}
 	plain := lz4Plain()
-	frame := zstdFrame(t, plain)
-	const n = 50
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range n {
-		out, err := decompress(compress.Zstd, frame)
-		if err != nil || !bytes.Equal(out, plain) {
-			t.Fatalf("%d bytes, err %v", len(out), err)
-		}
-		setPool.put(out)
-	}
-	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 64<<10 {
-		t.Errorf("%d bytes allocated per decoded batch of %d bytes (pooled output); want under 64 KiB", per, len(plain))
-	}
-	runtime.ReadMemStats(&before)
-	for range 10 {
-		runtime.GC() // twice: a sync.Pool keeps its contents through one
-		runtime.GC()
-		out, err := decompress(compress.Zstd, frame)
-		if err != nil || !bytes.Equal(out, plain) {
-			t.Fatalf("%d bytes, err %v", len(out), err)
-		}
-		setPool.put(out)
-	}
-	runtime.ReadMemStats(&after)
-	if per := (after.TotalAlloc - before.TotalAlloc) / 10; per > uint64(len(plain))+512<<10 {
-		t.Errorf("%d bytes allocated per decoded batch of %d bytes after collections; want under its size + 512 KiB", per, len(plain))
-	}
+	allocsPerBatch(t, compress.Zstd, zstdFrame(t, plain), plain, 64<<10, uint64(len(plain))+512<<10)
 }
