@@ -55,7 +55,10 @@ type partitionProc struct {
 	// handled are the fetches whose last piece is in the batch being
 	// handled: released by the next nextBatch.
 	handled []*fetcher.Chunk
-	lsoLag  int64
+	// fetchErr is a fetch error that arrived while a batch was filling:
+	// the batch is handed over first, the error by the next nextBatch.
+	fetchErr error
+	lsoLag   int64
 
 	rb             recordBuilder
 	rbAlone        recordBuilder // records written alone, one at a time
@@ -388,6 +391,7 @@ func (pp *partitionProc) startReading(ctx context.Context, offset int64) (stop f
 	// that ended with an error may have stopped anywhere.
 	clear(pp.handled)
 	pp.handled = pp.handled[:0]
+	pp.fetchErr = nil
 	// Unbuffered: the pump fetches one piece ahead of the batch being
 	// handled and waits with it, so a partition holds the batch's fetches
 	// and one more. A buffered piece held a fourth fetch and its records

@@ -215,6 +215,10 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 	}
 	clear(pp.handled)
 	pp.handled = pp.handled[:0]
+	if err := pp.fetchErr; err != nil {
+		pp.fetchErr = nil
+		return batch{}, err
+	}
 	b := batch{next: pp.next, hwm: -1, lso: -1}
 	t := time.NewTimer(idle)
 	defer t.Stop()
@@ -227,8 +231,14 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 			return b, nil
 		case pc := <-pp.pieces:
 			if pc.err != nil {
-				// Records gathered so far are read again after the
-				// recovery that the error causes.
+				if len(b.msgs) > 0 {
+					// The records before it first (those before a
+					// batch that does not decode, which fails at once:
+					// dropped with the error, they were read again
+					// after the recovery, and failed again, forever).
+					pp.fetchErr = pc.err
+					return b, nil
+				}
 				return batch{}, pc.err
 			}
 			if pc.fetched != nil {
