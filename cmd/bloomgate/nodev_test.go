@@ -35,9 +35,13 @@ func TestWorkerBuild(t *testing.T) {
 	if !strings.Contains(string(mods), "-tags=nodev") {
 		t.Errorf("build settings lack -tags=nodev:\n%s", mods)
 	}
-	for _, mod := range []string{"github.com/twmb/franz-go", "github.com/segmentio/kafka-go", "github.com/aws/aws-sdk-go-v2 "} {
-		want := mod != "github.com/twmb/franz-go" // kfake and the kgo client it uses
-		if got := strings.Contains(string(mods), "\tdep\t"+strings.TrimSpace(mod)+"\t"); got != want {
+	// kfake, and the kgo client it uses, are out; the worker's own are in.
+	for mod, want := range map[string]bool{
+		"github.com/twmb/franz-go":      false,
+		"github.com/segmentio/kafka-go": true,
+		"github.com/aws/aws-sdk-go-v2":  true,
+	} {
+		if got := strings.Contains(string(mods), "\tdep\t"+mod+"\t"); got != want {
 			t.Errorf("module %s linked: %v, want %v", mod, got, want)
 		}
 	}

@@ -43,8 +43,6 @@ func pick(cond bool, a, b string) string {
 
 func itoa[T ~int | ~int32 | ~int64](n T) string { return strconv.FormatInt(int64(n), 10) }
 
-func utoa(n uint64) string { return strconv.FormatUint(n, 10) }
-
 // render writes the page for v.
 func render(b *bytes.Buffer, v view) {
 	o := out{b}
