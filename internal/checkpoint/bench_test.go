@@ -1,9 +1,11 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"testing"
 
 	"github.com/bloomgate/bloomgate/internal/s3test"
@@ -188,4 +190,120 @@ func BenchmarkVerifyCreateOnly(b *testing.B) {
 			b.StartTimer()
 		}
 	})
+}
+
+// BenchmarkCommitNamedAgain: the periodic checkpoint of a quiet partition,
+// where most of what the manifest names was uploaded by earlier commits:
+// 8 sealed generations of 64 KiB, a live generation whose chain holds 50
+// segments, 20 exact store files. Each commit uploads one 16 KiB segment
+// (in place of the chain's last) and the manifest; requests/op and
+// lists/op count the store's requests (the check that the objects named
+// again are still stored is one LIST). mem and file always, s3 with
+// versitygw.
+func BenchmarkCommitNamedAgain(b *testing.B) {
+	for _, st := range namedAgainStores {
+		b.Run(st.name, func(b *testing.B) {
+			na := newNamedAgain(b, st.open(b))
+			after := na.last.Generations[8].Log[48].Key
+			requests := func() int64 {
+				cb := na.cb
+				return cb.gets.Load() + cb.puts.Load() + cb.lists.Load() + cb.attrs.Load() + cb.deletes.Load()
+			}
+			reqs, lists := requests(), na.cb.lists.Load()
+			b.ReportAllocs()
+			for b.Loop() {
+				seg := segment(0xee, 16<<10)
+				seg.After = after
+				if m := na.commit(b, seg); len(m.Generations[8].Log) != 50 {
+					b.Fatalf("chain of %d segments", len(m.Generations[8].Log))
+				}
+			}
+			b.ReportMetric(float64(requests()-reqs)/float64(b.N), "requests/op")
+			b.ReportMetric(float64(na.cb.lists.Load()-lists)/float64(b.N), "lists/op")
+		})
+	}
+}
+
+// BenchmarkPresenceCheck: the check alone, for the partition of
+// BenchmarkCommitNamedAgain (79 objects named again, ~83 in the
+// directory): what each such commit pays on top of what it did before.
+func BenchmarkPresenceCheck(b *testing.B) {
+	for _, st := range namedAgainStores {
+		b.Run(st.name, func(b *testing.B) {
+			na := newNamedAgain(b, st.open(b))
+			var objs []storedObject
+			for _, g := range na.last.Generations {
+				objs = append(objs, chainObjects(g)...)
+			}
+			for _, f := range na.last.Exact.Files {
+				objs = append(objs, storedObject{f.Key, f.Size})
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				c := &presence{p: na.p, seq: na.last.Seq + 1}
+				if gone, err := c.missing(context.Background(), objs); err != nil || len(gone) > 0 {
+					b.Fatalf("missing %v: %v", gone, err)
+				}
+			}
+			b.ReportMetric(float64(len(objs)), "objects")
+		})
+	}
+}
+
+var namedAgainStores = []struct {
+	name string
+	open func(b *testing.B) *Store
+}{
+	{"mem", func(b *testing.B) *Store {
+		return openT(b, fmt.Sprintf("mem://bench-named-again-%d", memSeq.Add(1)), Options{Registerer: prometheus.NewRegistry()})
+	}},
+	{"file", func(b *testing.B) *Store {
+		return openT(b, "file://"+b.TempDir(), Options{Registerer: prometheus.NewRegistry()})
+	}},
+	{"s3", func(b *testing.B) *Store { return benchStore(b, encodingZstd) }},
+}
+
+// namedAgain is the partition of BenchmarkCommitNamedAgain, its requests
+// counted.
+type namedAgain struct {
+	p      *Partition
+	cb     *countingBucket
+	sealed []Generation
+	live   Generation
+	files  *exactFiles
+	last   *Manifest
+}
+
+func newNamedAgain(b *testing.B, s *Store) *namedAgain {
+	na := &namedAgain{cb: &countingBucket{bucket: s.bkt}, live: gen(9, false, 9, 4<<20), files: newExactFiles()}
+	s.bkt = na.cb
+	na.p = benchClaim(b, s)
+	for i := range 8 {
+		na.sealed = append(na.sealed, gen(uint64(i+1), true, uint64(i+1), 64<<10))
+	}
+	for i := range 20 {
+		name := fmt.Sprintf("%06d.run", i)
+		na.files.data[name] = bytes.Repeat([]byte{byte(i)}, 4096)
+		na.files.reads[name] = new(atomic.Int64)
+	}
+	na.commit(b, nil)
+	for i := range 50 {
+		seg := segment(byte(i), 1024)
+		seg.After = na.last.Generations[8].Tail()
+		na.commit(b, seg)
+	}
+	return na
+}
+
+func (na *namedAgain) commit(b *testing.B, log *GenerationLog) *Manifest {
+	l := na.live
+	l.Log = log
+	cp := state{offset: 1, gens: append(na.sealed[:8:8], l)}.checkpoint()
+	cp.Exact = na.files.checkpoint(10)
+	m, err := na.p.Commit(context.Background(), cp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	na.last = m
+	return m
 }

@@ -251,6 +251,11 @@ func (p *Partition) Claim(ctx context.Context, owner string) (err error) {
 // create-only. Until that
 // manifest exists nothing of this checkpoint is visible to readers.
 //
+// Before naming again an object the last manifest names, Commit confirms
+// that the store still holds it (one LIST per commit, presence.go); one
+// deleted behind its back is uploaded again from cp, logged at error level
+// and counted in bloomgate_checkpoint_objects_missing_total.
+//
 // ErrFenced (errors.Is) means another writer took the sequence or a newer
 // one: the caller no longer owns the partition and must stop committing.
 // Other errors leave the previous checkpoint in place; Commit may be called
@@ -329,6 +334,8 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		}
 	}
 	names := map[string]bool{}
+	// Objects named again, not uploaded, must still exist (presence.go).
+	have := &presence{p: p, seq: seq}
 	var uploaded int64
 	for i, g := range cp.Generations {
 		kf := p.keysFrom(g, prev, cp)
@@ -336,23 +343,44 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		// the other plan listed as sealed (legacy) can rejoin the ring and
 		// take inserts again.
 		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
-			ref.ExactGen, ref.ExactGens = g.ExactGen, g.ExactGens
-			ref.KeysFrom = kf
-			// A sealed table keeps its bytes while its generations leave.
-			ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
-			m.Generations = append(m.Generations, ref)
-			continue
-		}
-		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && prev.chainHolds(g.Log.After) {
-			ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
+			gone, err := have.missing(ctx, chainObjects(ref))
 			if err != nil {
-				return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
+				return nil, err
 			}
-			if ok {
-				uploaded += n
+			if len(gone) == 0 {
+				ref.ExactGen, ref.ExactGens = g.ExactGen, g.ExactGens
 				ref.KeysFrom = kf
+				// A sealed table keeps its bytes while its generations leave.
+				ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
 				m.Generations = append(m.Generations, ref)
 				continue
+			}
+			have.reportMissing(gone, fmt.Sprintf("sealed generation %d is uploaded whole again from memory", g.ID))
+		}
+		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && prev.chainHolds(g.Log.After) {
+			// An empty log names the chain as it is; a segment continues
+			// it after After, dropping what followed.
+			chain := chainObjects(prev)
+			if cut, _ := prev.chainCut(g.Log.After); g.Log.Entries > 0 {
+				chain = chain[:cut+1]
+			}
+			gone, err := have.missing(ctx, chain)
+			if err != nil {
+				return nil, err
+			}
+			if len(gone) > 0 {
+				have.reportMissing(gone, fmt.Sprintf("live generation %d is uploaded whole again from memory (a new log chain starts)", g.ID))
+			} else {
+				ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
+				if err != nil {
+					return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
+				}
+				if ok {
+					uploaded += n
+					ref.KeysFrom = kf
+					m.Generations = append(m.Generations, ref)
+					continue
+				}
 			}
 		}
 		if g.Source == nil {
@@ -372,7 +400,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		m.Generations = append(m.Generations, ref)
 	}
 	if cp.Exact != nil {
-		ex, n, err := p.commitExact(ctx, cp.Exact, seq)
+		ex, n, err := p.commitExact(ctx, cp.Exact, have)
 		if err != nil {
 			return nil, err
 		}
@@ -382,6 +410,7 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	if err := p.writeManifest(ctx, m); err != nil {
 		return nil, err
 	}
+	p.missing = nil // the manifest names only objects confirmed or uploaded
 	p.m.bytes.Add(float64(uploaded))
 	p.m.duration.Observe(time.Since(start).Seconds())
 	p.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
@@ -510,11 +539,13 @@ func (p *Partition) objectKey(id, seq uint64, suffix string) string {
 }
 
 // commitExact uploads the exact store's files that the handle's last
-// manifest does not list (same name, size and digest) and returns the
-// manifest's exact section and the bytes uploaded. Objects are named by
+// manifest does not list (same name, size and digest), or lists but the
+// store no longer holds (have), and returns the manifest's exact section
+// and the bytes uploaded. Objects are named by
 // their digest, so a file uploaded again (by a new owner, or after a
 // failed commit) lands on the same object with the same bytes.
-func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq uint64) (*ExactState, int64, error) {
+func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, have *presence) (*ExactState, int64, error) {
+	seq := have.seq
 	type desc struct {
 		name string
 		size int64
@@ -531,8 +562,15 @@ func (p *Partition) commitExact(ctx context.Context, ec *ExactCheckpoint, seq ui
 	var uploaded int64
 	for _, f := range ec.Files {
 		if ref, ok := stored[desc{f.Name, f.Size, f.SHA256}]; ok {
-			ex.Files = append(ex.Files, ref)
-			continue
+			gone, err := have.missing(ctx, []storedObject{{ref.Key, ref.Size}})
+			if err != nil {
+				return nil, 0, err
+			}
+			if len(gone) == 0 {
+				ex.Files = append(ex.Files, ref)
+				continue
+			}
+			have.reportMissing(gone, fmt.Sprintf("exact store file %s is uploaded again from the local exact store", f.Name))
 		}
 		if len(f.SHA256) != 64 || strings.Trim(f.SHA256, "0123456789abcdef") != "" {
 			return nil, 0, fmt.Errorf("exact store file %s: digest %q is not 64 lower-case hex digits", f.Name, f.SHA256)

@@ -25,7 +25,10 @@
 // corrupt or missing data), then Claim (writes manifest head+1), then Commit
 // periodically. Commit uploads generation objects first — a sealed
 // generation once, the live one every time — and then writes manifest seq+1
-// create-only (If-None-Match: * on S3, link(2) on files). A reader only ever
+// create-only (If-None-Match: * on S3, link(2) on files). Objects it names
+// again from an earlier commit are confirmed first to be still stored;
+// one deleted behind the writer's back is uploaded again from the state
+// handed to Commit, logged at error level and counted. A reader only ever
 // follows manifests, so a checkpoint is visible completely or not at all.
 // Two writers can never both create the same sequence: the loser gets
 // ErrFenced and must stop owning the partition. See docs/checkpoints.md for
@@ -35,8 +38,10 @@
 //
 // # Cost
 //
-// A periodic checkpoint costs one upload of the live generation, one small
-// PUT, one LIST of the partition's directory, and deletes for retention.
+// A periodic checkpoint costs one upload of the live generation (or of its
+// log segment), one small PUT, two LISTs of the partition's directory (one
+// confirming that the objects named again are still stored, one after the
+// manifest for fencing and retention), and deletes for retention.
 // Uploads stream: at most (UploadConcurrency+1)·PartSize bytes are buffered
 // (80 MiB by default), whatever the generation's size. Restore streams too,
 // verifying as it reads.

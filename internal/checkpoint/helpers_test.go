@@ -242,3 +242,34 @@ func counter(t *testing.T, c prometheus.Metric) float64 {
 	t.Fatalf("not a counter or gauge: %v", c.Desc())
 	return 0
 }
+
+// countingBucket counts the requests a Partition makes.
+type countingBucket struct {
+	bucket
+	gets, puts, lists, attrs, deletes atomic.Int64
+}
+
+func (b *countingBucket) Get(ctx context.Context, key string, off int64) (io.ReadCloser, error) {
+	b.gets.Add(1)
+	return b.bucket.Get(ctx, key, off)
+}
+
+func (b *countingBucket) Put(ctx context.Context, key string, r io.Reader, createOnly bool) (int64, error) {
+	b.puts.Add(1)
+	return b.bucket.Put(ctx, key, r, createOnly)
+}
+
+func (b *countingBucket) List(ctx context.Context, prefix string, fn func(objectAttrs) error) error {
+	b.lists.Add(1)
+	return b.bucket.List(ctx, prefix, fn)
+}
+
+func (b *countingBucket) Attributes(ctx context.Context, key string) (objectAttrs, error) {
+	b.attrs.Add(1)
+	return b.bucket.Attributes(ctx, key)
+}
+
+func (b *countingBucket) Delete(ctx context.Context, key string) error {
+	b.deletes.Add(1)
+	return b.bucket.Delete(ctx, key)
+}

@@ -18,6 +18,7 @@ type metrics struct {
 	fallbacks       *prometheus.CounterVec
 	deleted         *prometheus.CounterVec
 	fenced          *prometheus.CounterVec
+	missing         *prometheus.CounterVec
 }
 
 type partitionMetrics struct {
@@ -29,6 +30,7 @@ type partitionMetrics struct {
 	fallbacks       prometheus.Counter
 	deleted         prometheus.Counter
 	fenced          prometheus.Counter
+	missing         prometheus.Counter
 }
 
 var labels = []string{"topic", "partition"}
@@ -60,6 +62,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bloomgate_checkpoint_fenced_total", Help: "Commits and claims refused because another writer took the sequence.",
 		}, labels),
+		missing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bloomgate_checkpoint_objects_missing_total",
+			Help: "Objects named by the last checkpoint that a commit found missing from the store (deleted by something other than retention) and uploaded again.",
+		}, labels),
 	}
 	if reg == nil {
 		return m, nil
@@ -84,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 		*p = c.(*prometheus.HistogramVec)
 	}
-	for _, v := range []any{&m.bytes, &m.failures, &m.fallbacks, &m.deleted, &m.fenced} {
+	for _, v := range []any{&m.bytes, &m.failures, &m.fallbacks, &m.deleted, &m.fenced, &m.missing} {
 		p := v.(**prometheus.CounterVec)
 		c, err := register(*p)
 		if err != nil {
@@ -112,5 +118,6 @@ func (m *metrics) partition(topic string, partition int) *partitionMetrics {
 		fallbacks:       m.fallbacks.With(l),
 		deleted:         m.deleted.With(l),
 		fenced:          m.fenced.With(l),
+		missing:         m.missing.With(l),
 	}
 }

@@ -35,6 +35,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"bloomgate_checkpoint_failures_total", "bloomgate_checkpoint_last_success_timestamp_seconds",
 		"bloomgate_checkpoint_restore_duration_seconds", "bloomgate_checkpoint_restore_fallbacks_total",
 		"bloomgate_checkpoint_objects_deleted_total", "bloomgate_checkpoint_fenced_total",
+		"bloomgate_checkpoint_objects_missing_total",
 	} {
 		if got[name] != 2 {
 			t.Errorf("%s: %d series, want 2 (created up front)", name, got[name])

@@ -377,6 +377,9 @@ type Partition struct {
 	// could not be read back: it may be ours (a lost answer) or another
 	// writer's. The next Commit settles it before anything else.
 	unsure *unsureManifest
+	// missing are the objects reported missing since the last successful
+	// commit (presence.go).
+	missing map[string]bool
 }
 
 type unsureManifest struct {
