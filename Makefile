@@ -34,6 +34,7 @@ FUZZ_TARGETS := \
 	./internal/config:FuzzConfigFile \
 	./internal/config:FuzzParseUnits \
 	./internal/fetcher:FuzzDecodeRaw \
+	./internal/group:FuzzDecodeSubscription \
 	./internal/exact:FuzzDecodeManifest \
 	./internal/exact:FuzzParseRun \
 	./internal/exact:FuzzValidName \

@@ -2,6 +2,7 @@ package group
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 )
 
@@ -11,10 +12,188 @@ type MemberInfo struct {
 	InstanceID string // "" for a dynamic member
 	// UserData is what the member announced (Config.UserData).
 	UserData []byte
-	// Owned are the partitions of the topic the member had in its last
-	// generation, sorted.
-	Owned []int
+	// Owned are the partitions of the topic the member claims to have had
+	// in its last generation, sorted; Generation is that generation
+	// (noGeneration: not said).
+	Owned      []int
+	Generation int32
+
+	undecodable bool // its subscription is not the consumer protocol
 }
+
+// plan is an assignment a leader handed out.
+type plan struct {
+	gen      int32
+	owner    map[int]string    // partition: member ID
+	instance map[string]string // member ID: instance ID, of static members
+}
+
+func newPlan(gen int32, all []MemberInfo, assignment map[string][]int) *plan {
+	pl := &plan{gen: gen, owner: map[int]string{}, instance: map[string]string{}}
+	for _, m := range all {
+		if m.InstanceID != "" {
+			pl.instance[m.ID] = m.InstanceID
+		}
+	}
+	for id, ps := range assignment {
+		for _, p := range ps {
+			pl.owner[p] = id
+		}
+	}
+	return pl
+}
+
+// gave reports whether the plan gave p to m: to its member ID, or to its
+// instance ID (a static member restarted under a new member ID).
+func (pl *plan) gave(p int, m MemberInfo) bool {
+	id, ok := pl.owner[p]
+	if !ok {
+		return false
+	}
+	return id == m.ID || m.InstanceID != "" && pl.instance[id] == m.InstanceID
+}
+
+// droppedClaim is a member's claim that does not count, and why.
+type droppedClaim struct {
+	member     string
+	partitions []int
+	why        string
+}
+
+// vetClaims returns the members with only the claims that count: of
+// partitions in [0, n), of a generation before gen, checked against plans,
+// the assignments this leader handed out in the generations it led last
+// (oldest first, consecutive), and each partition claimed once.
+//
+// A claim from a generation the leader led counts only where that
+// generation's assignment gave the partition to that member. A member
+// whose sync failed claims from the generation before: it still runs
+// what that one gave it, so a claim with one plan after its generation
+// counts where that plan did not give the partition to another member (it
+// would not have, while the member claimed it), and one with two or more
+// plans after it does not count (the member would have synced one). A
+// claim no plan judges (no plans, or a generation after the newest one:
+// the leader missed one) is unverified. Of the claims left,
+// the newest generation's counts (as KIP-792 has it); a partition several
+// members claim from one generation goes to nobody in this generation
+// (contested): the holder sees it missing and gives it up, and the next
+// generation, led with a plan, assigns it. confirmed: no unverified claim
+// counts and none is contested.
+func vetClaims(all []MemberInfo, n int, gen int32, plans []*plan) (vetted []MemberInfo, dropped []droppedClaim, contested []int, confirmed bool) {
+	planOf := func(g int32) *plan {
+		for _, pl := range plans {
+			if pl.gen == g {
+				return pl
+			}
+		}
+		return nil
+	}
+	var newest *plan
+	if len(plans) > 0 {
+		newest = plans[len(plans)-1]
+	}
+	vetted = slices.Clone(all)
+	slices.SortFunc(vetted, func(a, b MemberInfo) int { return cmp.Compare(a.ID, b.ID) })
+	drop := func(m MemberInfo, ps []int, why string) {
+		if len(ps) > 0 {
+			dropped = append(dropped, droppedClaim{member: m.ID, partitions: ps, why: why})
+		}
+	}
+	confirmed = true
+	for i := range vetted {
+		m := &vetted[i]
+		owned := slices.Compact(slices.Clone(m.Owned))
+		lo, _ := slices.BinarySearch(owned, 0)
+		hi, _ := slices.BinarySearch(owned, n)
+		drop(*m, append(slices.Clone(owned[:lo]), owned[hi:]...), fmt.Sprintf("the topic has no such partitions (it has %d)", n))
+		owned = owned[lo:hi]
+		claimGen := m.Generation
+		if claimGen == noGeneration && newest != nil {
+			claimGen = newest.gen // a member that does not say: judged by the newest plan
+		}
+		pl := planOf(claimGen)
+		var after []*plan // plans of generations after the claim's
+		for _, q := range plans {
+			if q.gen > claimGen {
+				after = append(after, q)
+			}
+		}
+		switch {
+		case len(owned) == 0:
+		case m.Generation != noGeneration && m.Generation >= gen:
+			drop(*m, owned, fmt.Sprintf("they are claimed from generation %d, which has not been", m.Generation))
+			owned = nil
+		case len(after) >= 2:
+			drop(*m, owned, fmt.Sprintf("they are claimed from generation %d, and the member was assigned twice since", m.Generation))
+			owned = nil
+		default:
+			var kept, not []int
+			for _, p := range owned {
+				switch {
+				case pl != nil && !pl.gave(p, *m):
+					not = append(not, p)
+				case len(after) == 1 && after[0].owner[p] != "" && !after[0].gave(p, *m):
+					// The member missed the one assignment since (its
+					// sync failed), which would not have given the
+					// partition to another member while it claimed it.
+					not = append(not, p)
+				default:
+					kept = append(kept, p)
+				}
+			}
+			drop(*m, not, "the generations this member led did not give them to it")
+			owned = kept
+			if pl == nil && len(kept) > 0 {
+				confirmed = false // no plan judges them
+			}
+		}
+		m.Owned = owned
+	}
+	// The newest claim of each partition counts.
+	newestClaim := map[int]int{} // partition: index in vetted, -1-i when contested
+	genOf := func(j int) int32 {
+		if j < 0 {
+			j = -1 - j
+		}
+		return vetted[j].Generation
+	}
+	for i, m := range vetted {
+		for _, p := range m.Owned {
+			j, ok := newestClaim[p]
+			switch {
+			case !ok || genOf(j) < m.Generation:
+				newestClaim[p] = i
+			case genOf(j) == m.Generation:
+				newestClaim[p] = -1 - i
+			}
+		}
+	}
+	for i := range vetted {
+		m := &vetted[i]
+		var kept, not []int
+		for _, p := range m.Owned {
+			if newestClaim[p] == i {
+				kept = append(kept, p)
+			} else {
+				not = append(not, p)
+			}
+		}
+		drop(*m, not, "another member claims them from a newer generation, or from the same one")
+		m.Owned = kept
+	}
+	for p, j := range newestClaim {
+		if j < 0 {
+			contested = append(contested, p)
+		}
+	}
+	slices.Sort(contested)
+	return vetted, dropped, contested, confirmed && len(contested) == 0
+}
+
+// contestedMember holds, in assign's view, the partitions two members
+// claim from one generation: owned by a member that is never admitted,
+// they go to nobody in a cooperative assignment.
+const contestedMember = "\x00contested"
 
 // assign computes the assignment of the partitions [0, n) of the topic to
 // admitted, the members that may get partitions, knowing every member of

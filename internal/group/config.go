@@ -42,6 +42,10 @@ type Config struct {
 	// rebalance and returns those that may get partitions (see
 	// worker/agreement.go). The leader itself must be among them.
 	Admit func(members []MemberInfo) []MemberInfo
+	// OnRefused, if set, is called when the member refused (part of) the
+	// assignment the group's leader handed it: partitions of another
+	// topic, that the topic does not have, or listed twice.
+	OnRefused func(leader string)
 	// OnState, if set, is called when the member enters (true) or leaves
 	// (false) a generation.
 	OnState func(joined bool)

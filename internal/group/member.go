@@ -7,12 +7,12 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/consumer"
 	"github.com/segmentio/kafka-go/protocol/describegroups"
 	"github.com/segmentio/kafka-go/protocol/heartbeat"
 	"github.com/segmentio/kafka-go/protocol/joingroup"
@@ -94,8 +94,19 @@ type Member struct {
 	// in its subscription so that the leader can give it back (nobody
 	// else owns it).
 	prev    []int
-	fresh   bool // rejoin as a new member (drop the member ID)
-	forfeit bool // rejoin with the partitions lost (Forfeit)
+	prevGen int32 // the generation prev was assigned in
+	fresh   bool  // rejoin as a new member (drop the member ID)
+	forfeit bool  // rejoin with the partitions lost (Forfeit)
+
+	partitionsSeen int // the topic's partition count, as last read
+
+	// Run's goroutine only:
+	plans    []*plan // the assignments this member handed out as the leader of its last generations (consecutive, oldest first)
+	proposed *plan   // the assignment of the generation being synced, if this member leads it
+	// recheck: rejoin this long after the generation is stable (0: no
+	// need): the leader left partitions unassigned.
+	recheck time.Duration
+	refused refusals // assignments refused from lying leaders
 
 	rejoin chan struct{} // RequestRejoin
 }
@@ -263,7 +274,7 @@ func (m *Member) Run(ctx context.Context, h Handler) error {
 func (m *Member) revokeAll(gen Generation, h Handler) {
 	m.mu.Lock()
 	owned := m.owned
-	m.owned, m.prev = nil, owned
+	m.owned, m.prev, m.prevGen = nil, owned, gen.ID
 	m.mu.Unlock()
 	if len(owned) > 0 {
 		h.Revoked(gen, owned)
@@ -272,30 +283,28 @@ func (m *Member) revokeAll(gen Generation, h Handler) {
 
 // protocols are the member's JoinGroup protocols with its subscription:
 // the topic, the user data and the partitions it owns.
-func (m *Member) protocols() ([]joingroup.RequestProtocol, error) {
+func (m *Member) protocols() []joingroup.RequestProtocol {
 	m.mu.Lock()
-	owned := slices.Clone(m.owned)
+	owned, gen := slices.Clone(m.owned), m.gen.ID
 	if len(owned) == 0 {
-		owned = slices.Clone(m.prev)
+		owned, gen = slices.Clone(m.prev), m.prevGen
 	}
 	m.mu.Unlock()
-	sub := consumer.Subscription{Version: 1, Topics: []string{m.cfg.Topic}, UserData: m.cfg.UserData}
+	sub := subscription{Topics: []string{m.cfg.Topic}, UserData: m.cfg.UserData, Generation: noGeneration}
 	if len(owned) > 0 {
 		ps := make([]int32, len(owned))
 		for i, p := range owned {
 			ps[i] = int32(p)
 		}
-		sub.OwnedPartitions = []consumer.TopicPartition{{Topic: m.cfg.Topic, Partitions: ps}}
+		sub.Owned = []topicPartitions{{Topic: m.cfg.Topic, Partitions: ps}}
+		sub.Generation = gen
 	}
-	meta, err := protocol.Marshal(1, sub)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the subscription: %w", err)
-	}
+	meta := encodeSubscription(sub)
 	ps := []joingroup.RequestProtocol{{Name: ProtocolEager, Metadata: meta}}
 	if !m.cfg.Eager {
 		ps = append([]joingroup.RequestProtocol{{Name: ProtocolCooperative, Metadata: meta}}, ps...)
 	}
-	return ps, nil
+	return ps
 }
 
 // roundTrip sends req to the group's coordinator (the Transport finds it)
@@ -309,10 +318,7 @@ func (m *Member) roundTrip(ctx context.Context, timeout time.Duration, req proto
 // joinAndSync joins a generation and syncs its assignment.
 func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int, error) {
 	m.setJoined(false)
-	protos, err := m.protocols()
-	if err != nil {
-		return Generation{}, nil, errFatal{err}
-	}
+	protos := m.protocols()
 	m.mu.Lock()
 	if m.fresh {
 		m.memberID, m.fresh = "", false
@@ -324,9 +330,7 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 		if err := m.announcePrevious(ctx); err != nil {
 			m.log.Debug("reading the group's members to rejoin as the same static member failed", "err", err)
 		}
-		if protos, err = m.protocols(); err != nil {
-			return Generation{}, nil, errFatal{err}
-		}
+		protos = m.protocols()
 	}
 	var jr *joingroup.Response
 	for attempt := 0; ; attempt++ {
@@ -379,12 +383,16 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 	gen := Generation{ID: jr.GenerationID, MemberID: jr.MemberID, Protocol: jr.ProtocolName, Leader: jr.LeaderID == jr.MemberID}
 	m.mu.Lock()
 	m.memberID = jr.MemberID
+	held, last := len(m.owned) > 0, m.gen
 	m.mu.Unlock()
+	if held && !gen.Cooperative() {
+		m.yieldToEager(ctx, h, last, gen)
+	}
 
 	var assignments []syncgroup.RequestAssignment
 	if gen.Leader {
 		var err error
-		if assignments, err = m.leaderAssign(ctx, gen, jr.Members); err != nil {
+		if assignments, err = m.leaderAssign(ctx, gen, last, jr.Members); err != nil {
 			return Generation{}, nil, err
 		}
 	}
@@ -420,19 +428,50 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 		}
 		return Generation{}, nil, fmt.Errorf("syncing: %w", code)
 	}
-	var a consumer.Assignment
-	if len(sr.Assignments) > 0 {
-		if err := protocol.Unmarshal(sr.Assignments, 1, &a); err != nil {
-			if err := protocol.Unmarshal(sr.Assignments, 0, &a); err != nil {
-				return Generation{}, nil, fmt.Errorf("decoding the assignment: %w", err)
-			}
+	tps, err := decodeAssignment(sr.Assignments)
+	if err != nil {
+		return Generation{}, nil, fmt.Errorf("decoding the assignment of leader %s: %w", jr.LeaderID, err)
+	}
+	assigned := partitionsOf(tps, m.cfg.Topic)
+	if !gen.Leader {
+		if assigned, err = m.checkAssignment(ctx, jr.LeaderID, tps, assigned); err != nil {
+			return Generation{}, nil, err
 		}
 	}
-	assigned := partitionsOf(a.AssignedPartitions, m.cfg.Topic)
 	m.mu.Lock()
 	m.gen = gen
 	m.mu.Unlock()
 	return gen, assigned, nil
+}
+
+// yieldToEager gives up every partition the member kept from its last,
+// cooperative, generation (last) when the new one (gen) turned out eager:
+// a member that offers only eager protocols joined (an older build,
+// kcat, a console consumer). Every eager member gave its partitions up
+// before it joined; this one learns the protocol only from the join's
+// answer, and gives them up before the assignment is handed out (as the
+// leader, before it assigns; as a follower, before it syncs, and the
+// leader does not move partitions claimed from a cooperative generation:
+// leaderAssign), so that no partition runs here while the new generation
+// gives it to another member. Heartbeats of the new generation keep the
+// membership meanwhile; the final commits fail (the group is between
+// generations) and the next owner recovers from the output, as after any
+// failed commit.
+func (m *Member) yieldToEager(ctx context.Context, h Handler, last, gen Generation) {
+	m.mu.Lock()
+	owned := m.owned
+	m.mu.Unlock()
+	m.log.Info("the group rebalances eagerly from this generation on; giving up every partition before the assignment",
+		"partitions", owned, "generation", gen.ID, "protocol", gen.Protocol)
+	hctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.heartbeats(hctx, gen, make(chan heartbeatResult, 2))
+	}()
+	m.revokeAll(last, h)
+	stop()
+	<-done
 }
 
 // announcePrevious looks up the member that had this member's instance id
@@ -460,10 +499,10 @@ func (m *Member) announcePrevious(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			prev := partitionsOf(sub.OwnedPartitions, m.cfg.Topic)
+			prev := partitionsOf(sub.Owned, m.cfg.Topic)
 			m.mu.Lock()
 			if len(m.owned) == 0 {
-				m.prev = prev
+				m.prev, m.prevGen = prev, sub.Generation
 			}
 			m.mu.Unlock()
 		}
@@ -472,47 +511,127 @@ func (m *Member) announcePrevious(ctx context.Context) error {
 }
 
 // leaderAssign computes the generation's assignment from the members'
-// subscriptions.
-func (m *Member) leaderAssign(ctx context.Context, gen Generation, members []joingroup.ResponseMember) ([]syncgroup.RequestAssignment, error) {
+// subscriptions. last is the generation this member was in before.
+//
+// What members claim to own is checked before it counts: a claim of a
+// partition the topic does not have, or of a generation that has not
+// been, is dropped; if this member led the generation the claims are from,
+// a claim counts only where its assignment gave that partition to that
+// member; otherwise the newest generation's claim of a partition counts.
+// A member that claims what it does not hold cannot keep partitions from
+// being assigned for more than one rebalance: where a partition is left
+// unassigned for a claim this member could not confirm, it rejoins as soon
+// as the generation is stable, and leads the next one knowing the truth.
+func (m *Member) leaderAssign(ctx context.Context, gen, last Generation, members []joingroup.ResponseMember) ([]syncgroup.RequestAssignment, error) {
 	n, err := m.partitionCount(ctx)
 	if err != nil {
 		return nil, err
 	}
 	all := make([]MemberInfo, 0, len(members))
+	var undecodable []string
 	for _, jm := range members {
 		sub, err := decodeSubscription(jm.Metadata)
 		if err != nil {
+			undecodable = append(undecodable, jm.MemberID)
 			m.log.Warn("a member's subscription does not decode; it gets no partitions", "member", jm.MemberID, "err", err)
-			continue
+			sub = subscription{Generation: noGeneration}
 		}
 		all = append(all, MemberInfo{ID: jm.MemberID, InstanceID: jm.GroupInstanceID, UserData: sub.UserData,
-			Owned: partitionsOf(sub.OwnedPartitions, m.cfg.Topic)})
+			Owned: partitionsOf(sub.Owned, m.cfg.Topic), Generation: sub.Generation, undecodable: err != nil})
 	}
-	admitted := all
+	plans := m.plans
+	if len(plans) > 0 && plans[len(plans)-1].gen != last.ID {
+		plans = nil // this member's last generation was not one it led
+	}
+	all, dropped, contested, confirmed := vetClaims(all, n, gen.ID, plans)
+	for _, d := range dropped {
+		m.log.Warn("ignoring partitions a member claims to own: "+d.why, "member", d.member, "partitions", summarize(d.partitions), "generation", gen.ID)
+	}
+	admitted := slices.DeleteFunc(slices.Clone(all), func(mi MemberInfo) bool { return mi.undecodable })
 	if m.cfg.Admit != nil {
-		admitted = m.cfg.Admit(all)
+		admitted = m.cfg.Admit(admitted)
 	}
-	plan := assign(all, admitted, n, gen.Cooperative())
+	// An eager generation after a cooperative one: members kept their
+	// partitions until they learnt the protocol (yieldToEager), so a
+	// partition one of them claims goes to nobody else in this generation.
+	transition := !gen.Cooperative() && (last.ID != gen.ID-1 || last.Cooperative())
+	withContested := all
+	if len(contested) > 0 {
+		withContested = append(slices.Clone(all), MemberInfo{ID: contestedMember, Owned: contested})
+	}
+	assignment := assign(withContested, admitted, n, gen.Cooperative() || transition)
+	given := 0
+	for _, ps := range assignment {
+		given += len(ps)
+	}
+	switch {
+	case given == n || len(admitted) == 0:
+	case transition || !confirmed:
+		// Held up by claims this member could not confirm: the next
+		// generation, led with this one's assignment, judges them.
+		m.recheck = time.Nanosecond
+	default:
+		// Held for members that own them and are to give them up and
+		// rejoin; one that does not (it claims what it does not give up)
+		// is not waited for beyond a rebalance timeout.
+		m.recheck = m.cfg.RebalanceTimeout
+	}
+	m.proposed = newPlan(gen.ID, all, assignment)
 	m.log.Info("elected group leader; assigning partitions", "members", len(all), "admitted", len(admitted),
-		"partitions", n, "protocol", gen.Protocol, "generation", gen.ID)
+		"partitions", n, "unassigned", n-given, "protocol", gen.Protocol, "generation", gen.ID)
 	out := make([]syncgroup.RequestAssignment, 0, len(all))
 	for _, mi := range all {
-		ps := plan[mi.ID]
-		a := consumer.Assignment{Version: 1}
-		if len(ps) > 0 {
-			tp := consumer.TopicPartition{Topic: m.cfg.Topic}
-			for _, p := range ps {
-				tp.Partitions = append(tp.Partitions, int32(p))
-			}
-			a.AssignedPartitions = []consumer.TopicPartition{tp}
-		}
-		b, err := protocol.Marshal(1, a)
-		if err != nil {
-			return nil, fmt.Errorf("encoding an assignment: %w", err)
-		}
-		out = append(out, syncgroup.RequestAssignment{MemberID: mi.ID, Assignment: b})
+		out = append(out, syncgroup.RequestAssignment{MemberID: mi.ID, Assignment: encodeAssignment(m.cfg.Topic, assignment[mi.ID])})
 	}
 	return out, nil
+}
+
+// checkAssignment checks the assignment a leader handed this member
+// (tps, whose partitions of the topic are assigned, sorted) and returns
+// the partitions to run: those of the topic, within the topic's partition
+// count, each once. Whatever else it holds is refused, with an ERROR
+// naming the leader, and the member rejoins after a while (sooner a
+// leader that read stale metadata, later one that keeps lying): no
+// partition that does not exist gets a goroutine, a checkpoint or a
+// metric series.
+func (m *Member) checkAssignment(ctx context.Context, leader string, tps []topicPartitions, assigned []int) ([]int, error) {
+	var problems []string
+	for _, tp := range tps {
+		if tp.Topic != m.cfg.Topic {
+			problems = append(problems, fmt.Sprintf("%d partitions of topic %q, which the group does not consume", len(tp.Partitions), tp.Topic))
+		}
+	}
+	uniq := slices.Compact(slices.Clone(assigned))
+	if d := len(assigned) - len(uniq); d > 0 {
+		problems = append(problems, fmt.Sprintf("%d partitions listed more than once", d))
+	}
+	m.mu.Lock()
+	n := m.partitionsSeen
+	m.mu.Unlock()
+	if len(uniq) > 0 && uniq[len(uniq)-1] >= n {
+		var err error
+		if n, err = m.partitionCount(ctx); err != nil {
+			return nil, err
+		}
+	}
+	lo, _ := slices.BinarySearch(uniq, 0)
+	hi, _ := slices.BinarySearch(uniq, n)
+	if bad := append(slices.Clone(uniq[:lo]), uniq[hi:]...); len(bad) > 0 {
+		problems = append(problems, fmt.Sprintf("%d partitions %s that topic %q does not have (it has %d)", len(bad), summarize(bad), m.cfg.Topic, n))
+	}
+	valid := uniq[lo:hi]
+	if len(problems) == 0 {
+		m.refused.reset()
+		return valid, nil
+	}
+	wait := m.refused.next()
+	m.log.Error(fmt.Sprintf("group %s: the group's leader, member %s, assigned this member %s; refused: running only %s, and rejoining in %v",
+		m.cfg.Group, leader, strings.Join(problems, "; "), summarize(valid), wait),
+		"leader", leader, "refused", len(assigned)-len(valid))
+	if m.cfg.OnRefused != nil {
+		m.cfg.OnRefused(leader)
+	}
+	return valid, nil
 }
 
 // partitionCount asks the brokers how many partitions the topic has.
@@ -529,6 +648,9 @@ func (m *Member) partitionCount(ctx context.Context) (int, error) {
 			if t.Error != nil {
 				return 0, fmt.Errorf("reading the partitions of %q: %w", m.cfg.Topic, t.Error)
 			}
+			m.mu.Lock()
+			m.partitionsSeen = len(t.Partitions)
+			m.mu.Unlock()
 			return len(t.Partitions), nil
 		}
 	}
@@ -548,12 +670,19 @@ func (m *Member) stable(ctx context.Context, h Handler, gen Generation, assigned
 	m.mu.Lock()
 	owned := m.owned
 	m.mu.Unlock()
-	var revoked, added []int
-	if gen.Cooperative() {
-		revoked, added = diff(owned, assigned), diff(assigned, owned)
+	// An eager member owns nothing here (it gave everything up before it
+	// joined, or yieldToEager did); a cooperative one gives up what the
+	// leader moved before anything of the new generation runs.
+	revoked, added := diff(owned, assigned), diff(assigned, owned)
+	if gen.Leader && m.proposed != nil && m.proposed.gen == gen.ID {
+		m.plans = append(m.plans, m.proposed)
+		if len(m.plans) > maxPlans {
+			m.plans = m.plans[1:]
+		}
 	} else {
-		added = assigned // owned was revoked before joining
+		m.plans = nil // another member led: its assignment is not this member's to vouch for
 	}
+	m.proposed = nil
 	h.Joined(gen, assigned)
 	if len(revoked) > 0 {
 		h.Revoked(gen, revoked)
@@ -569,10 +698,28 @@ func (m *Member) stable(ctx context.Context, h Handler, gen Generation, assigned
 		m.log.Info("revoked partitions the leader moved; rejoining so that they can be assigned", "revoked", revoked, "generation", gen.ID)
 		return outRebalance, nil
 	}
+	var again <-chan time.Time
+	var why string
+	wait := m.refused.pending()
+	if wait > 0 {
+		why = "the leader's assignment was refused"
+	}
+	if m.recheck > 0 && (wait == 0 || m.recheck < wait) {
+		wait, why = m.recheck, "partitions were left unassigned"
+	}
+	m.recheck = 0
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		again = t.C
+	}
 	var r heartbeatResult
 	select {
 	case <-ctx.Done():
 		r.out = outDone
+	case <-again:
+		m.log.Info("rejoining: "+why, "generation", gen.ID, "after", wait)
+		r.out = outRebalance
 	case <-m.rejoin:
 		r.out = outRebalance
 		m.mu.Lock()
@@ -778,33 +925,6 @@ func (m *Member) FetchOffsets(ctx context.Context, partitions []int) (map[int]in
 	return out, nil
 }
 
-// decodeSubscription reads a member's subscription (consumer protocol
-// version 1, or 0 from members that do not list owned partitions).
-func decodeSubscription(b []byte) (consumer.Subscription, error) {
-	var sub consumer.Subscription
-	if err := protocol.Unmarshal(b, 1, &sub); err != nil {
-		sub = consumer.Subscription{}
-		if err := protocol.Unmarshal(b, 0, &sub); err != nil {
-			return sub, err
-		}
-	}
-	return sub, nil
-}
-
-// partitionsOf lists, sorted, the partitions of topic in tps.
-func partitionsOf(tps []consumer.TopicPartition, topic string) []int {
-	var out []int
-	for _, tp := range tps {
-		if tp.Topic == topic {
-			for _, p := range tp.Partitions {
-				out = append(out, int(p))
-			}
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
 // diff returns the elements of a (sorted) not in b.
 func diff(a, b []int) []int {
 	var out []int
@@ -820,6 +940,41 @@ func union(a, b []int) []int {
 	out := append(slices.Clone(a), b...)
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// maxPlans bounds the assignments a leader keeps to judge claims with: a
+// member that missed that many syncs in a row has lost its membership.
+const maxPlans = 4
+
+// refusals counts the assignments refused in a row; each rejoin after one
+// waits twice as long as the last, from a second up to a minute.
+type refusals struct {
+	n    int
+	wait time.Duration // before the next rejoin; 0: none planned
+}
+
+func (r *refusals) reset() { r.n, r.wait = 0, 0 }
+
+func (r *refusals) next() time.Duration {
+	r.wait = min(time.Second<<min(r.n, 6), time.Minute)
+	r.n++
+	return r.wait
+}
+
+// pending returns the planned wait once, then 0.
+func (r *refusals) pending() time.Duration {
+	w := r.wait
+	r.wait = 0
+	return w
+}
+
+// summarize lists partitions briefly: all of a few, else the first and
+// last ones of many.
+func summarize(ps []int) string {
+	if len(ps) <= 8 {
+		return fmt.Sprint(ps)
+	}
+	return fmt.Sprintf("[%d %d %d … %d %d] (%d)", ps[0], ps[1], ps[2], ps[len(ps)-2], ps[len(ps)-1], len(ps))
 }
 
 // backoff doubles a wait up to a bound.

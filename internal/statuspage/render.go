@@ -3,8 +3,10 @@ package statuspage
 import (
 	"bytes"
 	_ "embed"
+	"fmt"
 	"html"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -75,6 +77,7 @@ func render(b *bytes.Buffer, v view) {
 		}
 		o.w("</div>\n")
 	}
+	renderGroup(o, v)
 	if len(v.Rows) == 0 {
 		o.w("\n", `<p id="no-partitions">No partitions assigned`, pick(v.Joined, "", ": joining the consumer group"), ".</p>\n")
 	} else {
@@ -89,6 +92,31 @@ func render(b *bytes.Buffer, v view) {
 </body>
 </html>
 `)
+}
+
+// renderGroup writes what is amiss in the consumer group: members that
+// are not bloomgate workers, members with other settings, and partitions
+// no member that agrees with this worker processes.
+func renderGroup(o out, v view) {
+	if len(v.ForeignMembers)+len(v.SettingsConflicts)+len(v.Unprocessed) == 0 {
+		return
+	}
+	o.w(`<div class="notice err" id="group-problems"><b>Consumer group:</b>`)
+	for _, f := range v.ForeignMembers {
+		holds := "holds no partitions"
+		if len(f.Holds) > 0 {
+			holds = "holds partitions " + fmt.Sprint(f.Holds) + ", consumed and committed without deduplication"
+		}
+		o.w("<div>member ", esc(f.Member), " (client id ", esc(f.ClientID), ", host ", esc(f.Host), ") is not a bloomgate worker and ",
+			esc(holds), ": give it its own group id</div>")
+	}
+	for _, c := range v.SettingsConflicts {
+		o.w("<div>member ", esc(c.Member), " runs with other settings: ", esc(strings.Join(c.Diffs, "; ")), "</div>")
+	}
+	if len(v.Unprocessed) > 0 {
+		o.w("<div>partitions ", esc(fmt.Sprint(v.Unprocessed)), " are processed by no bloomgate worker of the group that agrees with this one</div>")
+	}
+	o.w("</div>\n")
 }
 
 // renderCards writes the summary's cards.

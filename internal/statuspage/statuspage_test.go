@@ -397,7 +397,7 @@ func TestStatusJSONSnakeCase(t *testing.T) {
 	// The walk reached the nested objects.
 	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds",
 		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry",
-		"lost_generations", "keys_from_offset", "settings_conflicts", "differences"} {
+		"lost_generations", "keys_from_offset", "settings_conflicts", "differences", "foreign_members", "client_id", "holds", "unprocessed_partitions"} {
 		if !keys[k] {
 			t.Errorf("status.json lacks %q:\n%s", k, body)
 		}
@@ -531,5 +531,39 @@ func TestPageEscapesEveryValue(t *testing.T) {
 		if !strings.HasSuffix(page, "</html>\n") {
 			t.Fatalf("status %d: page not complete", i)
 		}
+	}
+}
+
+// The consumer group's problems are named under the summary: a member
+// that is not a bloomgate worker and what it holds, a member with other
+// settings, the partitions no agreeing member processes.
+func TestPageShowsGroupProblems(t *testing.T) {
+	var st worker.Status
+	if err := json.Unmarshal([]byte(`{"ready":true,"joined":true,"generation":7,"member_id":"bloomgate-1","assigned":[2,3],
+		"foreign_members":[{"member":"peek-1","client_id":"rdkafka<x>","host":"10.0.0.9","holds":[0,1]}],
+		"settings_conflicts":[{"member":"bloomgate-2","differences":["--window 2h0m0s here, 1h0m0s there"]}],
+		"unprocessed_partitions":[0,1]}`), &st); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
+	page := string(body)
+	i := strings.Index(page, `id="group-problems"`)
+	if i < 0 {
+		t.Fatalf("no group notice:\n%s", page)
+	}
+	notice := page[i:]
+	notice = notice[:strings.Index(notice, "</div>\n")]
+	for _, want := range []string{
+		"member peek-1 (client id rdkafka&lt;x&gt;, host 10.0.0.9) is not a bloomgate worker and holds partitions [0 1], consumed and committed without deduplication: give it its own group id",
+		"member bloomgate-2 runs with other settings: --window 2h0m0s here, 1h0m0s there",
+		"partitions [0 1] are processed by no bloomgate worker",
+	} {
+		if !strings.Contains(notice, want) {
+			t.Errorf("group notice lacks %q:\n%s", want, notice)
+		}
+	}
+	body, _ = io.ReadAll(get(t, testHandler(sampleStatus(testNow)), "/").Body)
+	if strings.Contains(string(body), `id="group-problems"`) {
+		t.Error("a group without problems gets the notice")
 	}
 }

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/bloomgate/bloomgate/internal/group"
 )
 
@@ -32,8 +30,11 @@ import (
 // joins a generation (DescribeGroups) and reports each disagreement: an
 // ERROR naming the setting and both values, the gauge
 // bloomgate_group_settings_conflicts, the status page, and the alert
-// BloomgateGroupSettingsConflict. Members that announce nothing (older
-// builds) are taken to agree.
+// BloomgateGroupSettingsConflict. A member that announces nothing is not
+// a bloomgate worker (kcat, a console consumer: foreignMember): it gets no
+// partitions from a bloomgate leader, and every member reports it, with
+// what it holds when it leads (bloomgate_group_foreign_members, the
+// status page, BloomgateForeignGroupMember).
 
 // Setting is one setting that members of a group must agree on, by its
 // flag name.
@@ -126,15 +127,38 @@ type conflict struct {
 
 func (c conflict) key() string { return c.Member + "\x00" + strings.Join(c.Diffs, "\x00") }
 
+// foreignMember is a member of the group that announces no bloomgate
+// settings: kcat, a console consumer, any other client (or a build from
+// before the announcement). It gets no partitions from a bloomgate
+// leader; what it holds when it leads is not deduplicated.
+type foreignMember struct {
+	Member   string `json:"member"`
+	ClientID string `json:"client_id,omitempty"`
+	Host     string `json:"host,omitempty"`
+	Holds    []int  `json:"holds,omitempty"`
+}
+
+func (f foreignMember) key() string { return f.Member + "\x00" + fmt.Sprint(f.Holds) }
+
 // admit returns the members whose settings agree with this worker's, for
-// the leader's assignment (group.Config.Admit), and reports the others.
+// the leader's assignment (group.Config.Admit), and reports the others:
+// those with other settings, and foreign members (no bloomgate settings
+// announced), which get nothing either.
 func (w *Worker) admit(members []group.MemberInfo) []group.MemberInfo {
 	mine := w.agreedSettings()
 	out := make([]group.MemberInfo, 0, len(members))
 	var conflicts []conflict
 	for _, m := range members {
 		theirs, ok := decodeSettings(m.UserData)
-		if d := differences(mine, theirs); ok && len(d) > 0 {
+		if !ok {
+			if _, seen := w.reported.LoadOrStore("leader-foreign\x00"+m.ID, true); !seen {
+				w.log.Error(fmt.Sprintf("group %s: member %s is not a bloomgate worker (it announces no bloomgate settings: kcat, a console "+
+					"consumer or another client using the worker's group id); it gets no partitions from this member, the group leader. "+
+					"Give other consumers their own group id", w.cfg.Group, m.ID), "member", m.ID)
+			}
+			continue
+		}
+		if d := differences(mine, theirs); len(d) > 0 {
 			conflicts = append(conflicts, conflict{Member: m.ID, Diffs: d})
 			continue
 		}
@@ -153,32 +177,58 @@ func (w *Worker) admit(members []group.MemberInfo) []group.MemberInfo {
 }
 
 // checkAgreement reads the group's members after this worker joined a
-// generation and reports the members whose settings differ from its own.
-func (w *Worker) checkAgreement(ctx context.Context, self string) {
+// generation (gen) and reports the members whose settings differ from its
+// own, the foreign members and what they hold, and the partitions of the
+// input no member that agrees with this one processes.
+func (w *Worker) checkAgreement(ctx context.Context, gen group.Generation) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := w.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{w.cfg.Group}})
-	if err != nil || len(res.Groups) != 1 || res.Groups[0].Error != nil {
-		if err == nil && len(res.Groups) == 1 {
-			err = res.Groups[0].Error
-		}
+	d, err := w.member.Describe(ctx)
+	if err != nil {
 		w.log.Debug("reading the group's members to compare settings failed", "err", err)
+		return
+	}
+	n, err := w.member.PartitionCount(ctx)
+	if err != nil {
+		w.log.Debug("reading the input's partition count failed", "err", err)
 		return
 	}
 	mine := w.agreedSettings()
 	var conflicts []conflict
-	for _, m := range res.Groups[0].Members {
-		if m.MemberID == self {
+	var foreign []foreignMember
+	processed := make([]bool, n)
+	for _, m := range d.Members {
+		theirs, ok := decodeSettings(m.UserData)
+		diffs := differences(mine, theirs)
+		switch {
+		case !ok:
+			foreign = append(foreign, foreignMember{Member: m.ID, ClientID: m.ClientID, Host: m.Host, Holds: m.Assigned})
+			continue
+		case len(diffs) > 0 && m.ID != gen.MemberID:
+			conflicts = append(conflicts, conflict{Member: m.ID, Host: m.Host, Diffs: diffs})
 			continue
 		}
-		theirs, ok := decodeSettings(m.MemberMetadata.UserData)
-		if d := differences(mine, theirs); ok && len(d) > 0 {
-			conflicts = append(conflicts, conflict{Member: m.MemberID, Host: m.ClientHost, Diffs: d})
+		for _, p := range m.Assigned {
+			if p >= 0 && p < n {
+				processed[p] = true
+			}
+		}
+	}
+	var unprocessed []int
+	if d.State == "Stable" {
+		for p, ok := range processed {
+			if !ok {
+				unprocessed = append(unprocessed, p)
+			}
 		}
 	}
 	w.m.settingsConflicts.Set(float64(len(conflicts)))
+	w.m.foreignMembers.Set(float64(len(foreign)))
+	w.m.unprocessedPartitions.WithLabelValues(w.cfg.Input).Set(float64(len(unprocessed)))
 	w.mu.Lock()
 	w.status.SettingsConflicts = conflicts
+	w.status.ForeignMembers = foreign
+	w.status.Unprocessed = unprocessed
 	w.mu.Unlock()
 	for _, c := range conflicts {
 		if _, seen := w.reported.LoadOrStore("member\x00"+c.key(), true); seen {
@@ -187,5 +237,23 @@ func (w *Worker) checkAgreement(ctx context.Context, self string) {
 		w.log.Error(fmt.Sprintf("group %s: member %s (%s) runs with other settings than this worker (%s): members of one group must agree "+
 			"on the filter, key and output settings, and the group leader assigns partitions only to the members that agree with it",
 			w.cfg.Group, c.Member, c.Host, strings.Join(c.Diffs, "; ")), "member", c.Member)
+	}
+	for _, f := range foreign {
+		if _, seen := w.reported.LoadOrStore("foreign\x00"+f.key(), true); seen {
+			continue
+		}
+		what := "it holds no partitions"
+		if len(f.Holds) > 0 {
+			what = fmt.Sprintf("it holds partitions %v of %s, whose records it consumes and commits without deduplication", f.Holds, w.cfg.Input)
+		}
+		w.log.Error(fmt.Sprintf("group %s: member %s (client id %q, host %s) is not a bloomgate worker: %s. "+
+			"Another consumer uses the worker's group id (a kcat -G or console consumer started with it?): give it its own group id",
+			w.cfg.Group, f.Member, f.ClientID, f.Host, what), "member", f.Member, "client_id", f.ClientID, "host", f.Host, "holds", f.Holds)
+	}
+	if len(unprocessed) > 0 {
+		if _, seen := w.reported.LoadOrStore(fmt.Sprint("unprocessed\x00", gen.ID), true); !seen {
+			w.log.Warn(fmt.Sprintf("group %s: no bloomgate worker that agrees with this one processes partitions %v of %s in generation %d",
+				w.cfg.Group, unprocessed, w.cfg.Input, gen.ID), "partitions", unprocessed)
+		}
 	}
 }

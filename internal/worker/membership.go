@@ -46,6 +46,9 @@ func newMembership(w *Worker, runCtx, partsCtx context.Context, member *group.Me
 		w.mu.Lock()
 		w.status.Assigned = slices.DeleteFunc(w.status.Assigned, func(p int) bool { return slices.Contains(partitions, p) })
 		w.mu.Unlock()
+		for _, p := range partitions {
+			w.m.forgetPartition(w.cfg.Input, p)
+		}
 	}
 	return ms
 }
@@ -68,7 +71,7 @@ func (ms *membership) joined(gen group.Generation, assigned []int) {
 	if r, ok := w.deps.State.(Retainer); ok {
 		r.Retain(w.cfg.Input, assigned)
 	}
-	go w.checkAgreement(ms.runCtx, gen.MemberID)
+	go w.checkAgreement(ms.runCtx, gen)
 }
 
 // newMember builds the worker's group member.
@@ -90,6 +93,7 @@ func (w *Worker) newMember() (*group.Member, error) {
 		Logger:            w.deps.Logger.With("input", w.cfg.Input),
 		Now:               w.deps.Now,
 		OnState:           w.setJoined,
+		OnRefused:         func(string) { w.m.assignmentsRefused.Inc() },
 		OnJoinError: func(err error, everJoined bool) error {
 			if e := w.check.Explain(err); e != nil && !everJoined {
 				// A refused login or group ACL before the first

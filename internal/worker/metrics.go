@@ -7,8 +7,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the worker's Prometheus series. Per-partition series of every
-// input partition are created up front so that they start at 0.
+// metrics are the worker's Prometheus series. Per-partition series are
+// created (at 0) when the worker takes the partition; its gauges are
+// deleted when it gives it up.
 type metrics struct {
 	consumed     *prometheus.CounterVec
 	forwarded    *prometheus.CounterVec
@@ -45,8 +46,14 @@ type metrics struct {
 	inputLost        *prometheus.CounterVec
 	// settingsConflicts: members of the group whose settings differ.
 	settingsConflicts prometheus.Gauge
-	generationsLost   *prometheus.CounterVec
-	restoresDiscarded *prometheus.CounterVec
+	// foreignMembers, unprocessedPartitions, assignmentsRefused: the
+	// group's members that are not bloomgate workers, the input
+	// partitions no agreeing member processes, lying leaders.
+	foreignMembers        prometheus.Gauge
+	unprocessedPartitions *prometheus.GaugeVec
+	assignmentsRefused    prometheus.Counter
+	generationsLost       *prometheus.CounterVec
+	restoresDiscarded     *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -118,6 +125,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		settingsConflicts: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_settings_conflicts",
 			Help: "Members of the consumer group whose filter, key or output settings differ from this worker's (as of the last generation joined); " +
 				"the group leader assigns partitions only to members that agree with it."}),
+		foreignMembers: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_foreign_members",
+			Help: "Members of the consumer group that are not bloomgate workers (they announce no bloomgate settings: kcat -G, a console " +
+				"consumer, another client using the group id), as of the last generation joined. A bloomgate leader gives them nothing; " +
+				"what one holds as the leader is consumed and committed without deduplication."}),
+		unprocessedPartitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_unprocessed_partitions",
+			Help: "Input partitions that no bloomgate member agreeing with this worker processes in the group's current generation " +
+				"(held by a foreign member, or left unassigned), as of the last generation joined."}, []string{"topic"}),
+		assignmentsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "group_assignments_refused_total",
+			Help: "Assignments from the group's leader that this worker refused in part: partitions of another topic, that the input " +
+				"does not have, or listed twice. Only the valid partitions run."}),
 		generationsLost: counter("checkpoint_generations_lost_total",
 			"Filter generations a restore could not load (a corrupt or missing checkpoint object), by what became of them: reason=rebuilt "+
 				"(read back from the input, nothing forgotten), forgotten (the input no longer holds their keys: repeats are forwarded "+
@@ -131,12 +148,24 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.generationsLost, m.restoresDiscarded} {
+		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.foreignMembers, m.unprocessedPartitions, m.assignmentsRefused, m.generationsLost, m.restoresDiscarded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}
 	}
 	return m, nil
+}
+
+// forgetPartition deletes the gauges of partition p of topic: the worker
+// gave it up, and a gauge left behind would freeze at its last value (a
+// lag of 0 while records wait for the next owner, filter bytes counted
+// twice). Counters stay: they total what this process did.
+func (m *metrics) forgetPartition(topic string, p int) {
+	labels := prometheus.Labels{"topic": topic, "partition": strconv.Itoa(p)}
+	for _, g := range []*prometheus.GaugeVec{m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow,
+		m.filterClamped, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining} {
+		g.DeletePartialMatch(labels)
+	}
 }
 
 // partitionMetrics are the resolved series of one partition, so that the hot

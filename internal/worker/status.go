@@ -32,6 +32,12 @@ type Status struct {
 	// SettingsConflicts lists the group's members whose settings differ
 	// from this worker's (agreement.go), as of the last generation joined.
 	SettingsConflicts []conflict `json:"settings_conflicts,omitempty"`
+	// ForeignMembers lists the group's members that are not bloomgate
+	// workers, and Unprocessed the input partitions no member that agrees
+	// with this one processes (agreement.go), as of the last generation
+	// joined.
+	ForeignMembers []foreignMember `json:"foreign_members,omitempty"`
+	Unprocessed    []int           `json:"unprocessed_partitions,omitempty"`
 }
 
 // PartitionStatus describes one assigned partition.

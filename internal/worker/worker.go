@@ -216,14 +216,17 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.m.writeRetries.WithLabelValues(t, r)
 		}
 	}
-	for p := 0; p < w.partitions[w.cfg.Input]; p++ {
-		w.m.partition(w.cfg.Input, p) // series start at 0
-	}
+	// A partition's series start at 0 when this worker takes it, and its
+	// gauges are deleted when it gives it up (metrics.forgetPartition):
+	// the sum over the group's workers counts each partition once, and a
+	// partition no worker processes shows in
+	// bloomgate_group_unprocessed_partitions instead of as a frozen lag.
 	for _, r := range resetReasons {
 		w.m.inputResets.WithLabelValues(w.cfg.Input, r)
 	}
 	w.m.inputLost.WithLabelValues(w.cfg.Input)
 	w.m.restoresDiscarded.WithLabelValues(w.cfg.Input)
+	w.m.unprocessedPartitions.WithLabelValues(w.cfg.Input)
 	if err := w.checkMemory(ctx); err != nil {
 		return err
 	}
