@@ -3,10 +3,14 @@
 package main
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"time"
+
+	"github.com/bloomgate/bloomgate/internal/httpserve"
 )
 
 // Built with -tags pprof (bench/pipeline -pprof does), the process serves
@@ -26,5 +30,8 @@ func init() {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	os.Stderr.WriteString("pprof listening on " + ln.Addr().String() + "\n")
-	go func() { _ = http.Serve(ln, mux) }()
+	// The endpoint's bounds, but time for a CPU profile of the default 30 s
+	// (pprof refuses one as long as the write timeout).
+	srv := httpserve.New(ln, mux, httpserve.Limits{WriteTimeout: 2 * time.Minute})
+	go func() { _ = srv.Run(context.Background()) }()
 }

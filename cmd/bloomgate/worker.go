@@ -19,6 +19,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/config"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/gcbudget"
+	"github.com/bloomgate/bloomgate/internal/httpserve"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/repartition"
@@ -73,11 +74,11 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	defer func() { stopPacer(); <-pacerDone }()
 
 	if cfg.MetricsAddr != "" {
-		srv, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)
+		stopHTTP, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)
 		if err != nil {
 			return err
 		}
-		defer shutdownHTTP(srv)
+		defer stopHTTP()
 	}
 	if hop == nil {
 		return workerErr(w.Run(ctx))
@@ -311,27 +312,26 @@ func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, bo
 	}
 }
 
-// serveHTTP starts the metrics/health endpoint. A port that cannot be bound
-// is a start-up error, not something to log and ignore.
-func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (*http.Server, error) {
+// serveHTTP starts the metrics/health endpoint (within httpserve's bounds)
+// and returns the function that stops it and waits until it has stopped.
+// A port that cannot be bound is a start-up error, not something to log
+// and ignore.
+func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("metrics-addr %s: %w", addr, err)}
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	srv := httpserve.New(ln, h, httpserve.Limits{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		defer close(done)
+		if err := srv.Run(ctx); err != nil {
 			logger.Error("metrics endpoint stopped", "err", err)
 		}
 	}()
 	logger.Info("serving /, /status.json, /metrics, /healthz, /readyz", "addr", ln.Addr().String())
-	return srv, nil
-}
-
-func shutdownHTTP(srv *http.Server) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = srv.Shutdown(ctx)
+	return func() { cancel(); <-done }, nil
 }
 
 // unwrapPathError drops the operation and path a *PathError repeats, for a

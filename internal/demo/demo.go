@@ -25,6 +25,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/buildinfo"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/httpserve"
 	"github.com/bloomgate/bloomgate/internal/loadgen"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/repartition"
@@ -286,7 +287,7 @@ func Run(ctx context.Context, o *Options, wire Wiring, stdout, stderr io.Writer)
 		stdout: stdout, stderr: stderr, tty: tty, lw: lw, cpURL: checkpoint.RedactURL(cpURL), prog: commandName(),
 	}
 	var (
-		srv *http.Server
+		srv *httpserve.Server
 		ln  net.Listener
 	)
 	if o.metricsAddr != "" {
@@ -299,7 +300,7 @@ func Run(ctx context.Context, o *Options, wire Wiring, stdout, stderr io.Writer)
 		if note != "" {
 			fmt.Fprintln(stderr, note)
 		}
-		srv = &http.Server{Handler: wire.StatusHandler(w, reg), ReadHeaderTimeout: 5 * time.Second}
+		srv = httpserve.New(ln, wire.StatusHandler(w, reg), httpserve.Limits{})
 	}
 	writeDevHeader(stderr, d)
 
@@ -312,16 +313,13 @@ func Run(ctx context.Context, o *Options, wire Wiring, stdout, stderr io.Writer)
 	}
 	d.worker = addStage(&g, "worker", func(ctx context.Context) error { return w.Run(ctx) }, d.workerStopping)
 	if srv != nil {
+		sctx, stopServer := context.WithCancel(context.Background())
 		g.Add(func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.Run(sctx); err != nil {
 				return fmt.Errorf("status server: %w", err)
 			}
 			return nil
-		}, func(error) {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
-		})
+		}, func(error) { stopServer() })
 	}
 	bctx, stopBroker := context.WithCancel(context.Background())
 	g.Add(func() error { return b.Run(bctx) }, func(error) { stopBroker() })

@@ -15,7 +15,11 @@
 // Cost: for the key and json: specs with the none, trim or lower
 // normalizations, Extract allocates nothing when dst has enough capacity.
 // A JSON field is located with a path scanner (github.com/tidwall/gjson)
-// on the raw bytes; the document is never decoded into Go values. The url
+// on the raw bytes; the document is never decoded into Go values. The
+// duplicate check costs a vectorized search for a backslash and one per
+// path level when the value has none and the level's name occurs nowhere
+// else, else one scan of the objects on the path (BenchmarkExtract,
+// json-escaped). The url
 // normalization parses the URL itself, leniently as a browser does (see
 // NormalizeURL), and allocates only for an internationalized host, a tab or
 // newline inside the URL, or a query whose parameters are not yet sorted.
@@ -30,6 +34,22 @@
 // always a mistake in the key spec. Values nesting arrays and objects deeper
 // than 512 levels are malformed_json: the validator is recursive, and such
 // input must not exhaust the stack.
+//
+// A key field means one thing or the record is bad input. An object on the
+// path that holds the path's member twice is ReasonDuplicateKeyField:
+// gjson would read the first of {"id":"X1","id":"Y1"}, Go's encoding/json
+// and JavaScript's JSON.parse read the last, so keying by either lets a
+// duplicate through or drops an event downstream sees only once. Names are
+// compared unescaped ("id" and "\u0069d" are one name). Only the objects
+// the path passes through count: for json:a.b, {"a":{"b":1},"a":{"b":2}} and
+// {"a":{"b":1,"b":2}} are duplicates, {"b":1,"a":{"b":2}} and
+// {"x":1,"x":2,"a":{"b":3}} are not. A string with a \u escape of a lone
+// surrogate (U+D800-U+DFFF, not a high one followed by a low one) is
+// malformed_json: it has no Unicode text, and readers disagree about it
+// (see hasLoneSurrogate); a raw invalid UTF-8 byte is not an escape and
+// stays as it is (invalid_utf8 under a textual normalization). Paths that
+// make gjson compute a value (a leading "..", "!", "[" or "{", or ".[" and
+// ".{" inside) are refused by NewExtractor.
 //
 // A record whose key cannot be extracted yields an *Error whose Reason is
 // one of the Reason* constants; the set is small and fixed so it can be used
@@ -59,13 +79,17 @@ const (
 	ReasonNullKey         = "null_key"         // the Kafka message key is null (key spec; an empty one is "empty")
 	ReasonBadURL          = "bad_url"          // not an absolute URL with a host (url normalization)
 	ReasonUnsupportedType = "unsupported_type" // a JSON object or array where a scalar key was expected
+	// ReasonDuplicateKeyField: an object on the json: path holds the
+	// path's member twice ({"id":"X1","id":"Y1"}), so readers disagree
+	// about the key.
+	ReasonDuplicateKeyField = "duplicate_key_field"
 )
 
 // Reasons lists every reason Extract can report, for creating metric label
 // sets up front.
 func Reasons() []string {
 	return []string{ReasonMissing, ReasonEmpty, ReasonMalformedJSON, ReasonTooLarge,
-		ReasonInvalidUTF8, ReasonNullKey, ReasonBadURL, ReasonUnsupportedType}
+		ReasonInvalidUTF8, ReasonNullKey, ReasonBadURL, ReasonUnsupportedType, ReasonDuplicateKeyField}
 }
 
 // Error reports why a record has no usable key.
@@ -114,9 +138,10 @@ const (
 )
 
 type part struct {
-	src  source
-	name string // header name or gjson path
-	text string // the spec part, for errors
+	src   source
+	name  string     // header name or gjson path
+	steps []pathStep // the levels of a gjson path
+	text  string     // the spec part, for errors
 }
 
 // Extractor extracts dedup keys. It holds no per-record state and is safe
@@ -219,6 +244,13 @@ func parseSpec(spec string) ([]part, error) {
 				// values; a dedup key must be one field of the document.
 				return nil, fmt.Errorf("key spec part %q: only plain dotted paths are supported (no @, |, #, *, ?)", t)
 			}
+			if why := computedPath(p.name); why != "" {
+				// The same: a value gjson computes is no field of the
+				// document, and the duplicate check follows fields.
+				return nil, fmt.Errorf("key spec part %q: only plain dotted paths are supported: %s "+
+					"(for a field whose name has such a character, escape it with \\, as in json:\\[x)", t, why)
+			}
+			p.steps = parsePath(p.name)
 		case t == "":
 			return nil, fmt.Errorf("key spec %q: empty part", spec)
 		default:
@@ -295,7 +327,7 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 				}
 				validated = true
 			}
-			raw, reason = jsonField(bytesToString(value), p.name)
+			raw, reason = jsonField(bytesToString(value), p)
 			if reason != "" && !validated && !gjson.ValidBytes(value) {
 				reason = ReasonMalformedJSON
 			}
@@ -362,28 +394,6 @@ func tooDeep(b []byte) bool {
 		}
 	}
 	return false
-}
-
-// jsonField returns the key text of the field at path, or a reason.
-// Strings yield their unescaped text, numbers and booleans their raw text.
-func jsonField(doc, path string) (string, string) {
-	r := gjson.Get(doc, path)
-	switch r.Type {
-	case gjson.String:
-		if r.Str == "" {
-			return "", ReasonEmpty
-		}
-		return r.Str, ""
-	case gjson.Number, gjson.True, gjson.False:
-		return r.Raw, ""
-	case gjson.Null:
-		if r.Raw == "" {
-			return "", ReasonMissing
-		}
-		return "", ReasonEmpty
-	default: // gjson.JSON: an object or an array
-		return "", ReasonUnsupportedType
-	}
 }
 
 // normalize appends the normalized form of raw to dst, or returns a reason.
