@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/describegroups"
 
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/config"
@@ -264,12 +265,20 @@ func (d *demo) waitReady(ctx context.Context) error {
 	if err := waitReady(ctx, d.w, devReadyLimit); err != nil || !d.sc.repartition {
 		return err
 	}
-	cl := &kafka.Client{Addr: kafka.TCP(d.brokerAddr), Timeout: 5 * time.Second}
+	// The raw request: kafka-go's DescribeGroups fails on members whose
+	// metadata is of consumer protocol version 2 or 3 (bloomgate's,
+	// franz-go's, librdkafka's), and its state is all that is asked here.
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
 	deadline := time.Now().Add(devReadyLimit)
 	for {
-		res, err := cl.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{d.cfg.RepartitionTopic()}})
-		if err == nil && len(res.Groups) == 1 && res.Groups[0].GroupState == "Stable" && len(res.Groups[0].Members) > 0 {
-			return nil
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		res, err := tr.RoundTrip(rctx, kafka.TCP(d.brokerAddr), &describegroups.Request{Groups: []string{d.cfg.RepartitionTopic()}})
+		cancel()
+		if err == nil {
+			if gs := res.(*describegroups.Response).Groups; len(gs) == 1 && gs[0].ErrorCode == 0 && gs[0].GroupState == "Stable" && len(gs[0].Members) > 0 {
+				return nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("repartition hop: group %s not stable after %s", d.cfg.RepartitionTopic(), devReadyLimit)
