@@ -145,8 +145,8 @@ func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, r
 		MaxBatchBytes: cfg.MaxBatchBytes, CommitInterval: cfg.CommitInterval, WriteTimeout: cfg.WriteTimeout,
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
-		InstanceID: cfg.InstanceID(),
-		Dialer:     dialer, Transport: transport, SASLUsername: cfg.SASL.Username,
+		InstanceID: cfg.InstanceID(), Compression: cfg.RepartitionCompression(),
+		Dialer: dialer, Transport: transport, SASLUsername: cfg.SASL.Username,
 	}, ex, logger, reg)
 	if err != nil {
 		return nil, usageError{err}

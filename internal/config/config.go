@@ -52,6 +52,9 @@ const (
 	PartitioningSame = string(worker.PartitioningSame)
 	PartitioningHash = string(worker.PartitioningHash)
 
+	// DefaultClientID is --client-id's default.
+	DefaultClientID = "bloomgate"
+
 	ReadCommitted   = string(worker.ReadCommitted)
 	ReadUncommitted = string(worker.ReadUncommitted)
 
@@ -94,13 +97,20 @@ type Run struct {
 	origins map[string]origin
 
 	// Kafka.
-	Brokers      []string
+	Brokers []string
+	// ClientID names every connection to the brokers (their request logs,
+	// quotas, ACL audit logs, the group's member ids).
+	ClientID     string
 	Group        string
 	Input        string
 	Output       string
 	Duplicates   string // optional topic for events judged duplicate
 	DeadLetter   string // optional topic for events without a usable key
 	Partitioning string // same | hash
+	// Compression of every topic the worker writes: input (each batch
+	// with the codec of the input batch its records came from), none,
+	// gzip, snappy, lz4 or zstd.
+	Compression string
 	// IsolationLevel is read_committed (records of aborted transactions
 	// and transaction markers are skipped; reading stops at the last
 	// stable offset) or read_uncommitted (everything but markers).
@@ -206,7 +216,9 @@ type Run struct {
 func Default() Run {
 	return Run{
 		Group:                  worker.DefaultGroup,
+		ClientID:               DefaultClientID,
 		Partitioning:           PartitioningSame,
+		Compression:            worker.CompressionInput,
 		IsolationLevel:         ReadCommitted,
 		StartFrom:              "earliest",
 		BatchSize:              worker.DefaultBatchSize,

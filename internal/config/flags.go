@@ -16,7 +16,7 @@ type section struct {
 }
 
 var sections = []section{
-	{"Kafka", []string{"brokers", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff", "group-instance-id"}},
+	{"Kafka", []string{"brokers", "client-id", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "compression", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff", "group-instance-id"}},
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"filter", "window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
@@ -31,12 +31,14 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "YAML `file` with settings; keys are the flag names")
 
 	fs.Var(&listValue{p: &c.Brokers}, "brokers", "Kafka bootstrap brokers, `host:port`, comma-separated or repeated (required)")
+	fs.StringVar(&c.ClientID, "client-id", c.ClientID, "client id of every connection to the brokers (their request logs, quotas and ACL audit logs, the consumer group's member ids)")
 	fs.StringVar(&c.Group, "group", c.Group, "consumer group `id`; also names the checkpoint prefix")
 	fs.StringVar(&c.Input, "input", c.Input, "input `topic` (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output `topic` for first occurrences (required)")
 	fs.StringVar(&c.Duplicates, "duplicates", c.Duplicates, "optional `topic` for events judged duplicate (else they are dropped and counted)")
 	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "optional `topic` for events whose key cannot be extracted")
 	fs.StringVar(&c.Partitioning, "partitioning", c.Partitioning, "output partition: same (= input partition, counts must match) or hash (of the Kafka key)")
+	fs.StringVar(&c.Compression, "compression", c.Compression, "compression of every topic the worker writes (output, duplicates, dead letters, the repartition hop): input (each batch with the codec of the input batch its records came from: a stage that forwards records as read keeps what their producers chose), none, gzip, snappy, lz4 or zstd; the repartition hop, whose writer takes one codec for all its batches, writes snappy under input")
 	fs.StringVar(&c.IsolationLevel, "isolation-level", c.IsolationLevel, "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events")
 	fs.StringVar(&c.StartFrom, "start-from", c.StartFrom, "where a new group (no committed offset, no checkpoint) starts forwarding: earliest, latest, an RFC 3339 time, or a duration before now (72h, 3d)")
 	fs.StringVar(&c.SeedFrom, "seed-from", c.SeedFrom, "with --start-from: remember (without forwarding) the input from this position up to the start: a time or a duration before now (e.g. 72h); empty: no seeding. With --seed-topic also where that topic is read from")
@@ -53,7 +55,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + 10s)")
 	DurationVar(fs, &c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
 	fs.StringVar(&c.GroupInstanceID, "group-instance-id", c.GroupInstanceID, "static group membership: a restart within --session-timeout keeps the member's partitions, no rebalance; "+
-		"auto: the pod name where it is stable (a StatefulSet's NAME-N, from POD_NAME or HOSTNAME), else a dynamic member; none: always dynamic; else the id, unique per member")
+		"auto: the pod name where it is stable (a StatefulSet's NAME-N, from POD_NAME, or from HOSTNAME inside Kubernetes), else a dynamic member; none: always dynamic; else the id, unique per member")
 	DurationVar(fs, &c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "consumer group heartbeat interval (well below --session-timeout)")
 
 	fs.BoolVar(&c.TLS.Enabled, "tls-enabled", c.TLS.Enabled, "connect to Kafka over TLS")

@@ -95,7 +95,7 @@ func (c *Run) Dialer() (*kafka.Dialer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: tc, SASLMechanism: m}, nil
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: tc, SASLMechanism: m, ClientID: c.ClientID}, nil
 }
 
 // Transport returns a kafka-go transport with the TLS and SASL settings, for
@@ -109,5 +109,5 @@ func (c *Run) Transport() (*kafka.Transport, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &kafka.Transport{TLS: tc, SASL: m}, nil
+	return &kafka.Transport{TLS: tc, SASL: m, ClientID: c.ClientID}, nil
 }

@@ -103,6 +103,7 @@ func (c *Run) validateKafka(p *problems) {
 		}
 	}
 	p.oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
+	p.oneOf("compression", c.Compression, worker.CompressionInput, "none", "gzip", "snappy", "lz4", "zstd")
 	p.oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
 	if c.Repartition {
 		for _, t := range topics {

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -51,6 +53,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		},
 		Filter:                 c.Params,
 		Partitioning:           worker.Partitioning(c.Partitioning),
+		Compression:            c.Compression,
 		IsolationLevel:         worker.IsolationLevel(c.IsolationLevel),
 		StartFrom:              startFrom,
 		SeedFrom:               seedFrom,
@@ -102,12 +105,29 @@ func (c *Run) InstanceID() string {
 	case "none", "":
 		return ""
 	case "auto":
-		for _, v := range []string{os.Getenv("POD_NAME"), os.Getenv("HOSTNAME")} {
-			if statefulSetName.MatchString(v) {
-				return v
-			}
+		// A pod name is certain only inside Kubernetes: POD_NAME, which
+		// the manifests set from the downward API, or HOSTNAME where the
+		// kubelet set KUBERNETES_SERVICE_HOST. Elsewhere a HOSTNAME that
+		// looks like a pod's (containers or VMs named dedup-1) would make
+		// workers on several hosts one static member that fences itself.
+		if v := os.Getenv("POD_NAME"); statefulSetName.MatchString(v) {
+			return v
+		}
+		if v := os.Getenv("HOSTNAME"); os.Getenv("KUBERNETES_SERVICE_HOST") != "" && statefulSetName.MatchString(v) {
+			return v
 		}
 		return ""
 	}
 	return c.GroupInstanceID
+}
+
+// RepartitionCompression is the codec of the repartition hop's writes:
+// --compression, or snappy for input (the hop's writer takes one codec
+// for all its batches).
+func (c *Run) RepartitionCompression() kafka.Compression {
+	var codec kafka.Compression
+	if c.Compression == worker.CompressionInput || codec.UnmarshalText([]byte(c.Compression)) != nil {
+		return kafka.Snappy
+	}
+	return codec
 }

@@ -218,3 +218,28 @@ func TestPasswordSourceNamed(t *testing.T) {
 		t.Errorf("brokercheck.PasswordSource = %q, want %q", brokercheck.PasswordSource, want)
 	}
 }
+
+// TestInstanceIDAutoOnlyInKubernetes: auto takes a pod name only where it
+// is certain: POD_NAME, or HOSTNAME inside Kubernetes. A host named like
+// a pod elsewhere (three containers called dedup-1) stays dynamic, so that
+// its workers do not fence each other.
+func TestInstanceIDAutoOnlyInKubernetes(t *testing.T) {
+	for _, tc := range []struct {
+		pod, host, k8s, want string
+	}{
+		{"dedup-1", "", "", "dedup-1"},
+		{"", "dedup-1", "10.0.0.1", "dedup-1"},
+		{"", "dedup-1", "", ""},
+		{"", "dedup-7f9c6d", "10.0.0.1", ""}, // a Deployment's pod: not stable
+		{"dedup-2", "dedup-1", "10.0.0.1", "dedup-2"},
+	} {
+		t.Setenv("POD_NAME", tc.pod)
+		t.Setenv("HOSTNAME", tc.host)
+		t.Setenv("KUBERNETES_SERVICE_HOST", tc.k8s)
+		c := Default()
+		c.GroupInstanceID = "auto"
+		if got := c.InstanceID(); got != tc.want {
+			t.Errorf("POD_NAME=%q HOSTNAME=%q KUBERNETES_SERVICE_HOST=%q: %q, want %q", tc.pod, tc.host, tc.k8s, got, tc.want)
+		}
+	}
+}

@@ -134,6 +134,10 @@ type Chunk struct {
 	// over: transaction markers, records of aborted transactions, offsets
 	// that hold no record (compaction).
 	Markers, Aborted, Gaps int
+	// Codec is the compression of the last batch of data records the
+	// chunk holds (0: none), kafka-go's compress.Compression id: what the
+	// input's producers chose, for writing alike.
+	Codec int8
 
 	// own is what Records point into, for Release (pool.go).
 	own *owned

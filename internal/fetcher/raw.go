@@ -258,6 +258,9 @@ func (d *rawDecoder) batch(b []byte, txns abortedTxns) error {
 			d.c.own.inflated = append(d.c.own.inflated, out)
 		}
 	}
+	if !attrs.Control() && count > 0 {
+		d.c.Codec = int8(attrs.Compression())
+	}
 	var skipped *int
 	switch {
 	case attrs.Control():

@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"bytes"
 	"encoding/binary"
 	"hash/crc32"
 	"slices"
@@ -37,7 +38,7 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Batch encodes records into one uncompressed record batch (magic 2,
+// Batch encodes records into one record batch (magic 2,
 // CRC-32C, create-time timestamps, no producer ID). The zero value is an
 // empty batch; Reset empties it keeping its buffer. Appending copies the
 // record's bytes into the batch: nothing of the record is referenced
@@ -58,12 +59,35 @@ type Batch struct {
 	now     int64
 	sealed  bool
 	started bool
+
+	// codec compresses the batch as it is sent (SetCodec); wire is what is
+	// sent: buf, or the compressed form in zbuf or zscratch.
+	codec    Codec
+	wire     []byte
+	zbuf     []byte
+	zscratch bytes.Buffer
 }
 
-// Reset empties b.
+// Reset empties b; its codec stays.
 func (b *Batch) Reset() {
-	b.buf = b.buf[:0]
+	b.buf, b.wire = b.buf[:0], nil
 	b.n, b.first, b.max, b.now, b.sealed, b.started = 0, 0, 0, 0, false, false
+}
+
+// SetCodec makes b compressed with c when it is sent. Sizes (Size,
+// SizeWith) stay those of the records uncompressed, a bound of what the
+// broker counts against max.message.bytes: a batch that does not shrink
+// is sent uncompressed.
+func (b *Batch) SetCodec(c Codec) {
+	b.codec, b.sealed = c, false
+}
+
+// WireSize is the size of b as it is sent (compressed, if it shrank).
+func (b *Batch) WireSize() int {
+	if !b.started {
+		return BatchOverhead
+	}
+	return len(b.encoded()) - sizePrefix
 }
 
 // Len is the number of records in b.
@@ -221,11 +245,12 @@ func (b *Batch) start() {
 }
 
 // encoded completes the header and returns the record set as a produce
-// request carries it: its int32 size, then the batch. It stays valid until
-// the next Append or Reset.
+// request carries it: its int32 size, then the batch, compressed with b's
+// codec if that makes it smaller. It stays valid until the next Append,
+// Reset or SetCodec.
 func (b *Batch) encoded() []byte {
 	if b.sealed {
-		return b.buf
+		return b.wire
 	}
 	binary.BigEndian.PutUint32(b.buf, uint32(len(b.buf)-sizePrefix))
 	h := b.buf[sizePrefix:]
@@ -234,9 +259,29 @@ func (b *Batch) encoded() []byte {
 	binary.BigEndian.PutUint64(h[offFirstTimestamp:], uint64(b.first))
 	binary.BigEndian.PutUint64(h[offMaxTimestamp:], uint64(b.max))
 	binary.BigEndian.PutUint32(h[offRecordCount:], uint32(b.n))
-	binary.BigEndian.PutUint32(h[offCRC:], crc32.Checksum(h[offAttributes:], castagnoli))
+	binary.BigEndian.PutUint16(h[offAttributes:], 0)
+	b.wire = b.buf
+	compressed := false
+	if b.codec != None {
+		hdr := b.buf[:sizePrefix+BatchOverhead]
+		z, err := compress(b.zbuf, &b.zscratch, hdr, b.codec, b.buf[sizePrefix+BatchOverhead:])
+		if b.codec == Zstd {
+			b.zbuf = z
+		}
+		if err == nil && len(z) < len(b.buf) {
+			binary.BigEndian.PutUint32(z, uint32(len(z)-sizePrefix))
+			zh := z[sizePrefix:]
+			binary.BigEndian.PutUint32(zh[offBatchLength:], uint32(len(zh)-12))
+			binary.BigEndian.PutUint16(zh[offAttributes:], uint16(b.codec))
+			binary.BigEndian.PutUint32(zh[offCRC:], crc32.Checksum(zh[offAttributes:], castagnoli))
+			b.wire, compressed = z, true
+		}
+	}
+	if !compressed {
+		binary.BigEndian.PutUint32(h[offCRC:], crc32.Checksum(h[offAttributes:], castagnoli))
+	}
 	b.sealed = true
-	return b.buf
+	return b.wire
 }
 
 // varintLen is the length of i as a zig-zag varint.

@@ -76,6 +76,11 @@ type Config struct {
 	BatchTimeout   time.Duration // default 5ms
 	CommitInterval time.Duration // default 1s
 	WriteTimeout   time.Duration // default 10s
+	// Compression of the written batches. The hop writes through
+	// kafka-go's Writer, one codec for all batches: with none set, snappy
+	// (as franz-go compresses by default; the dedup stage's "input" codec
+	// follows the input's batch by batch).
+	Compression kafka.Compression
 
 	SessionTimeout    time.Duration // default 10s
 	RebalanceTimeout  time.Duration // default session timeout + 10s, as the worker's
@@ -242,6 +247,7 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 		Topic:        r.cfg.Output,
 		Balancer:     &kafka.Murmur2Balancer{},
 		RequiredAcks: kafka.RequireAll,
+		Compression:  r.cfg.Compression,
 		BatchSize:    r.cfg.BatchSize,
 		BatchBytes:   r.cfg.MaxBatchBytes,
 		BatchTimeout: r.cfg.BatchTimeout,

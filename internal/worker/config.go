@@ -8,8 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bloomgate/bloomgate/internal/quantity"
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/producer"
+	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
 // MissingKeyPolicy says what happens to a record whose dedup key cannot be
@@ -52,6 +54,32 @@ const (
 // UnwritableRetry is how often a partition stalled before an unwritable
 // record (UnwritableStall) tries it again.
 const UnwritableRetry = 30 * time.Second
+
+// CompressionInput is Config.Compression's default: write each batch with
+// the codec of the input batch its records came from last.
+const CompressionInput = "input"
+
+// codec returns the fixed codec of Compression (None for
+// CompressionInput), or why Compression names none.
+func (c Config) codec() (codec producer.Codec, err error) {
+	if c.Compression == "" || c.Compression == CompressionInput {
+		return producer.None, nil
+	}
+	if codec, err = producer.ParseCodec(c.Compression); err != nil {
+		return producer.None, fmt.Errorf("%w, or %s", err, CompressionInput)
+	}
+	return codec, nil
+}
+
+// outputCodec is the codec of a batch written with records of an input
+// batch compressed with in (a kafka-go compress.Compression id).
+func (c Config) outputCodec(in int8) producer.Codec {
+	if c.Compression == "" || c.Compression == CompressionInput {
+		return producer.Codec(in)
+	}
+	codec, _ := c.codec()
+	return codec
+}
 
 // Partitioning chooses the output partition of a written record.
 type Partitioning string
@@ -114,6 +142,12 @@ type Config struct {
 	Agreement []Setting
 	// OnUnwritable: default DefaultOnUnwritable(DeadLetter).
 	OnUnwritable UnwritablePolicy
+	// Compression of the batches written to every topic: none, gzip,
+	// snappy, lz4, zstd, or CompressionInput (the default): each batch
+	// takes the codec of the input batch its records came from last, so
+	// that a stage forwarding records as read keeps what its producers
+	// chose.
+	Compression string
 	// Filter sizes the filters; its Capacity is the expected number of
 	// distinct keys per window in the whole input topic, and each
 	// partition's filter gets Capacity / partitions (rounded up).
@@ -313,6 +347,9 @@ func (c Config) WithDefaults() Config {
 	if c.Partitioning == "" {
 		c.Partitioning = PartitioningSame
 	}
+	if c.Compression == "" {
+		c.Compression = CompressionInput
+	}
 	if c.IsolationLevel == "" {
 		c.IsolationLevel = ReadCommitted
 	}
@@ -425,6 +462,9 @@ func (c Config) Validate() error {
 	case "", PartitioningSame, PartitioningHash:
 	default:
 		bad("partitioning: %q is not one of same|hash", c.Partitioning)
+	}
+	if _, err := c.codec(); err != nil {
+		bad("compression: %v", err)
 	}
 	switch c.IsolationLevel {
 	case "", ReadCommitted, ReadUncommitted:

@@ -17,7 +17,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
 // Record fidelity, checked with a client this project did not write:
@@ -1133,6 +1135,42 @@ func TestFidelityCompression(t *testing.T) {
 				t.Fatalf("Run: %v", err)
 			}
 			fidVerify(t, brokers, l, rw, want, ends)
+			// Written as read: the output keeps the input's codec
+			// (--compression input, the default).
+			for p, codec := range writtenCodecs(t, brokers, tOut, 2) {
+				if producer.Codec(codec).String() != c.name {
+					t.Errorf("output partition %d written with %v, the input with %s", p, producer.Codec(codec), c.name)
+				}
+			}
 		})
 	}
+}
+
+// writtenCodecs returns the codec of the last batch of data records in
+// each partition of topic.
+func writtenCodecs(t *testing.T, brokers []string, topic string, partitions int) []int8 {
+	t.Helper()
+	out := make([]int8, partitions)
+	for p := range partitions {
+		f, err := fetcher.New(fetcher.Config{Transport: &kafka.Transport{}, Brokers: brokers, Topic: topic, Partition: p}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		for ctx.Err() == nil {
+			c, err := f.Fetch(ctx)
+			if err != nil {
+				t.Fatalf("reading %s/%d: %v", topic, p, err)
+			}
+			if len(c.Records) > 0 {
+				out[p] = c.Codec
+			}
+			c.Release()
+			if c.Next >= c.HighWatermark {
+				break
+			}
+		}
+		cancel()
+	}
+	return out
 }

@@ -108,7 +108,7 @@ func (r *run) at(k int) int {
 // the broker's refusal (a *producer.Error) for those of a refused batch,
 // and errNotSent for those of the batches after a failed one (not sent,
 // to keep the order).
-func (o *output) write(ctx context.Context, p int, recs []outRecord, arena []byte) error {
+func (o *output) write(ctx context.Context, p int, codec producer.Codec, recs []outRecord, arena []byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -126,7 +126,7 @@ func (o *output) write(ctx context.Context, p int, recs []outRecord, arena []byt
 	runs := o.split(p, recs)
 	var errs kafka.WriteErrors
 	if len(runs) == 1 {
-		errs = o.writeRun(ctx, recs, arena, src, runs[0], errs)
+		errs = o.writeRun(ctx, codec, recs, arena, src, runs[0], errs)
 	} else {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -135,7 +135,7 @@ func (o *output) write(ctx context.Context, p int, recs []outRecord, arena []byt
 			go func() {
 				defer wg.Done()
 				var own kafka.WriteErrors
-				if own = o.writeRun(ctx, recs, arena, src, r, nil); own != nil {
+				if own = o.writeRun(ctx, codec, recs, arena, src, r, nil); own != nil {
 					mu.Lock()
 					if errs == nil {
 						errs = make(kafka.WriteErrors, len(recs))
@@ -198,13 +198,15 @@ var errNotSent = errors.New("not sent: an earlier batch of the partition failed"
 const writeBatchBytes = 256 << 10
 
 // writeRun sends r's records in batches bounded by the topic's limit and
-// cut at writeBatchBytes, each after the previous one is acknowledged;
+// cut at writeBatchBytes (sizes uncompressed: a bound of the compressed
+// ones), compressed with codec, each after the previous one is acknowledged;
 // src is the bloomgate-src-partition value and arena the records'
 // builder's. It returns nil, or errs (made if nil) with the failed
 // records' errors set.
-func (o *output) writeRun(ctx context.Context, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+func (o *output) writeRun(ctx context.Context, codec producer.Codec, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
+	b.SetCodec(codec)
 	limit := min(o.limit(r.tp.topic), writeBatchBytes)
 	start := 0 // first index into the run of the batch being built
 	flush := func(end int) error {

@@ -55,6 +55,9 @@ type partitionProc struct {
 	// handled are the fetches whose last piece is in the batch being
 	// handled: released by the next nextBatch.
 	handled []*fetcher.Chunk
+	// inCodec is the compression of the input batch the last records
+	// came from: the output's with --compression input.
+	inCodec int8
 	// fetchErr is a fetch error that arrived while a batch was filling:
 	// the batch is handed over first, the error by the next nextBatch.
 	fetchErr error

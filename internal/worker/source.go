@@ -33,7 +33,9 @@ type piece struct {
 	// As of the fetch.
 	hwm, lso         int64
 	markers, aborted int
-	err              error
+	// codec is the input's compression (fetcher.Chunk.Codec).
+	codec int8
+	err   error
 	// fetched is set on a fetch's last piece: the chunk to release once
 	// the batch holding the piece is handled (nextBatch).
 	fetched *fetcher.Chunk
@@ -171,7 +173,7 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 		recs := c.Records
 		for first := true; first || len(recs) > 0; first = false {
 			n := min(len(recs), size)
-			pc := piece{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next}
+			pc := piece{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next, codec: c.Codec}
 			recs = recs[n:]
 			if len(recs) > 0 {
 				pc.next = pc.msgs[n-1].Offset + 1
@@ -251,6 +253,9 @@ func (pp *partitionProc) nextBatch(ctx context.Context, idle time.Duration) (bat
 			}
 			for i := range pc.msgs {
 				pp.joined = append(pp.joined, &pc.msgs[i])
+			}
+			if len(pc.msgs) > 0 {
+				pp.inCodec = pc.codec
 			}
 			b.msgs = pp.joined
 			b.next = max(b.next, pc.next)

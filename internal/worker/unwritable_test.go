@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go/compress"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -89,7 +90,7 @@ func poisonInput(t *testing.T, brokers []string, bigValue int) map[int32][]strin
 	var recs []*kgo.Record
 	for i := range 163 {
 		if i == 112 {
-			recs = append(recs, &kgo.Record{Partition: 0, Key: []byte("p0-big"), Value: bytes.Repeat([]byte("x"), bigValue)})
+			recs = append(recs, &kgo.Record{Partition: 0, Key: []byte("p0-big"), Value: incompressible(bigValue)})
 			continue
 		}
 		k := fmt.Sprintf("p0-%03d", i)
@@ -550,7 +551,7 @@ func TestPoisonRefusedByTheBroker(t *testing.T) {
 	for i := range 81 {
 		k := fmt.Sprintf("k%03d", i)
 		if i == 40 {
-			recs = append(recs, &kgo.Record{Key: []byte(k), Value: bytes.Repeat([]byte("x"), 20<<10)})
+			recs = append(recs, &kgo.Record{Key: []byte(k), Value: incompressible(20 << 10)})
 			continue
 		}
 		recs = append(recs, &kgo.Record{Key: []byte(k), Value: []byte("v")})
@@ -617,14 +618,42 @@ func nullKeyRefused(c *kfake.Cluster) {
 	})
 }
 
-// hasNullKey reports whether a record batch (uncompressed) holds a record
-// with a null key.
+// incompressible returns n bytes that no codec shrinks: a record too
+// large for a topic stays too large written with the input's codec (the
+// broker counts compressed batches against max.message.bytes).
+func incompressible(n int) []byte {
+	b := make([]byte, n)
+	x := uint64(0x9e3779b97f4a7c15)
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+	return b
+}
+
+// hasNullKey reports whether a record batch holds a record with a null
+// key (the batch decompressed, as a broker reads it).
 func hasNullKey(raw []byte) bool {
 	var b kmsg.RecordBatch
-	if err := b.ReadFrom(raw); err != nil || b.Attributes&7 != 0 {
+	if err := b.ReadFrom(raw); err != nil {
 		return false
 	}
 	rs := b.Records
+	if codec := b.Attributes & 7; codec != 0 {
+		cd := compress.Compression(codec).Codec()
+		if cd == nil {
+			return false
+		}
+		r := cd.NewReader(bytes.NewReader(rs))
+		out, err := io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			return false
+		}
+		rs = out
+	}
 	for range b.NumRecords {
 		var r kmsg.Record
 		if err := r.ReadFrom(rs); err != nil {
