@@ -371,8 +371,8 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 			}
 			return Generation{}, nil, fmt.Errorf("joining: %w", code)
 		case code == kafka.FencedInstanceID:
-			return Generation{}, nil, errFatal{fmt.Errorf("joining group %q: another member uses the instance id %q (%w): "+
-				"give every member its own --group-instance-id", m.cfg.Group, m.cfg.InstanceID, code)}
+			return Generation{}, nil, errFatal{fmt.Errorf("joining group %q: another member uses the instance id %q (%w): %s",
+				m.cfg.Group, m.cfg.InstanceID, code, fencedFix)}
 		case code == kafka.GroupAuthorizationFailed || code == kafka.InvalidSessionTimeout || code == kafka.InconsistentGroupProtocol:
 			return Generation{}, nil, errFatal{fmt.Errorf("joining group %q: %w", m.cfg.Group, code)}
 		default:
@@ -413,7 +413,8 @@ func (m *Member) joinAndSync(ctx context.Context, h Handler) (Generation, []int,
 		code := kafka.Error(sr.ErrorCode)
 		switch code {
 		case kafka.FencedInstanceID:
-			return Generation{}, nil, errFatal{fmt.Errorf("syncing group %q: another member uses the instance id %q (%w)", m.cfg.Group, m.cfg.InstanceID, code)}
+			return Generation{}, nil, errFatal{fmt.Errorf("syncing group %q: another member uses the instance id %q (%w): %s",
+				m.cfg.Group, m.cfg.InstanceID, code, fencedFix)}
 		case kafka.UnknownMemberId, kafka.IllegalGeneration:
 			m.mu.Lock()
 			lost := m.owned
@@ -796,7 +797,8 @@ func (m *Member) heartbeats(ctx context.Context, gen Generation, out chan<- hear
 			out <- heartbeatResult{out: outLost}
 			return
 		case errors.Is(err, kafka.FencedInstanceID):
-			out <- heartbeatResult{out: outLost, err: errFatal{fmt.Errorf("group %q: another member took the instance id %q (%w)", m.cfg.Group, m.cfg.InstanceID, err)}}
+			out <- heartbeatResult{out: outLost, err: errFatal{fmt.Errorf("group %q: another member took the instance id %q (%w): %s",
+				m.cfg.Group, m.cfg.InstanceID, err, fencedFix)}}
 			return
 		}
 		if d := m.cfg.Now().Sub(lastOK); d > m.cfg.SessionTimeout {
@@ -941,6 +943,10 @@ func union(a, b []int) []int {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
+
+// fencedFix is what a member fenced for its instance id is told.
+const fencedFix = "each member needs its own --group-instance-id (with auto, its pod name: " +
+	"two workers with one id take turns fencing each other); set a unique one, or none for a dynamic member"
 
 // maxPlans bounds the assignments a leader keeps to judge claims with: a
 // member that missed that many syncs in a row has lost its membership.

@@ -63,7 +63,8 @@ func TestKcatInTheWorkersGroup(t *testing.T) {
 				waitFor(t, k, regexp.MustCompile(`(?i)(assigned|incremental assign).*orders`), 60*time.Second)
 			}
 			w, addr := startWorker(t, brokers, t.TempDir())
-			waitFor(t, w, regexp.MustCompile(`msg="joined generation"`), 60*time.Second)
+			// The member names itself by --client-id's default.
+			waitFor(t, w, regexp.MustCompile(`msg="joined generation".* member=bloomgate-`), 60*time.Second)
 			if !tc.kcatFirst {
 				k = startKcatGroup(t, kcat, brokers, "e2e", "orders", tc.extra...)
 			}
