@@ -78,6 +78,11 @@ func render(b *bytes.Buffer, v view) {
 		o.w("</div>\n")
 	}
 	renderGroup(o, v)
+	if x := v.CrossPartition; x != nil {
+		o.w(`<div class="notice err" id="cross-partition"><b>Input not keyed by the dedup key:</b> `, esc(count(x.Repeats)),
+			` sampled keys came again in another partition (the last in partitions `, itoa(x.Partitions[0]), ` and `, itoa(x.Partitions[1]),
+			", ", esc(age(v.Now, x.Last)), `); repeats in other partitions are forwarded as new. Fix: --repartition, or producers keyed by the dedup key.</div>`+"\n")
+	}
 	if len(v.Rows) == 0 {
 		o.w("\n", `<p id="no-partitions">No partitions assigned`, pick(v.Joined, "", ": joining the consumer group"), ".</p>\n")
 	} else {

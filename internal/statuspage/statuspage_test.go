@@ -397,7 +397,7 @@ func TestStatusJSONSnakeCase(t *testing.T) {
 	// The walk reached the nested objects.
 	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds",
 		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry",
-		"lost_generations", "keys_from_offset", "settings_conflicts", "differences", "foreign_members", "client_id", "holds", "unprocessed_partitions"} {
+		"lost_generations", "keys_from_offset", "settings_conflicts", "differences", "foreign_members", "client_id", "holds", "unprocessed_partitions", "cross_partition", "repeats"} {
 		if !keys[k] {
 			t.Errorf("status.json lacks %q:\n%s", k, body)
 		}
@@ -542,7 +542,8 @@ func TestPageShowsGroupProblems(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"ready":true,"joined":true,"generation":7,"member_id":"bloomgate-1","assigned":[2,3],
 		"foreign_members":[{"member":"peek-1","client_id":"rdkafka<x>","host":"10.0.0.9","holds":[0,1]}],
 		"settings_conflicts":[{"member":"bloomgate-2","differences":["--window 2h0m0s here, 1h0m0s there"]}],
-		"unprocessed_partitions":[0,1]}`), &st); err != nil {
+		"unprocessed_partitions":[0,1],
+		"cross_partition":{"repeats":12,"last":"2026-01-01T11:59:18Z","partitions":[3,5]}}`), &st); err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(get(t, testHandler(st), "/").Body)
@@ -562,8 +563,11 @@ func TestPageShowsGroupProblems(t *testing.T) {
 			t.Errorf("group notice lacks %q:\n%s", want, notice)
 		}
 	}
+	if want := `<b>Input not keyed by the dedup key:</b> 12 sampled keys came again in another partition (the last in partitions 3 and 5, 42 s ago)`; !strings.Contains(page, want) {
+		t.Errorf("page lacks %q", want)
+	}
 	body, _ = io.ReadAll(get(t, testHandler(sampleStatus(testNow)), "/").Body)
-	if strings.Contains(string(body), `id="group-problems"`) {
+	if strings.Contains(string(body), `id="group-problems"`) || strings.Contains(string(body), `id="cross-partition"`) {
 		t.Error("a group without problems gets the notice")
 	}
 }

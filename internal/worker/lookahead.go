@@ -81,6 +81,7 @@ func (pp *partitionProc) filterAhead(batch []*kafka.Message) {
 		la.arena = out
 		la.at[i] = len(la.keys)
 		la.keys = append(la.keys, out[start:len(out):len(out)])
+		w.noteKey(out[start:], pp.p)
 		la.ts = append(la.ts, m.Time)
 		next = m.Offset + 1
 	}
@@ -104,6 +105,7 @@ func (pp *partitionProc) lookup(i int, m *kafka.Message) (seen bool, err error) 
 		return false, err
 	}
 	pp.keyBuf = key
+	pp.w.noteKey(key, pp.p)
 	return pp.filter.TestAndAdd(key, m.Time), nil
 }
 

@@ -52,6 +52,8 @@ type metrics struct {
 	foreignMembers        prometheus.Gauge
 	unprocessedPartitions *prometheus.GaugeVec
 	assignmentsRefused    prometheus.Counter
+	// crossRepeats: sampled keys met in two partitions (crosspartition.go).
+	crossRepeats *prometheus.CounterVec
 	generationsLost       *prometheus.CounterVec
 	restoresDiscarded     *prometheus.CounterVec
 }
@@ -135,6 +137,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		assignmentsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "group_assignments_refused_total",
 			Help: "Assignments from the group's leader that this worker refused in part: partitions of another topic, that the input " +
 				"does not have, or listed twice. Only the valid partitions run."}),
+		crossRepeats: counter("cross_partition_repeats_total", "Sampled keys (1 in 64, by a hash of the key) met again in another "+
+			"partition of the input than the one they were last seen in: the input is not keyed by the dedup key, and such repeats "+
+			"are forwarded as new (deduplication is per partition). Fix: --repartition, or producers keyed by the dedup key.", "topic"),
 		generationsLost: counter("checkpoint_generations_lost_total",
 			"Filter generations a restore could not load (a corrupt or missing checkpoint object), by what became of them: reason=rebuilt "+
 				"(read back from the input, nothing forgotten), forgotten (the input no longer holds their keys: repeats are forwarded "+
@@ -148,7 +153,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.foreignMembers, m.unprocessedPartitions, m.assignmentsRefused, m.generationsLost, m.restoresDiscarded} {
+		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.foreignMembers, m.unprocessedPartitions, m.assignmentsRefused, m.crossRepeats, m.generationsLost, m.restoresDiscarded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

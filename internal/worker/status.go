@@ -38,6 +38,9 @@ type Status struct {
 	// joined.
 	ForeignMembers []foreignMember `json:"foreign_members,omitempty"`
 	Unprocessed    []int           `json:"unprocessed_partitions,omitempty"`
+	// CrossPartition, if set, says that keys were met in two partitions
+	// of the input: it is not keyed by the dedup key (crosspartition.go).
+	CrossPartition *crossPartitionStatus `json:"cross_partition,omitempty"`
 }
 
 // PartitionStatus describes one assigned partition.
@@ -184,6 +187,7 @@ func (w *Worker) Status() Status {
 		s.UnjoinedSeconds = w.deps.Now().Sub(w.unjoinedSince).Seconds()
 	}
 	s.Assigned = append([]int(nil), w.status.Assigned...)
+	s.CrossPartition = w.crossPartitionStatus()
 	s.PlannedFilterBytes = w.plannedPerPartition * uint64(len(s.Assigned))
 	s.Partitions = make([]PartitionStatus, 0, len(w.parts))
 	running := 0

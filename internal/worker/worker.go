@@ -111,6 +111,9 @@ type Worker struct {
 	// discards reports partitions started empty by --on-restore-failure
 	// empty (discards.go).
 	discards discardLog
+	// xpart notices keys met in two partitions: an input not keyed by
+	// the dedup key (crosspartition.go).
+	xpart *crossPartition
 }
 
 // Hooks let tests stage failures that a process cannot stage from outside
@@ -171,7 +174,7 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 		hooks = &Hooks{}
 	}
 	return &Worker{
-		cfg: cfg, deps: deps, m: m, hooks: hooks,
+		cfg: cfg, deps: deps, m: m, hooks: hooks, xpart: newCrossPartition(),
 		log:   deps.Logger.With("group", cfg.Group, "input", cfg.Input),
 		parts: map[int]*partitionStatus{},
 
@@ -227,6 +230,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.m.inputLost.WithLabelValues(w.cfg.Input)
 	w.m.restoresDiscarded.WithLabelValues(w.cfg.Input)
 	w.m.unprocessedPartitions.WithLabelValues(w.cfg.Input)
+	w.m.crossRepeats.WithLabelValues(w.cfg.Input)
 	if err := w.checkMemory(ctx); err != nil {
 		return err
 	}
