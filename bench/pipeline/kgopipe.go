@@ -35,9 +35,9 @@ func runKgoPipe(ctx context.Context, cfg pipeConfig) error {
 		// so lingering only delays it (-kgo-linger 10ms is franz-go's
 		// default, as system kgo-linger).
 		kgo.ProducerLinger(cfg.linger),
-		// bloomgate writes uncompressed batches; franz-go's default
-		// (snappy) would make the two pipes write different bytes.
-		kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// The codec every system writes with (-output-compression), not
+		// franz-go's default (snappy): the same bytes to compress.
+		kgo.ProducerBatchCompression(kgoCodec(cfg.codec)),
 	)
 	if err != nil {
 		return err
@@ -82,4 +82,19 @@ func runKgoPipe(ctx context.Context, cfg pipeConfig) error {
 		}
 		cl.MarkCommitRecords(fs.Records()...)
 	}
+}
+
+// kgoCodec is franz-go's codec of a codec name.
+func kgoCodec(name string) kgo.CompressionCodec {
+	switch name {
+	case "gzip":
+		return kgo.GzipCompression()
+	case "snappy":
+		return kgo.SnappyCompression()
+	case "lz4":
+		return kgo.Lz4Compression()
+	case "zstd":
+		return kgo.ZstdCompression()
+	}
+	return kgo.NoCompression()
 }

@@ -65,6 +65,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/bloomgate/bloomgate/bench/procstat"
 )
 
@@ -76,6 +79,7 @@ func main() {
 	flag.IntVar(&b.partitions, "partitions", 8, "bench: partitions of every topic")
 	flag.Float64Var(&b.duplicates, "duplicates", 0.2, "bench: fraction of duplicate events")
 	flag.StringVar(&b.compression, "compression", "none", "bench: codec of the input's batches (none, gzip, snappy, lz4, zstd; written by kafka-go, as loadgen --compression)")
+	flag.StringVar(&b.outCompression, "output-compression", "input", "bench: codec of every system's output: bloomgate --compression; the pipes write with it too (input: the input's codec)")
 	flag.StringVar(&b.settings, "settings", "1000:1ms,2000:1ms,2000:5ms,3000:5ms", "bench: comma-separated batch-size:batch-timeout settings, each run for both")
 	flag.IntVar(&b.reps, "reps", 1, "bench: repetitions of every setting (order of the two alternates)")
 	flag.StringVar(&b.repo, "repo", "..", "bench: the bloomgate repository (to build cmd/bloomgate)")
@@ -93,6 +97,7 @@ func main() {
 	flag.StringVar(&p.group, "group", "", "pipe: consumer group")
 	flag.StringVar(&p.input, "input", "", "pipe: input topic")
 	flag.StringVar(&p.output, "output", "", "pipe: output topic")
+	flag.StringVar(&p.codec, "codec", "none", "pipe: output compression (none, gzip, snappy, lz4, zstd)")
 	flag.IntVar(&p.batchSize, "batch-size", 2000, "pipe: records per read/write batch")
 	flag.DurationVar(&p.batchTimeout, "batch-timeout", time.Millisecond, "pipe: max wait to fill a batch")
 	flag.DurationVar(&p.linger, "linger", 0, "kgo-pipe: producer linger")
@@ -138,8 +143,9 @@ type benchConfig struct {
 	// brokerStore is dir or memory: with dir the broker writes its
 	// records to files in a temporary directory.
 	brokerStore string
-	// compression is the input's codec (loadgen --compression).
-	compression string
+	// compression is the input's codec (loadgen --compression);
+	// outCompression every system's output codec (input: the same).
+	compression, outCompression string
 }
 
 // systems are the processes compared per setting: the baselines first, the
@@ -215,6 +221,8 @@ type result struct {
 	// the exact store directory's size (bytes; exact only).
 	rssAnon, rssFile float64
 	exactBytes       int64
+	// outBytes is the size of the output topic on the broker.
+	outBytes int64
 }
 
 func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
@@ -333,6 +341,14 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	}
 
 	probe := newProbe(addr)
+	inBytes, err := topicBytes(ctx, addr, "in", cfg.partitions)
+	if err != nil {
+		return fmt.Errorf("sizing the input: %w", err)
+	}
+	pipeCodec := cfg.outCompression
+	if pipeCodec == "input" {
+		pipeCodec = cfg.compression
+	}
 	var results []result
 	failed := 0
 	pass := 0
@@ -357,7 +373,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 					}
 					j.exe = self
 					j.args = []string{"-mode", mode, "-brokers", addr, "-group", group, "-input", "in", "-output", topic,
-						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String()}
+						"-batch-size", strconv.Itoa(s.batchSize), "-batch-timeout", s.batchTimeout.String(), "-codec", pipeCodec}
 					if system == "kgo-linger" {
 						j.args = append(j.args, "-linger", cfg.kgoLinger.String())
 					}
@@ -371,6 +387,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 						"--checkpoint-url", "file://" + filepath.Join(tmp, "cp-"+strconv.Itoa(pass)),
 						"--metrics-addr", "", "--log-level", "warn",
 						"--batch-size", strconv.Itoa(s.batchSize), "--batch-timeout", s.batchTimeout.String()}
+					if cfg.outCompression != "input" { // input is the default (and builds before --compression know no flag)
+						j.args = append(j.args, "--compression", cfg.outCompression)
+					}
 					if cfg.extraArgs != "" {
 						j.args = append(j.args, strings.Fields(cfg.extraArgs)...)
 					}
@@ -419,15 +438,24 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				// (~2 GB at 5 M events) is dropped once it is counted, or 3
 				// repetitions at 5 M events outgrow 24 GiB.
 				for _, j := range b {
+					if n, err := topicBytes(ctx, addr, j.topic, cfg.partitions); err != nil {
+						logf("sizing %s: %v", j.topic, err)
+					} else {
+						for i := range rs {
+							if rs[i].system == j.system {
+								rs[i].outBytes = n
+							}
+						}
+					}
 					if _, err := probe.c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Addr: probe.c.Addr, Topics: []string{j.topic}}); err != nil {
 						logf("deleting %s after its pass: %v", j.topic, err)
 					}
 				}
 				for _, r := range rs {
 					r.set = s
-					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.1f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records, span %s, %d warnings)",
+					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.1f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records in %.1f MiB, %.2fx the input's %.1f MiB; span %s, %d warnings)",
 						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.rssAnon, r.rssFile, float64(r.exactBytes)/(1<<20),
-						r.output, r.span.Round(time.Millisecond), r.warnings)
+						r.output, float64(r.outBytes)/(1<<20), float64(r.outBytes)/float64(inBytes), float64(inBytes)/(1<<20), r.span.Round(time.Millisecond), r.warnings)
 					results = append(results, r)
 				}
 			}
@@ -435,6 +463,18 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	}
 	brokerCPU := procCPU(brk.cmd.Process.Pid)
 	writeTable(out, cfg, systems, valueBytes, results, brokerCPU)
+	fmt.Fprintf(out, "\nbytes written (median over passes; input %.1f MiB, %s; output codec %s):", float64(inBytes)/(1<<20), cfg.compression, cfg.outCompression)
+	for _, sys := range systems {
+		var rs []result
+		for _, r := range results {
+			if r.system == sys {
+				rs = append(rs, r)
+			}
+		}
+		b := median(rs, func(r result) float64 { return float64(r.outBytes) })
+		fmt.Fprintf(out, " %s %.1f MiB (%.2fx);", sys, b/(1<<20), b/float64(inBytes))
+	}
+	fmt.Fprintln(out)
 	fmt.Fprintf(out, "load average at start: %s; at end: %s (other work on this machine shares the CPUs)\n", loadStart, loadavg())
 	if failed > 0 {
 		fmt.Fprintf(out, "%d passes failed and are left out of the medians (see the log)\n", failed)
@@ -912,4 +952,38 @@ func freshCopy(src, dst string) (string, error) {
 		}
 	}
 	return dst, out.Close()
+}
+
+// topicBytes is the size of topic's partitions on the broker
+// (DescribeLogDirs).
+func topicBytes(ctx context.Context, addr, topic string, partitions int) (int64, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDescribeLogDirsRequest()
+	t := kmsg.NewDescribeLogDirsRequestTopic()
+	t.Topic = topic
+	for p := range int32(partitions) {
+		t.Partitions = append(t.Partitions, p)
+	}
+	req.Topics = []kmsg.DescribeLogDirsRequestTopic{t}
+	var n int64
+	for _, sh := range cl.RequestSharded(ctx, req) {
+		if sh.Err != nil {
+			return 0, sh.Err
+		}
+		for _, d := range sh.Resp.(*kmsg.DescribeLogDirsResponse).Dirs {
+			for _, dt := range d.Topics {
+				if dt.Topic != topic {
+					continue
+				}
+				for _, dp := range dt.Partitions {
+					n += dp.Size
+				}
+			}
+		}
+	}
+	return n, nil
 }

@@ -19,6 +19,7 @@ type pipeConfig struct {
 	batchSize    int
 	batchTimeout time.Duration
 	linger       time.Duration // kgo pipe: ProducerLinger
+	codec        string        // output compression: none, gzip, snappy, lz4, zstd
 }
 
 // runPipe is the baseline: what the worker does minus key extraction and
@@ -36,6 +37,7 @@ func runPipe(ctx context.Context, cfg pipeConfig) error {
 		Topic:        cfg.output,
 		Balancer:     samePartition{},
 		RequiredAcks: kafka.RequireAll,
+		Compression:  kafkaCodec(cfg.codec),
 		MaxAttempts:  1,
 		BatchSize:    cfg.batchSize,
 		BatchTimeout: cfg.batchTimeout,
@@ -233,4 +235,13 @@ func (p *probe) committed(ctx context.Context, group, topic string, partitions i
 		}
 	}
 	return sum, nil
+}
+
+// kafkaCodec is the kafka-go Compression of a codec name (none: 0).
+func kafkaCodec(name string) kafka.Compression {
+	var c kafka.Compression
+	if name == "" || name == "none" || c.UnmarshalText([]byte(name)) != nil {
+		return 0
+	}
+	return c
 }
