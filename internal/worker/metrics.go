@@ -53,9 +53,9 @@ type metrics struct {
 	unprocessedPartitions *prometheus.GaugeVec
 	assignmentsRefused    prometheus.Counter
 	// crossRepeats: sampled keys met in two partitions (crosspartition.go).
-	crossRepeats *prometheus.CounterVec
-	generationsLost       *prometheus.CounterVec
-	restoresDiscarded     *prometheus.CounterVec
+	crossRepeats      *prometheus.CounterVec
+	generationsLost   *prometheus.CounterVec
+	restoresDiscarded *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
