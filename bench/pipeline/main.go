@@ -223,6 +223,8 @@ type result struct {
 	exactBytes       int64
 	// outBytes is the size of the output topic on the broker.
 	outBytes int64
+	// total is from the process's start to every input offset committed.
+	total time.Duration
 }
 
 func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
@@ -453,9 +455,9 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 				}
 				for _, r := range rs {
 					r.set = s
-					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.1f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records in %.1f MiB, %.2fx the input's %.1f MiB; span %s, %d warnings)",
+					logf("%-9s batch %d/%s: %.0f events/s, %.2f CPU s per 1M events (broker %.2f), peak RSS %.1f MiB, at the end RssAnon %.0f MiB RssFile %.0f MiB, exact store %.1f MiB (output %d records in %.1f MiB, %.2fx the input's %.1f MiB; span %s; start to all committed %s, %d warnings)",
 						r.system, s.batchSize, s.batchTimeout, r.rate, r.cpuPerM, r.brokerPerM, r.hwmMiB, r.rssAnon, r.rssFile, float64(r.exactBytes)/(1<<20),
-						r.output, float64(r.outBytes)/(1<<20), float64(r.outBytes)/float64(inBytes), float64(inBytes)/(1<<20), r.span.Round(time.Millisecond), r.warnings)
+						r.output, float64(r.outBytes)/(1<<20), float64(r.outBytes)/float64(inBytes), float64(inBytes)/(1<<20), r.span.Round(time.Millisecond), r.total.Round(time.Millisecond), r.warnings)
 					results = append(results, r)
 				}
 			}
@@ -472,7 +474,8 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 			}
 		}
 		b := median(rs, func(r result) float64 { return float64(r.outBytes) })
-		fmt.Fprintf(out, " %s %.1f MiB (%.2fx);", sys, b/(1<<20), b/float64(inBytes))
+		tot := median(rs, func(r result) float64 { return r.total.Seconds() })
+		fmt.Fprintf(out, " %s %.1f MiB (%.2fx), start to all committed %.2f s;", sys, b/(1<<20), b/float64(inBytes), tot)
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "load average at start: %s; at end: %s (other work on this machine shares the CPUs)\n", loadStart, loadavg())
@@ -519,9 +522,13 @@ type job struct {
 
 type running struct {
 	job
-	p                *proc
-	samples          []sample
-	finished         bool
+	p        *proc
+	started  time.Time
+	samples  []sample
+	finished bool
+	// total is from the process's start to every input offset committed:
+	// what a user waits for.
+	total            time.Duration
 	hwm, cpu         float64
 	rssAnon, rssFile float64
 	exactBytes       int64
@@ -547,7 +554,7 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, &running{job: j, p: p})
+		rs = append(rs, &running{job: j, p: p, started: time.Now()})
 		if j.pprofOut != "" {
 			addr, err := p.waitFor(regexp.MustCompile(`pprof listening on (\S+)`), 10*time.Second)
 			if err != nil {
@@ -612,7 +619,7 @@ func measure(ctx context.Context, pr *probe, brokerPid int, jobs []job, events i
 					topic = "in"
 				}
 				if c, err := pr.committed(ctx, r.group, topic, partitions); err == nil && c >= events {
-					r.finished = true
+					r.finished, r.total = true, time.Since(r.started)
 					r.hwm, r.cpu = procHWM(pid), procCPU(pid)
 					r.rssAnon, r.rssFile = procstat.StatusMiB(pid, "RssAnon"), procstat.StatusMiB(pid, "RssFile")
 					if r.exactDir != "" {
@@ -673,6 +680,7 @@ func summarize(r *running, events int64) (result, error) {
 		rssAnon:    r.rssAnon,
 		rssFile:    r.rssFile,
 		exactBytes: r.exactBytes,
+		total:      r.total,
 	}, nil
 }
 
