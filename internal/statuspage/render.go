@@ -119,7 +119,8 @@ func renderGroup(o out, v view) {
 		o.w("<div>member ", esc(c.Member), " runs with other settings: ", esc(strings.Join(c.Diffs, "; ")), "</div>")
 	}
 	if len(v.Unprocessed) > 0 {
-		o.w("<div>partitions ", esc(fmt.Sprint(v.Unprocessed)), " are processed by no bloomgate worker of the group that agrees with this one</div>")
+		o.w("<div>partitions ", esc(fmt.Sprint(v.Unprocessed)), " (", esc(countOf(v.UnprocessedLag)),
+			" records waiting) are processed by no bloomgate worker of the group that agrees with this one</div>")
 	}
 	o.w("</div>\n")
 }

@@ -397,7 +397,7 @@ func TestStatusJSONSnakeCase(t *testing.T) {
 	// The walk reached the nested objects.
 	for _, k := range []string{"unjoined_seconds", "error", "partitions", "filter", "clamped_timestamps", "progress", "eta_seconds", "recovery_seconds",
 		"stalled", "stalled_seconds", "last_error", "last_error_at", "unwritable", "next_retry",
-		"lost_generations", "keys_from_offset", "settings_conflicts", "differences", "foreign_members", "client_id", "holds", "unprocessed_partitions", "cross_partition", "repeats"} {
+		"lost_generations", "keys_from_offset", "settings_conflicts", "differences", "foreign_members", "client_id", "holds", "unprocessed_partitions", "unprocessed_lag", "cross_partition", "repeats"} {
 		if !keys[k] {
 			t.Errorf("status.json lacks %q:\n%s", k, body)
 		}
@@ -542,7 +542,7 @@ func TestPageShowsGroupProblems(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"ready":true,"joined":true,"generation":7,"member_id":"bloomgate-1","assigned":[2,3],
 		"foreign_members":[{"member":"peek-1","client_id":"rdkafka<x>","host":"10.0.0.9","holds":[0,1]}],
 		"settings_conflicts":[{"member":"bloomgate-2","differences":["--window 2h0m0s here, 1h0m0s there"]}],
-		"unprocessed_partitions":[0,1],
+		"unprocessed_partitions":[0,1],"unprocessed_lag":1500,
 		"cross_partition":{"repeats":12,"last":"2026-01-01T11:59:18Z","partitions":[3,5]}}`), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestPageShowsGroupProblems(t *testing.T) {
 	for _, want := range []string{
 		"member peek-1 (client id rdkafka&lt;x&gt;, host 10.0.0.9) is not a bloomgate worker and holds partitions [0 1], consumed and committed without deduplication: give it its own group id",
 		"member bloomgate-2 runs with other settings: --window 2h0m0s here, 1h0m0s there",
-		"partitions [0 1] are processed by no bloomgate worker",
+		"partitions [0 1] (1.50 k records waiting) are processed by no bloomgate worker",
 	} {
 		if !strings.Contains(notice, want) {
 			t.Errorf("group notice lacks %q:\n%s", want, notice)

@@ -81,6 +81,9 @@ type crossPartitionStatus struct {
 
 // noteKey runs the cross-partition check of a key of partition p.
 func (w *Worker) noteKey(key []byte, p int) {
+	if w.xpart == nil { // a Worker built without New (tests of one piece)
+		return
+	}
 	prev, repeat := w.xpart.observe(key, p)
 	if !repeat {
 		return
@@ -105,6 +108,9 @@ func (w *Worker) noteKey(key []byte, p int) {
 // crossPartitionStatus returns the status page's view (nil: no repeat).
 func (w *Worker) crossPartitionStatus() *crossPartitionStatus {
 	x := w.xpart
+	if x == nil {
+		return nil
+	}
 	n := x.repeats.Load()
 	if n == 0 {
 		return nil

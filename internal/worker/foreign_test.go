@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"maps"
@@ -170,8 +171,21 @@ func TestForeignLeaderReported(t *testing.T) {
 			if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "without deduplication") {
 				t.Errorf("no ERROR naming what the foreign member holds:\n%s", logs.String())
 			}
+			// While the foreign member does not consume, what waits in its
+			// partitions is the group's unprocessed lag.
+			pk.cl.PauseFetchTopics(tIn)
 			evs := kafkatest.GenEvents(2000, 4, 0, 7, base)
 			produce(t, brokers, evs)
+			waiting := 0
+			for _, e := range evs {
+				if slices.Contains(pk.holds(), int32(e.Partition)) {
+					waiting++
+				}
+			}
+			waitFor(t, 60*time.Second, fmt.Sprintf("the unprocessed lag counts the %d records in the foreign member's partitions", waiting), func() bool {
+				return a.metricSum(t, "bloomgate_group_unprocessed_lag") == float64(waiting) && a.w.Status().UnprocessedLag == int64(waiting)
+			})
+			pk.cl.ResumeFetchTopics(tIn)
 			waitFor(t, 60*time.Second, "every event consumed by one of them", func() bool {
 				return int(a.consumed())+len(pk.consumed()) >= 2000
 			})

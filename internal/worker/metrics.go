@@ -51,6 +51,7 @@ type metrics struct {
 	// partitions no agreeing member processes, lying leaders.
 	foreignMembers        prometheus.Gauge
 	unprocessedPartitions *prometheus.GaugeVec
+	unprocessedLag        *prometheus.GaugeVec
 	assignmentsRefused    prometheus.Counter
 	// crossRepeats: sampled keys met in two partitions (crosspartition.go).
 	crossRepeats      *prometheus.CounterVec
@@ -134,6 +135,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		unprocessedPartitions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_unprocessed_partitions",
 			Help: "Input partitions that no bloomgate member agreeing with this worker processes in the group's current generation " +
 				"(held by a foreign member, or left unassigned), as of the last generation joined."}, []string{"topic"}),
+		unprocessedLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "bloomgate", Name: "group_unprocessed_lag",
+			Help: "Records waiting in the input partitions of bloomgate_group_unprocessed_partitions: their high-water marks minus " +
+				"the group's committed offsets (refreshed with the stall watchdog); part of the group's lag that no bloomgate_consumer_lag shows."},
+			[]string{"topic"}),
 		assignmentsRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "group_assignments_refused_total",
 			Help: "Assignments from the group's leader that this worker refused in part: partitions of another topic, that the input " +
 				"does not have, or listed twice. Only the valid partitions run."}),
@@ -153,7 +158,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.consumed, m.forwarded, m.duplicates, m.deadLettered, m.dropped,
 		m.filterBytes, m.filterFill, m.filterFPR, m.filterKeys, m.filterGens, m.filterOverflow, m.filterClamped,
 		m.replayed, m.alreadyWritten, m.recoveryDuration, m.lag, m.lsoLag, m.stalled, m.stalledSeconds, m.remaining, m.skipped, m.rebalances, m.groupJoined, m.groupUnjoined, m.groupRebuilds,
-		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.foreignMembers, m.unprocessedPartitions, m.assignmentsRefused, m.crossRepeats, m.generationsLost, m.restoresDiscarded} {
+		m.commitFailures, m.writeFailures, m.writeRetries, m.foreign, m.inputResets, m.inputLost, m.settingsConflicts, m.foreignMembers, m.unprocessedPartitions, m.unprocessedLag, m.assignmentsRefused, m.crossRepeats, m.generationsLost, m.restoresDiscarded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering worker metrics: %w", err)
 		}

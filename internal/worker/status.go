@@ -38,6 +38,8 @@ type Status struct {
 	// joined.
 	ForeignMembers []foreignMember `json:"foreign_members,omitempty"`
 	Unprocessed    []int           `json:"unprocessed_partitions,omitempty"`
+	// UnprocessedLag is the records waiting in them.
+	UnprocessedLag int64 `json:"unprocessed_lag,omitempty"`
 	// CrossPartition, if set, says that keys were met in two partitions
 	// of the input: it is not keyed by the dedup key (crosspartition.go).
 	CrossPartition *crossPartitionStatus `json:"cross_partition,omitempty"`

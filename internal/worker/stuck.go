@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -78,8 +79,43 @@ func (w *Worker) watchPartitions(ctx context.Context) {
 		case <-t.C:
 		}
 		w.refreshLag(ctx)
+		w.refreshUnprocessedLag(ctx)
 		w.checkStalls()
 	}
+}
+
+// refreshUnprocessedLag sets the lag of the input partitions no member
+// that agrees with this one processes (checkAgreement finds them): the
+// records that wait in them, from their high-water marks to the group's
+// committed offsets (the log start where none is committed), so that the
+// group's lag includes what nobody deduplicates.
+func (w *Worker) refreshUnprocessedLag(ctx context.Context) {
+	w.mu.Lock()
+	parts := slices.Clone(w.status.Unprocessed)
+	w.mu.Unlock()
+	var lag int64
+	if len(parts) > 0 {
+		bctx, cancel := context.WithTimeout(ctx, w.stallWatchEvery)
+		defer cancel()
+		b, err := w.bounds(bctx, w.cfg.Input, parts)
+		if err != nil {
+			w.log.Debug("listing the offsets of unprocessed partitions failed", "err", err)
+			return
+		}
+		committed, err := w.member.FetchOffsets(bctx, parts)
+		if err != nil {
+			w.log.Debug("reading the committed offsets of unprocessed partitions failed", "err", err)
+			return
+		}
+		for _, p := range parts {
+			from := max(committed[p], b[p].first)
+			lag += max(b[p].last-from, 0)
+		}
+	}
+	w.m.unprocessedLag.WithLabelValues(w.cfg.Input).Set(float64(lag))
+	w.mu.Lock()
+	w.status.UnprocessedLag = lag
+	w.mu.Unlock()
 }
 
 // refreshLag sets the lag of every assigned partition from the input's

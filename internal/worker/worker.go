@@ -230,6 +230,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.m.inputLost.WithLabelValues(w.cfg.Input)
 	w.m.restoresDiscarded.WithLabelValues(w.cfg.Input)
 	w.m.unprocessedPartitions.WithLabelValues(w.cfg.Input)
+	w.m.unprocessedLag.WithLabelValues(w.cfg.Input)
 	w.m.crossRepeats.WithLabelValues(w.cfg.Input)
 	if err := w.checkMemory(ctx); err != nil {
 		return err
