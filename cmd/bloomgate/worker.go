@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -318,8 +319,12 @@ func checkCreateOnly(ctx context.Context, store *checkpoint.Store, skip bool, bo
 // and ignore.
 func serveHTTP(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, usageError{fmt.Errorf("--metrics-addr %s is in use (another worker on this host?): give each worker its own "+
+			"--metrics-addr (host:0 takes any free port, \"\" serves none): %w", addr, err)}
+	}
 	if err != nil {
-		return nil, usageError{fmt.Errorf("metrics-addr %s: %w", addr, err)}
+		return nil, usageError{fmt.Errorf("--metrics-addr %s: %w", addr, err)}
 	}
 	srv := httpserve.New(ln, h, httpserve.Limits{})
 	ctx, cancel := context.WithCancel(context.Background())

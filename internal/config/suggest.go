@@ -10,7 +10,8 @@ import (
 // substitutions and swaps of neighbours) if it is small for the name's
 // length, at most three. Case is ignored and '_' and '.' read as '-', so
 // checkpoint_url finds checkpoint-url. A name that starts a candidate
-// (batch for batch-size) counts as one edit away.
+// (batch for batch-size) counts as one edit away, one that ends with a
+// candidate after a dash (dedup-key for key) as two.
 func suggest(name string, candidates []string) []string {
 	n := normalizeName(name)
 	if n == "" {
@@ -23,6 +24,9 @@ func suggest(name string, candidates []string) []string {
 		d := editDistance(n, normalizeName(c))
 		if len(n) >= 3 && strings.HasPrefix(normalizeName(c), n) {
 			d = min(d, 1)
+		}
+		if strings.HasSuffix(n, "-"+normalizeName(c)) {
+			d = min(d, 2) // a qualified name: dedup-key for key (a prefix, max-key for max-key-bytes, is nearer)
 		}
 		switch {
 		case d < best:

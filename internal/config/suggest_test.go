@@ -20,6 +20,7 @@ func TestSuggest(t *testing.T) {
 		{"Window", []string{"window"}},   // case
 		{"--window", []string{"window"}}, // dashes
 		{"checkpoint_url", []string{"checkpoint-url"}},
+		{"dedup-key", []string{"key"}}, // qualified: not seed-key
 		{"tls.ca-file", []string{"tls-ca-file"}},
 		{"capcity", []string{"capacity"}},
 		{"batch", []string{"batch-size", "batch-timeout"}}, // a prefix

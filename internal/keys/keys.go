@@ -83,13 +83,16 @@ const (
 	// path's member twice ({"id":"X1","id":"Y1"}), so readers disagree
 	// about the key.
 	ReasonDuplicateKeyField = "duplicate_key_field"
+	// ReasonNullValue: the record's value is null (a tombstone) and the
+	// key is a field of it.
+	ReasonNullValue = "null_value"
 )
 
 // Reasons lists every reason Extract can report, for creating metric label
 // sets up front.
 func Reasons() []string {
 	return []string{ReasonMissing, ReasonEmpty, ReasonMalformedJSON, ReasonTooLarge,
-		ReasonInvalidUTF8, ReasonNullKey, ReasonBadURL, ReasonUnsupportedType, ReasonDuplicateKeyField}
+		ReasonInvalidUTF8, ReasonNullKey, ReasonBadURL, ReasonUnsupportedType, ReasonDuplicateKeyField, ReasonNullValue}
 }
 
 // Error reports why a record has no usable key.
@@ -254,7 +257,11 @@ func parseSpec(spec string) ([]part, error) {
 		case t == "":
 			return nil, fmt.Errorf("key spec %q: empty part", spec)
 		default:
-			return nil, fmt.Errorf("key spec part %q: must be key, header:NAME or json:PATH", t)
+			hint := ""
+			if !strings.Contains(t, ":") {
+				hint = fmt.Sprintf(" (a field of the JSON value is json:%s; a header, header:%s)", t, t)
+			}
+			return nil, fmt.Errorf("key spec part %q: must be key, header:NAME or json:PATH%s", t, hint)
 		}
 		p.text = t
 		parts = append(parts, p)
@@ -316,6 +323,10 @@ func (e *Extractor) Extract(dst []byte, key, value []byte, headers []kafka.Heade
 				reason = ReasonEmpty
 			}
 		case fromJSON:
+			if value == nil {
+				// A tombstone: no document, not a malformed one.
+				return dst[:start], e.errs[errKey{i, ReasonNullValue}]
+			}
 			if len(value) > maxJSONDepth && tooDeep(value) {
 				// gjson validates recursively: a value of millions of '['
 				// would exhaust the goroutine stack, a fatal error.

@@ -254,3 +254,32 @@ func TestExtractZeroAllocs(t *testing.T) {
 const sampleOrderEscaped = `{"order_id":"ORD-0000123456","amount":129.95,"currency":"EUR","customer":{"id":"C-884211","country":"DE","name":"Jos\u00e9 M\u00fcller"},"items":[{"sku":"SKU-1","qty":2},{"sku":"SKU-9","qty":1}],"ts":"2026-11-22T04:00:00.123Z"}`
 
 const sampleOrder = `{"order_id":"ORD-0000123456","amount":129.95,"currency":"EUR","customer":{"id":"C-884211","country":"DE"},"items":[{"sku":"SKU-1","qty":2},{"sku":"SKU-9","qty":1}],"ts":"2026-11-22T04:00:00.123Z"}`
+
+// TestSpecSuggestsJSONField: a bare field name is refused with the spec
+// that reads it.
+func TestSpecSuggestsJSONField(t *testing.T) {
+	_, err := NewExtractor("order_id", "none", 0)
+	if err == nil || !strings.Contains(err.Error(), "json:order_id") || !strings.Contains(err.Error(), "header:order_id") {
+		t.Fatalf("--key order_id: %v", err)
+	}
+}
+
+// TestTombstoneIsNullValue: a record whose value is null (a tombstone) has
+// no JSON field: null_value, not malformed_json; an empty value is still
+// malformed.
+func TestTombstoneIsNullValue(t *testing.T) {
+	ex, err := NewExtractor("json:order_id", "none", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value []byte
+		want  string
+	}{{nil, ReasonNullValue}, {[]byte{}, ReasonMalformedJSON}} {
+		_, err := ex.Extract(nil, []byte("k"), tc.value, nil)
+		var ke *Error
+		if !errors.As(err, &ke) || ke.Reason != tc.want {
+			t.Errorf("value %v: %v, want %s", tc.value, err, tc.want)
+		}
+	}
+}

@@ -183,6 +183,8 @@ func (w *Worker) progressLine(s Status, interval, active time.Duration, cur, las
 		"consumed", rate(cur.consumed, last.consumed), "forwarded", rate(cur.forwarded, last.forwarded),
 		"duplicates", rate(cur.duplicates, last.duplicates),
 		"dead_lettered", rate(cur.deadLettered, last.deadLettered), "dropped", rate(cur.dropped, last.dropped),
+		// Totals since start: what the rates add up to.
+		"consumed_total", cur.consumed, "forwarded_total", cur.forwarded, "duplicates_total", cur.duplicates,
 	}
 	if cur.replayed != last.replayed {
 		attrs = append(attrs, "replayed", rate(cur.replayed, last.replayed))

@@ -103,6 +103,7 @@ func TestProgressLine(t *testing.T) {
 			t.Fatalf("want one progress line after 10 s, got %q", got)
 		}
 		wantIn(got[0], "interval=10s", "active=5s", "consumed=200.0/s", "forwarded=160.0/s", "duplicates=40.0/s",
+			"consumed_total=1000", "forwarded_total=800", "duplicates_total=200",
 			"lag=42", "partitions_running=1", "partitions_assigned=2", "generation=7", "oldest_checkpoint_age=1m40s")
 		if strings.Contains(got[0], "idle=") {
 			t.Errorf("a line with input says idle: %s", got[0])

@@ -17,7 +17,7 @@ func TestKeyReasonsDocumented(t *testing.T) {
 		}
 	}
 	src := strings.Join(keys.Reasons(), ", ")
-	const documented = "missing, empty, malformed_json, too_large, invalid_utf8, null_key, bad_url, unsupported_type, duplicate_key_field"
+	const documented = "missing, empty, malformed_json, too_large, invalid_utf8, null_key, bad_url, unsupported_type, duplicate_key_field, null_value"
 	if src != documented {
 		t.Errorf("keys.Reasons() = %s; KeyError's documentation lists %s: update it", src, documented)
 	}

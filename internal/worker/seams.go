@@ -322,9 +322,9 @@ type Extractor interface {
 
 // KeyError is a key extraction failure with a reason from the small fixed
 // set of keys.Reasons (missing, empty, malformed_json, too_large,
-// invalid_utf8, null_key, bad_url, unsupported_type, duplicate_key_field),
-// used as a metric label and as the bloomgate-error header of
-// dead-lettered records. An Extractor may return a *keys.Error instead;
+// invalid_utf8, null_key, bad_url, unsupported_type, duplicate_key_field,
+// null_value), used as a metric label and as the bloomgate-error header
+// of dead-lettered records. An Extractor may return a *keys.Error instead;
 // reasonOf reads both.
 type KeyError struct{ Reason string }
 

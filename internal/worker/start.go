@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -31,6 +32,10 @@ func (p Position) String() string {
 	}
 	return "earliest"
 }
+
+// LogValue logs p as String says it ("latest", not its fields: a JSON
+// log handler would write the struct).
+func (p Position) LogValue() slog.Value { return slog.StringValue(p.String()) }
 
 // resolve maps p to an offset of partition part of topic within b, reading
 // timestamps from the brokers; now is the reference of Ago.

@@ -2,7 +2,9 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -301,4 +303,18 @@ func TestSeedTopic(t *testing.T) {
 	checkKeys(t, "output", readTopic(t, brokers, tOut, parts), wantOut)
 	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, parts), wantDup)
 	b.conservation(t)
+}
+
+// TestPositionLogsAsText: a JSON log writes a position as its text
+// ("latest"), as the text log does, not as the struct's fields.
+func TestPositionLogsAsText(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewJSONHandler(&b, nil))
+	seed := &Position{Ago: 72 * time.Hour}
+	log.Info("x", "start_from", Position{Latest: true}, "seed_from", seed, "earliest", Position{})
+	for _, want := range []string{`"start_from":"latest"`, `"seed_from":"72h0m0s ago"`, `"earliest":"earliest"`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("%s lacks %s", b.String(), want)
+		}
+	}
 }
