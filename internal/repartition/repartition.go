@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,6 +96,30 @@ type Config struct {
 	// SASLUsername is the user the Transport's SASL mechanism logs in as,
 	// for messages about refused logins and missing ACLs.
 	SASLUsername string
+}
+
+// hopAnnouncement is what a hop announces in its group protocol metadata
+// (in the worker's settings format): a leader gives partitions only to
+// members that announce it, so that a consumer that is not a hop (kcat
+// -G with the hop's group id) takes none of its input.
+const hopAnnouncement = `{"v":1,"s":[["repartition-hop","1"]]}`
+
+// admit keeps the members that announce the hop (group.Config.Admit) and
+// reports the others, once each.
+func (r *Repartitioner) admit(members []group.MemberInfo) []group.MemberInfo {
+	out := members[:0:0]
+	for _, m := range members {
+		if string(m.UserData) == hopAnnouncement {
+			out = append(out, m)
+			continue
+		}
+		if _, seen := r.foreign.LoadOrStore(m.ID, true); !seen {
+			r.log.Error(fmt.Sprintf("repartition group %s: member %s is not a repartition hop (kcat, a console consumer or another "+
+				"client using the hop's group id); it gets no partitions from this member, the group leader. Give other consumers "+
+				"their own group id", r.cfg.Group, m.ID), "member", m.ID)
+		}
+	}
+	return out
 }
 
 // Validate reports missing settings.
@@ -162,6 +187,8 @@ type Repartitioner struct {
 	fail   context.CancelCauseFunc
 	// member is the hop's membership of its group (internal/group).
 	member *group.Member
+	// foreign holds the member ids of non-hop members already reported.
+	foreign sync.Map
 
 	records, badKeys *prometheus.CounterVec
 	written          prometheus.Counter
@@ -261,6 +288,7 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 	m, err := group.New(group.Config{
 		Brokers: r.cfg.Brokers, Transport: r.cfg.Transport, Group: r.cfg.Group, Topic: r.cfg.Input,
 		InstanceID: r.cfg.InstanceID, ClientID: "bloomgate-repartition",
+		UserData: []byte(hopAnnouncement), Admit: r.admit,
 		SessionTimeout: r.cfg.SessionTimeout, RebalanceTimeout: r.cfg.RebalanceTimeout, HeartbeatInterval: r.cfg.HeartbeatInterval,
 		Logger: r.log,
 		OnJoinError: func(err error, everJoined bool) error {
