@@ -194,3 +194,30 @@ func TestTLSMismatch(t *testing.T) {
 		}
 	}
 }
+
+// TestSASLListenerWithoutSASL: a client without SASL settings at a
+// listener that requires SASL (the first request answered, the next one's
+// connection closed) is told at once, naming the mechanisms the listener
+// offers and the settings to set; before, it retried for the start-up
+// bound (a minute) and then said the listener "may" require SASL.
+func TestSASLListenerWithoutSASL(t *testing.T) {
+	b := startBroker(t, broker.Config{
+		Topics: []broker.TopicSpec{{Name: "orders", Partitions: 3}},
+		Users:  []broker.User{{Mechanism: "SCRAM-SHA-512", Username: "bob", Password: "pw"}},
+	})
+	c := &Client{Brokers: []string{b.Addr()}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := c.Retry(ctx, nil, func(ctx context.Context) error { _, err := c.Topics(ctx, []string{"orders"}); return err })
+	took := time.Since(start)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != SASLRequired || !strings.Contains(err.Error(), "requires SASL") ||
+		!strings.Contains(err.Error(), "SCRAM-SHA-512") || !strings.Contains(err.Error(), "scram-sha-512)") ||
+		!strings.Contains(err.Error(), "--sasl-username") {
+		t.Fatalf("%v (%T)", err, err)
+	}
+	if took > 5*time.Second {
+		t.Errorf("told after %v, want within 5 s", took)
+	}
+}

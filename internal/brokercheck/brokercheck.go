@@ -164,6 +164,8 @@ const (
 	Authorization
 	// TLS: the TLS settings, or the port.
 	TLS
+	// SASLRequired: the listener requires SASL and none is set.
+	SASLRequired
 )
 
 func (k Kind) String() string {
@@ -174,6 +176,8 @@ func (k Kind) String() string {
 		return "authorization"
 	case TLS:
 		return "tls"
+	case SASLRequired:
+		return "sasl required"
 	}
 	return "unknown"
 }
@@ -193,7 +197,7 @@ func (e *Error) Error() string {
 	if e.Attempts == 0 {
 		return e.msg
 	}
-	why := "waiting does not change credentials, ACLs or TLS settings"
+	why := "waiting does not change credentials, ACLs, TLS or SASL settings"
 	if e.Kind == Authentication {
 		why = "failed logins are not repeated, as they count towards an account lockout"
 	}

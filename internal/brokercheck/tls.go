@@ -109,8 +109,85 @@ func (c *Client) probe(ctx context.Context, err error) *Error {
 				"plaintext request but completes a TLS handshake: its listener expects TLS; set --tls-enabled "+
 				"(and --tls-ca-file if its certificate is signed by a private CA)", se.addr)}
 		}
+	case c.SASL == nil && se.step == stepMetadata:
+		if mechs, ok := answersSASL(ctx, se.addr, c.TLS); ok {
+			return &Error{Kind: SASLRequired, err: err, msg: fmt.Sprintf("the broker at %s answered the first request and closed "+
+				"the connection at the next, and its listener offers SASL (%s): it requires SASL; set --sasl-mechanism (%s), "+
+				"--sasl-username and %s", se.addr, strings.Join(mechs, ", "), strings.ToLower(strings.Join(mechs, " or ")), PasswordSource)}
+		}
 	}
 	return nil
+}
+
+// answersSASL sends a SaslHandshake (v1) for a mechanism nobody offers and
+// reports the mechanisms the listener answers that it offers (Kafka's
+// UNSUPPORTED_SASL_MECHANISM answer lists them); a listener without SASL
+// answers ILLEGAL_SASL_STATE. tc, if set, is the TLS the listener is
+// spoken to with. (The embedded broker lists its mechanisms on every
+// listener: what proves SASL is this answer after a closed request.)
+func answersSASL(ctx context.Context, addr string, tc *tls.Config) ([]string, bool) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false
+	}
+	defer conn.Close()
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(deadline)
+	}
+	if tc != nil {
+		c := tls.Client(conn, tc)
+		if err := c.HandshakeContext(ctx); err != nil {
+			return nil, false
+		}
+		conn = c
+	}
+	// size, api key 17, version 1, correlation ID, client ID (null),
+	// mechanism "BLOOMGATE-PROBE"
+	const corr = 0x5a5100
+	req := binary.BigEndian.AppendUint32(nil, 0)
+	req = binary.BigEndian.AppendUint16(req, 17)
+	req = binary.BigEndian.AppendUint16(req, 1)
+	req = binary.BigEndian.AppendUint32(req, corr)
+	req = binary.BigEndian.AppendUint16(req, 0xffff)
+	const probeMechanism = "BLOOMGATE-PROBE"
+	req = binary.BigEndian.AppendUint16(req, uint16(len(probeMechanism)))
+	req = append(req, probeMechanism...)
+	binary.BigEndian.PutUint32(req, uint32(len(req)-4))
+	if _, err := conn.Write(req); err != nil {
+		return nil, false
+	}
+	var head [4]byte
+	if _, err := io.ReadFull(conn, head[:]); err != nil {
+		return nil, false
+	}
+	size := binary.BigEndian.Uint32(head[:])
+	if size < 10 || size > 1<<16 {
+		return nil, false
+	}
+	body := make([]byte, size)
+	if _, err := io.ReadFull(conn, body); err != nil || binary.BigEndian.Uint32(body) != corr {
+		return nil, false
+	}
+	const illegalSASLState = 34
+	if int16(binary.BigEndian.Uint16(body[4:6])) == illegalSASLState {
+		return nil, false
+	}
+	n := int(int32(binary.BigEndian.Uint32(body[6:10])))
+	b := body[10:]
+	var mechs []string
+	for range max(n, 0) {
+		if len(b) < 2 {
+			return nil, false
+		}
+		l := int(binary.BigEndian.Uint16(b))
+		if len(b) < 2+l {
+			return nil, false
+		}
+		mechs = append(mechs, string(b[2:2+l]))
+		b = b[2+l:]
+	}
+	return mechs, len(mechs) > 0
 }
 
 // silentOrClosed: the peer closed or reset the connection, or did not

@@ -1,0 +1,5 @@
+//go:build !race
+
+package producer
+
+const raceEnabled = false
