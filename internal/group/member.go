@@ -529,11 +529,9 @@ func (m *Member) leaderAssign(ctx context.Context, gen, last Generation, members
 		return nil, err
 	}
 	all := make([]MemberInfo, 0, len(members))
-	var undecodable []string
 	for _, jm := range members {
 		sub, err := decodeSubscription(jm.Metadata)
 		if err != nil {
-			undecodable = append(undecodable, jm.MemberID)
 			m.log.Warn("a member's subscription does not decode; it gets no partitions", "member", jm.MemberID, "err", err)
 			sub = subscription{Generation: noGeneration}
 		}
