@@ -14,7 +14,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/preflight"
 )
 
-const checkHeader = `Usage: bloomgate check [--json] [--timeout DURATION] [settings of bloomgate run]
+const checkHeader = `Usage: bloomgate check [--json] [--timeout DURATION] [--broker-wait DURATION] [settings of bloomgate run]
 
 Checks, before a deploy, what bloomgate run with the same settings (flags,
 BLOOMGATE_* variables, --config file) would find wrong, and processes
@@ -41,8 +41,10 @@ Exit codes: 0 nothing fails (warnings allowed), 1 something fails,
 
 Flags of check:
   --json              print the report as JSON
-  --timeout duration  bound of the whole check (default 1m10s: unreachable
-                      brokers are retried for one minute, as at start)
+  --timeout duration  bound of the whole check (default 1m10s)
+  --broker-wait duration
+                      how long brokers that do not answer are retried
+                      (default 5s; run retries for one minute)
 
 Settings (as bloomgate run takes them):
 `
@@ -53,7 +55,7 @@ var checkOptions preflight.Options
 
 // cmdCheck runs the preflight of `bloomgate run`'s settings.
 func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	asJSON, timeout, rest, err := checkFlags(args)
+	asJSON, timeout, brokerWait, rest, err := checkFlags(args)
 	if err != nil {
 		printUsageError(stderr, "check", err, "setting")
 		return exitUsage
@@ -72,7 +74,9 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitUsage
 	}
 	if cfg.LogLevel != "debug" {
-		cfg.LogLevel = "warn" // retries of unreachable brokers, not the worker's start-up lines
+		// The report says what failed: retries of unreachable brokers
+		// logged as they happen would only interleave with it.
+		cfg.LogLevel = "error"
 	}
 	logger, err := cfg.NewLogger(stderr)
 	if err != nil {
@@ -82,6 +86,7 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer cancel()
 	opts := checkOptions
 	opts.Logger = logger
+	opts.BrokerWait = brokerWait
 	rep, err := preflight.Run(ctx, cfg, opts)
 	if err != nil {
 		return exitCode(stderr, "check", usageError{err})
@@ -103,8 +108,8 @@ func cmdCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // checkFlags takes check's own flags out of args; the rest are run's.
-func checkFlags(args []string) (asJSON bool, timeout time.Duration, rest []string, err error) {
-	timeout = preflight.Timeout
+func checkFlags(args []string) (asJSON bool, timeout, brokerWait time.Duration, rest []string, err error) {
+	timeout, brokerWait = preflight.Timeout, preflight.DefaultBrokerWait
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -117,28 +122,34 @@ func checkFlags(args []string) (asJSON bool, timeout time.Duration, rest []strin
 			asJSON = true
 			if hasValue {
 				if asJSON, err = parseBool(value); err != nil {
-					return false, 0, nil, fmt.Errorf("--json: %q is not true or false", value)
+					return false, 0, 0, nil, fmt.Errorf("--json: %q is not true or false", value)
 				}
 			}
-		case "timeout":
+		case "timeout", "broker-wait":
 			if !hasValue {
 				if i+1 == len(args) {
-					return false, 0, nil, errors.New("--timeout: needs a value, e.g. --timeout 2m")
+					return false, 0, 0, nil, fmt.Errorf("--%s: needs a value, e.g. --%s 2m", name, name)
 				}
 				i++
 				value = args[i]
 			}
-			if timeout, err = config.ParseDuration(value); err != nil {
-				return false, 0, nil, fmt.Errorf("--timeout: %w", err)
+			d, err := config.ParseDuration(value)
+			if err != nil {
+				return false, 0, 0, nil, fmt.Errorf("--%s: %w", name, err)
 			}
-			if timeout <= 0 {
-				return false, 0, nil, fmt.Errorf("--timeout: %s is not above zero", value)
+			if d <= 0 {
+				return false, 0, 0, nil, fmt.Errorf("--%s: %s is not above zero", name, value)
+			}
+			if name == "timeout" {
+				timeout = d
+			} else {
+				brokerWait = d
 			}
 		default:
 			rest = append(rest, a)
 		}
 	}
-	return asJSON, timeout, rest, nil
+	return asJSON, timeout, brokerWait, rest, nil
 }
 
 func parseBool(s string) (bool, error) {

@@ -349,3 +349,27 @@ func TestRunKeyChanged(t *testing.T) {
 	}
 	golden(t, "run-key-changed.txt", regexp.MustCompile(`(?m)^time=\S+ `).ReplaceAllString(checkNormalizer(addr, dir)(stderr), ""))
 }
+
+// TestCheckUnreachableBrokersDefault: with the default settings, brokers
+// that do not answer are reported within seconds (--broker-wait, 5 s),
+// naming the setting to wait longer, and no retry lines are printed
+// around the report.
+func TestCheckUnreachableBrokersDefault(t *testing.T) {
+	start := time.Now()
+	out, errOut, code := runCheck(t, "--json", "--brokers", "127.0.0.1:1", "--input", "a", "--output", "b", "--checkpoint-url", "mem://check-unreachable-default")
+	if took := time.Since(start); code != exitRuntime || took > 8*time.Second {
+		t.Fatalf("exit %d after %s, want 1 within about 5 s:\n%s", code, took, out)
+	}
+	var rep preflight.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range rep.Checks {
+		if c.Name == "brokers" && (c.Status != preflight.Fail || !strings.Contains(c.Detail, "--broker-wait")) {
+			t.Errorf("brokers: %s %q", c.Status, c.Detail)
+		}
+	}
+	if strings.Contains(errOut, "level=WARN") {
+		t.Errorf("retry lines printed around the report:\n%s", errOut)
+	}
+}

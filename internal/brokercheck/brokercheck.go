@@ -45,6 +45,9 @@ type Client struct {
 	Brokers []string
 	TLS     *tls.Config    // nil: plaintext
 	SASL    sasl.Mechanism // nil: no SASL
+	// Bound is how long Retry retries brokers that do not answer (0:
+	// StartupBound): `bloomgate check` asks for less, someone waits.
+	Bound time.Duration
 	// Username is the SASL user name (kafka-go's SCRAM mechanism does not
 	// expose it), for messages.
 	Username string

@@ -17,10 +17,18 @@ import (
 // wrong address is reported while someone is watching.
 const StartupBound = time.Minute
 
+// bound is how long Retry retries: Client.Bound, or StartupBound.
+func (c *Client) bound() time.Duration {
+	if c.Bound > 0 {
+		return c.Bound
+	}
+	return StartupBound
+}
+
 // Retry calls fn, one exchange with the brokers, until it succeeds. A
 // failure that waiting does not fix (Explain, or a TLS mismatch shown by a
 // probe) is returned at once as an *Error; other failures are retried with
-// a growing wait (200 ms to 5 s) for StartupBound, then reported with the
+// a growing wait (200 ms to 5 s) for Client.Bound (StartupBound), then reported with the
 // attempts, the last failure and what to check. Each retry is logged as a
 // warning on log. It returns early with an error if ctx ends.
 func (c *Client) Retry(ctx context.Context, log *slog.Logger, fn func(context.Context) error) error {
@@ -28,7 +36,7 @@ func (c *Client) Retry(ctx context.Context, log *slog.Logger, fn func(context.Co
 		log = slog.New(slog.DiscardHandler)
 	}
 	start := time.Now()
-	deadline := start.Add(StartupBound)
+	deadline := start.Add(c.bound())
 	probed := map[string]bool{}
 	wait := 200 * time.Millisecond
 	for attempts := 1; ; attempts++ {
@@ -58,7 +66,7 @@ func (c *Client) Retry(ctx context.Context, log *slog.Logger, fn func(context.Co
 		d := min(wait, time.Until(deadline)+time.Millisecond)
 		log.Warn("brokers unreachable; retrying until the start-up bound, then stopping",
 			"brokers", c.Brokers, "err", err, "retry_in", d.Round(time.Millisecond),
-			"start_up_bound", StartupBound, "gives_up_in", time.Until(deadline).Round(time.Second))
+			"start_up_bound", c.bound(), "gives_up_in", time.Until(deadline).Round(time.Second))
 		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -74,7 +82,7 @@ func (c *Client) Retry(ctx context.Context, log *slog.Logger, fn func(context.Co
 // how long, the last failure, and what to check.
 func (c *Client) unreachable(attempts int, tried time.Duration, last error) error {
 	return fmt.Errorf("--brokers %s: no broker answered in %d attempts over %s (the start-up bound is %s); last error: %w; %s",
-		strings.Join(c.Brokers, ","), attempts, tried.Round(time.Second), StartupBound, last, c.check(last))
+		strings.Join(c.Brokers, ","), attempts, tried.Round(time.Second), c.bound(), last, c.check(last))
 }
 
 // check says what to look at after the retries, from the last failure:

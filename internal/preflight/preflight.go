@@ -86,7 +86,14 @@ type Options struct {
 	// FreeBytes is the room left for an unprivileged writer on the file
 	// system that holds dir (default: statfs).
 	FreeBytes func(dir string) (uint64, error)
+	// BrokerWait is how long brokers that do not answer are retried (0:
+	// as run waits, brokercheck.StartupBound). bloomgate check waits
+	// DefaultBrokerWait: someone is waiting for its answer.
+	BrokerWait time.Duration
 }
+
+// DefaultBrokerWait is bloomgate check's --broker-wait.
+const DefaultBrokerWait = 5 * time.Second
 
 func (o Options) withDefaults() Options {
 	if o.Logger == nil {
@@ -145,10 +152,13 @@ func Run(ctx context.Context, cfg *config.Run, opts Options) (*Report, error) {
 	} else {
 		close(probed)
 	}
-	pf, kafkaErr := w.Preflight(ctx)
+	pf, kafkaErr := w.Preflight(ctx, opts.BrokerWait)
 	<-probed
-	if kafkaErr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	switch {
+	case kafkaErr != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		kafkaErr = fmt.Errorf("%w (the check's time bound ended the retries; run retries for %s)", kafkaErr, brokercheck.StartupBound)
+	case kafkaErr != nil && opts.BrokerWait > 0 && opts.BrokerWait < brokercheck.StartupBound && !errors.As(kafkaErr, new(*brokercheck.Error)):
+		kafkaErr = fmt.Errorf("%w (check waits %s for brokers that do not answer, --broker-wait; run waits %s)", kafkaErr, opts.BrokerWait, brokercheck.StartupBound)
 	}
 	kafka(r, cfg, pf, kafkaErr)
 	memoryPlan(r, cfg, pf, opts)

@@ -87,14 +87,15 @@ type PreflightLimit struct {
 // cannot Run.
 //
 // The error is what stops Run's start before any topic is looked at:
-// brokers that do not answer within ctx or brokercheck.StartupBound, a
-// refused login, a TLS mismatch.
-func (w *Worker) Preflight(ctx context.Context) (*Preflight, error) {
+// brokers that do not answer within ctx or retryFor (0: as Run waits,
+// brokercheck.StartupBound), a refused login, a TLS mismatch.
+func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Preflight, error) {
 	if !w.running.CompareAndSwap(false, true) {
 		return nil, errors.New("worker: Preflight after Run or Preflight")
 	}
 	w.client = &kafka.Client{Addr: kafka.TCP(w.cfg.Brokers...), Transport: w.cfg.Transport, Timeout: 30 * time.Second}
 	w.check = w.brokerCheck()
+	w.check.Bound = retryFor
 
 	type named struct{ setting, name string }
 	topics := []named{{"--input", w.cfg.Input}, {"--output", w.cfg.Output}}
