@@ -62,6 +62,8 @@ test:
 	  $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# all 3000 random record sets (300 under the race detector, where lz4's blocks are slow)
 	$(GO) test -count=1 -run '^TestDecodeRawAsKafkaGo$$' ./internal/fetcher
+	@# go.mod and go.sum say what the code imports, no more, no less
+	$(GO) mod tidy -diff
 	@# allocation counts of pooled encoders (sync.Pool drops items under -race)
 	$(GO) test -count=1 -run '^TestCompressedReuseAllocations$$' ./internal/producer
 	@$(MAKE) --no-print-directory fuzz
