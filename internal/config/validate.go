@@ -16,6 +16,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/producer"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -103,7 +104,7 @@ func (c *Run) validateKafka(p *problems) {
 		}
 	}
 	p.oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
-	p.oneOf("compression", c.Compression, worker.CompressionInput, "none", "gzip", "snappy", "lz4", "zstd")
+	p.oneOf("compression", c.Compression, append([]string{worker.CompressionInput}, producer.CodecNames()...)...)
 	p.oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
 	if c.Repartition {
 		for _, t := range topics {

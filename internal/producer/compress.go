@@ -32,6 +32,9 @@ func (c Codec) String() string {
 	return fmt.Sprintf("codec(%d)", int8(c))
 }
 
+// CodecNames lists the codecs' names, none first.
+func CodecNames() []string { return codecNames[:] }
+
 // ParseCodec reads a codec by its name (none, gzip, snappy, lz4, zstd).
 func ParseCodec(s string) (Codec, error) {
 	for c, name := range codecNames {
