@@ -114,3 +114,15 @@ func (c *Client) check(last error) string {
 	}
 	return "check the addresses and that this host can reach the brokers"
 }
+
+// Unreachable reports whether err is a failure to reach a broker at all (a
+// refused or reset connection, a timeout, a name that does not resolve, a
+// connection closed before an answer), as opposed to a broker's answer.
+func Unreachable(err error) bool {
+	var opErr *net.OpError
+	var dnsErr *net.DNSError
+	var netErr net.Error
+	return errors.As(err, &opErr) || errors.As(err, &dnsErr) || (errors.As(err, &netErr) && netErr.Timeout()) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+}

@@ -27,6 +27,7 @@ type RetryLog struct {
 	next     time.Time // when the next summary is due
 	every    time.Duration
 	attempts int
+	last     error // the last failure of the current run
 }
 
 // Summaries of a run of failures: the first after RetrySummaryFirst, then
@@ -50,6 +51,7 @@ func (r *RetryLog) Failed(err error, attrs ...any) {
 	defer r.mu.Unlock()
 	now := r.now()
 	r.attempts++
+	r.last = err
 	if r.since.IsZero() {
 		r.since, r.every, r.attempts = now, RetrySummaryFirst, 1
 		r.next = now.Add(r.every)
@@ -74,7 +76,7 @@ func (r *RetryLog) Succeeded() {
 		return
 	}
 	r.Log.Info(r.What+" succeeded again", "after", r.now().Sub(r.since).Round(time.Second), "failed_attempts", r.attempts)
-	r.since, r.attempts = time.Time{}, 0
+	r.since, r.attempts, r.last = time.Time{}, 0, nil
 }
 
 // Failing reports whether the last attempt failed.
@@ -82,4 +84,12 @@ func (r *RetryLog) Failing() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return !r.since.IsZero()
+}
+
+// LastError returns the last failure of the current run of failures (nil:
+// the last attempt succeeded, or none failed).
+func (r *RetryLog) LastError() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
 }

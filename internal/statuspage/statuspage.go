@@ -205,6 +205,9 @@ func notReady(st worker.Status, waiting []string) (long, short string) {
 	switch {
 	case st.Error != "":
 		return "the worker failed: " + st.Error, "worker failed"
+	case !st.Joined && st.JoinError != "":
+		return "not in a consumer group generation for " + seconds(st.UnjoinedSeconds) +
+			"; joining fails: " + st.JoinError, "joining fails"
 	case !st.Joined && st.UnjoinedSeconds > 0:
 		return "not in a consumer group generation for " + seconds(st.UnjoinedSeconds) +
 			"; waiting for the group coordinator to complete a rebalance", "not in a group"

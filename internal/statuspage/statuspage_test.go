@@ -299,6 +299,8 @@ func TestNotReady(t *testing.T) {
 			"the worker failed: committing: <boom>", "worker failed"},
 		{"left the group", worker.Status{UnjoinedSeconds: 70.4},
 			"not in a consumer group generation for 1 m 10 s; waiting for the group coordinator to complete a rebalance", "not in a group"},
+		{"brokers down", worker.Status{UnjoinedSeconds: 12, JoinError: "no answer from the brokers (--brokers 10.0.0.1:9092): connection refused"},
+			"not in a consumer group generation for 12 s; joining fails: no answer from the brokers (--brokers 10.0.0.1:9092): connection refused", "joining fails"},
 		{"starting", worker.Status{},
 			"joining the consumer group", "joining the group"},
 		{"assigned, nothing started", worker.Status{Joined: true, Generation: 3, Assigned: []int{0, 1}},

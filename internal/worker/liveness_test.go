@@ -1,10 +1,14 @@
 package worker
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -59,5 +63,32 @@ func TestGroupRebuildWhenNoGenerationForms(t *testing.T) {
 	waitFor(t, 40*time.Second, "joined after the coordinator answers", func() bool { return rw.w.Status().Joined })
 	if joins.Load() < 2 {
 		t.Errorf("JoinGroup requests = %d, want >= 2", joins.Load())
+	}
+}
+
+// TestReadyzNamesUnreachableBrokers: with the default group timings, once
+// the brokers stop answering a joined worker, /readyz and the status say
+// that joining fails because no broker answers, naming --brokers and the
+// error, not only that a rebalance is awaited.
+func TestReadyzNamesUnreachableBrokers(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.Ports(0), kfake.SeedTopics(2, tIn, tOut, tDup, tDLQ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(c.ListenAddrs())
+	defaultGroupTimings(&cfg)
+	rw := startWorker(t, cfg, newMemStore(), nil)
+	waitFor(t, 30*time.Second, "joined", func() bool { return rw.w.Status().Joined })
+	addr := c.ListenAddrs()[0]
+	c.Close()
+	waitFor(t, 60*time.Second, "a join error", func() bool { return rw.w.Status().JoinError != "" })
+	s := rw.w.Status()
+	if s.Joined || !strings.Contains(s.JoinError, "no answer from the brokers (--brokers "+addr+")") {
+		t.Errorf("status joined=%v join_error=%q, want not joined and the brokers named", s.Joined, s.JoinError)
+	}
+	rec := httptest.NewRecorder()
+	rw.w.Handler(prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+	if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, "joining fails: no answer from the brokers") {
+		t.Errorf("/readyz: %d %q", rec.Code, body)
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/bloomgate/bloomgate/internal/brokercheck"
 )
 
 // Status is a snapshot of the worker for /readyz and the status page.
@@ -20,9 +23,12 @@ type Status struct {
 	// UnjoinedSeconds: time since the worker was last in a generation (0
 	// while it is); beyond the rebalance timeout the group is stalled.
 	UnjoinedSeconds float64 `json:"unjoined_seconds,omitempty"`
-	Generation      int32   `json:"generation"`
-	MemberID        string  `json:"member_id"`
-	Assigned        []int   `json:"assigned"`
+	// JoinError: while not in a generation, why the last attempt to join
+	// failed (naming --brokers when no broker answered).
+	JoinError  string `json:"join_error,omitempty"`
+	Generation int32  `json:"generation"`
+	MemberID   string `json:"member_id"`
+	Assigned   []int  `json:"assigned"`
 	// PlannedFilterBytes is the planned filter memory of the assigned
 	// partitions (0: not known). Filters allocate it as keys arrive; what
 	// is allocated now is the partitions' Filter.Bytes.
@@ -188,6 +194,9 @@ func (w *Worker) Status() Status {
 	if !w.unjoinedSince.IsZero() {
 		s.UnjoinedSeconds = w.deps.Now().Sub(w.unjoinedSince).Seconds()
 	}
+	if err := w.joinLog.LastError(); err != nil && !s.Joined {
+		s.JoinError = w.joinErrorText(err)
+	}
 	s.Assigned = append([]int(nil), w.status.Assigned...)
 	s.CrossPartition = w.crossPartitionStatus()
 	s.PlannedFilterBytes = w.plannedPerPartition * uint64(len(s.Assigned))
@@ -289,6 +298,10 @@ func (w *Worker) Handler(g prometheus.Gatherer) http.Handler {
 		case s.Error != "":
 			http.Error(rw, "not ready: "+s.Error, http.StatusServiceUnavailable)
 			return
+		case !s.Joined && s.JoinError != "":
+			http.Error(rw, fmt.Sprintf("not ready: not in a consumer group generation for %.0fs; joining fails: %s",
+				s.UnjoinedSeconds, s.JoinError), http.StatusServiceUnavailable)
+			return
 		case !s.Joined:
 			http.Error(rw, fmt.Sprintf("not ready: not in a consumer group generation for %.0fs; waiting for the group coordinator to complete a rebalance",
 				s.UnjoinedSeconds), http.StatusServiceUnavailable)
@@ -306,4 +319,13 @@ func (w *Worker) Handler(g prometheus.Gatherer) http.Handler {
 		_ = enc.Encode(w.Status())
 	})
 	return mux
+}
+
+// joinErrorText says why joining fails: for brokers that do not answer,
+// which ones (the group's coordinator is one of them).
+func (w *Worker) joinErrorText(err error) string {
+	if brokercheck.Unreachable(err) {
+		return fmt.Sprintf("no answer from the brokers (--brokers %s): %v", strings.Join(w.cfg.Brokers, ","), err)
+	}
+	return err.Error()
 }
