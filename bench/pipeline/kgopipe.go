@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -43,7 +42,6 @@ func runKgoPipe(ctx context.Context, cfg pipeConfig) error {
 		return err
 	}
 	defer cl.Close()
-	var srcs [][]byte
 	var out []*kgo.Record
 	var arena []byte
 	for {
@@ -59,16 +57,11 @@ func runKgoPipe(ctx context.Context, cfg pipeConfig) error {
 		}
 		out, arena = out[:0], arena[:0]
 		fs.EachRecord(func(r *kgo.Record) {
-			for int(r.Partition) >= len(srcs) {
-				srcs = append(srcs, []byte(strconv.Itoa(len(srcs))))
-			}
 			start := len(arena)
-			arena = strconv.AppendInt(arena, r.Offset, 10)
-			hs := make([]kgo.RecordHeader, 0, len(r.Headers)+2)
+			arena = workerHeader(arena, int(r.Partition), r.Offset)
+			hs := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
 			hs = append(hs, r.Headers...)
-			hs = append(hs,
-				kgo.RecordHeader{Key: "bloomgate-src-partition", Value: srcs[r.Partition]},
-				kgo.RecordHeader{Key: "bloomgate-src-offset", Value: arena[start:len(arena):len(arena)]})
+			hs = append(hs, kgo.RecordHeader{Key: "bloomgate", Value: arena[start:len(arena):len(arena)]})
 			out = append(out, &kgo.Record{Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp, Partition: r.Partition})
 		})
 		if len(out) == 0 {

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -138,7 +138,6 @@ func pipePartition(ctx context.Context, cfg pipeConfig, w *kafka.Writer, part in
 			}
 		}
 	}()
-	src := []byte(strconv.Itoa(part))
 	timer := time.NewTimer(time.Hour)
 	for {
 		var m kafka.Message
@@ -168,11 +167,9 @@ func pipePartition(ctx context.Context, cfg pipeConfig, w *kafka.Writer, part in
 		}
 		out := make([]kafka.Message, len(batch))
 		for i, m := range batch {
-			hs := make([]kafka.Header, 0, len(m.Headers)+2)
+			hs := make([]kafka.Header, 0, len(m.Headers)+1)
 			hs = append(hs, m.Headers...)
-			hs = append(hs,
-				kafka.Header{Key: "bloomgate-src-partition", Value: src},
-				kafka.Header{Key: "bloomgate-src-offset", Value: strconv.AppendInt(nil, m.Offset, 10)})
+			hs = append(hs, kafka.Header{Key: "bloomgate", Value: workerHeader(nil, part, m.Offset)})
 			out[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: hs, Time: m.Time, Partition: part}
 		}
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -244,4 +241,18 @@ func kafkaCodec(name string) kafka.Compression {
 		return 0
 	}
 	return c
+}
+
+// workerHeader appends a value of the size of the bloomgate header the
+// worker adds (format 2: the input partition and offset as varints, then
+// 20 bytes of pipeline, memory id and mac), so that the pipes write records
+// of the worker's size. The 20 bytes are zeros: a pipe proves nothing, and
+// the worker's 12-byte mac, which does not compress, is part of what it
+// costs.
+func workerHeader(dst []byte, partition int, offset int64) []byte {
+	dst = append(dst, 2)
+	dst = binary.AppendUvarint(dst, uint64(partition))
+	dst = binary.AppendUvarint(dst, uint64(offset))
+	var rest [20]byte
+	return append(dst, rest[:]...)
 }

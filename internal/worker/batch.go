@@ -41,7 +41,7 @@ func (t *tally) drop(reason string) {
 // one acknowledged write, then the offset goes to the committer.
 func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
 	w := pp.w
-	pp.rb.reset(pp.p, pp.writtenProvenance())
+	pp.resetBuilder(&pp.rb)
 	var t tally
 	// A stalled partition processes nothing from its unwritable record on.
 	pp.cutAtStall(&b)
@@ -285,6 +285,11 @@ func (pp *partitionProc) writtenProvenance() *provenance {
 		return nil
 	}
 	return pp.prov
+}
+
+// resetBuilder readies rb for the records of a batch.
+func (pp *partitionProc) resetBuilder(rb *recordBuilder) {
+	rb.reset(pp.p, pp.writtenProvenance(), pp.w.hooks.TextHeaders.Load())
 }
 
 // filterErr reports a failure of the filter (FallibleFilter): its answers

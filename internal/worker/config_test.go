@@ -154,25 +154,25 @@ func TestPartitionParams(t *testing.T) {
 	}
 }
 
-func TestBalancerSame(t *testing.T) {
-	b := &balancer{mode: PartitioningSame}
-	parts := []int{0, 1, 2, 3}
-	for src, want := range map[string]int{"0": 0, "3": 3, "6": 2, "x": 0} {
-		m := kafka.Message{Headers: []kafka.Header{{Key: HeaderSrcPartition, Value: []byte(src)}}}
-		if got := b.Balance(m, parts...); got != want {
-			t.Errorf("src %s: partition %d, want %d", src, got, want)
+func TestTargetPartition(t *testing.T) {
+	for _, c := range []struct{ src, n, want int }{{0, 4, 0}, {3, 4, 3}, {6, 4, 2}, {5, 1, 0}} {
+		if got := targetPartition(c.src, c.n); got != c.want {
+			t.Errorf("input partition %d of a topic of %d: partition %d, want %d", c.src, c.n, got, c.want)
 		}
 	}
 	h := &balancer{mode: PartitioningHash}
 	m := kafka.Message{Key: []byte("order-1")}
-	if a, b := h.Balance(m, parts...), h.Balance(m, parts...); a != b {
+	if a, b := h.hash.Balance(m, 0, 1, 2, 3), h.hash.Balance(m, 0, 1, 2, 3); a != b {
 		t.Errorf("hash balancer not deterministic: %d vs %d", a, b)
 	}
 }
 
+// TestRecordBuilderHeaders: a built record keeps the input's key, headers
+// and timestamp, and gains one header naming its input partition and
+// offset.
 func TestRecordBuilderHeaders(t *testing.T) {
 	var b recordBuilder
-	b.reset(7, nil)
+	b.reset(7, testProvenance(7), false)
 	for i := 0; i < 100; i++ { // grow the arena across reallocations
 		in := kafka.Message{Offset: int64(12345 + i), Key: []byte("k"), Value: []byte("v"), Time: time.Unix(100, 0),
 			Headers: []kafka.Header{{Key: "trace", Value: []byte("abc")}}}
@@ -180,16 +180,16 @@ func TestRecordBuilderHeaders(t *testing.T) {
 	}
 	for i := range b.recs {
 		m := b.message(i)
-		p, o, ok := srcOf(m.Headers)
+		p, o, ok := SourceOf(m.Headers)
 		if !ok || p != 7 || o != int64(12345+i) {
 			t.Fatalf("record %d: src = %d/%d/%v, want 7/%d", i, p, o, ok, 12345+i)
 		}
-		if headerValue(m.Headers, "trace") != "abc" || string(m.Key) != "k" || !m.Time.Equal(time.Unix(100, 0)) {
-			t.Fatalf("record %d lost key, headers or timestamp: %+v", i, m)
+		if len(m.Headers) != 2 || headerValue(m.Headers, "trace") != "abc" || string(m.Key) != "k" || !m.Time.Equal(time.Unix(100, 0)) {
+			t.Fatalf("record %d: want the input's key, header and timestamp and one header added: %+v", i, m)
 		}
 	}
-	if _, _, ok := srcOf([]kafka.Header{{Key: HeaderSrcOffset, Value: []byte("1")}}); ok {
-		t.Errorf("srcOf accepted a record without partition header")
+	if _, _, ok := SourceOf([]kafka.Header{{Key: HeaderSrcOffset, Value: []byte("1")}}); ok {
+		t.Errorf("SourceOf accepted a record without partition header")
 	}
 }
 

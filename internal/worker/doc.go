@@ -13,7 +13,7 @@
 //	membership.go   the member's partitions (group.Partitions): what joining a
 //	                generation and a stopped partition change for the worker
 //	agreement.go    settings members of one group must agree on
-//	provenance.go   the bloomgate-provenance header: written and verified
+//	provenance.go   the bloomgate header of written records: written, read, verified
 //	scan.go         the recovery scan of the written topics
 //	inputlog.go     a re-created, truncated or retention-shortened input
 //	liveness.go     group timings, the watchdog that rebuilds a stuck membership

@@ -26,7 +26,7 @@ import (
 // franz-go's kgo produces the input (transactional producers, null and
 // empty keys, values and header values, every compression codec) and reads
 // the outputs back. Every output record is traced to its input record by
-// its bloomgate-src-* headers, so a failure says which kind of record went
+// its bloomgate header, so a failure says which kind of record went
 // wrong: a record of an aborted transaction forwarded, a committed record
 // lost, a transaction marker handled as a record, a record read past the
 // last stable offset, or a record whose bytes changed (null became empty or
@@ -467,35 +467,26 @@ func fidRender(key, value []byte, ts time.Time, hs []kgo.RecordHeader) string {
 }
 
 // rendered is the record the worker must write for o to topic: the input
-// record with the src headers and the provenance header (the test store's
+// record with the bloomgate header (the test store's
 // memories have no key: provenance under the empty key, group "g").
 func (o fidOut) rendered(topic string) string {
 	r := o.in.rec
 	prov := newProvenance(nil, "g", r.Topic, int(r.Partition)).appendValue(nil, r.Offset, topic)
-	hs := append(slices.Clone(r.Headers),
-		kgo.RecordHeader{Key: HeaderSrcPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: HeaderSrcOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
-		kgo.RecordHeader{Key: HeaderProvenance, Value: prov})
+	hs := append(slices.Clone(r.Headers), kgo.RecordHeader{Key: HeaderProvenance, Value: prov})
 	if o.reason != "" {
 		hs = append(hs, kgo.RecordHeader{Key: HeaderError, Value: []byte(o.reason)})
 	}
 	return fidRender(r.Key, r.Value, r.Timestamp, hs)
 }
 
-// fidSrc reads the bloomgate-src-* headers of a written record.
+// fidSrc reads the input partition and offset of a written record.
 func fidSrc(r *kgo.Record) (p int32, o int64, ok bool) {
-	var gotP, gotO bool
-	for _, h := range r.Headers {
-		switch h.Key {
-		case HeaderSrcPartition:
-			v, err := strconv.Atoi(string(h.Value))
-			p, gotP = int32(v), err == nil
-		case HeaderSrcOffset:
-			v, err := strconv.ParseInt(string(h.Value), 10, 64)
-			o, gotO = v, err == nil
-		}
+	hs := make([]kafka.Header, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = kafka.Header{Key: h.Key, Value: h.Value}
 	}
-	return p, o, gotP && gotO
+	src, o, ok := SourceOf(hs)
+	return int32(src), o, ok
 }
 
 // fidTally counts what went wrong on one topic.

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,16 +86,8 @@ func forwardedOffsets(t *testing.T, brokers []string) map[[2]int64]bool {
 	out := map[[2]int64]bool{}
 	for _, msgs := range kafkatest.ReadTopic(t, brokers, tOut, 4) {
 		for _, m := range msgs {
-			var p, o int64 = -1, -1
-			for _, h := range m.Headers {
-				switch h.Key {
-				case HeaderSrcPartition:
-					p, _ = strconv.ParseInt(string(h.Value), 10, 64)
-				case HeaderSrcOffset:
-					o, _ = strconv.ParseInt(string(h.Value), 10, 64)
-				}
-			}
-			out[[2]int64{p, o}] = true
+			p, o, _ := SourceOf(m.Headers)
+			out[[2]int64{int64(p), o}] = true
 		}
 	}
 	return out

@@ -195,3 +195,7 @@ func (rw *runningWorker) conservation(t *testing.T) (consumed, forwarded, dups, 
 	}
 	return
 }
+
+// testProvenance is a provenance as the worker's for input partition p
+// (under no key), for tests that build written records.
+func testProvenance(p int) *provenance { return newProvenance(nil, "g", tIn, p) }

@@ -45,7 +45,7 @@ func sizedMessages() []kafka.Message {
 func fitValue(m *kafka.Message, size int64) bool {
 	m.Value = []byte{}
 	n := size - recordSize(m)
-	for d := int64(0); d < 4 && n-d >= 0; d++ {
+	for d := int64(0); d < 8 && n-d >= 0; d++ { // the varints of lengths grow by up to 3 bytes each
 		m.Value = make([]byte, n-d)
 		if recordSize(m) == size {
 			return true
@@ -61,7 +61,7 @@ func fitBuilt(rb *recordBuilder, m *kafka.Message, size int64) bool {
 	rb.add(tOut, m, "")
 	n := size - rb.size(len(rb.recs)-1)
 	rb.pop()
-	for d := int64(0); d < 4 && n-d >= 0; d++ {
+	for d := int64(0); d < 8 && n-d >= 0; d++ { // the varints of lengths grow by up to 3 bytes each
 		m.Value = make([]byte, n-d)
 		rb.add(tOut, m, "")
 		if rb.size(len(rb.recs)-1) == size {
@@ -124,7 +124,7 @@ func TestBoundFitsTheBroker(t *testing.T) {
 			// Records as the worker writes them: the src headers added.
 			one := kafka.Message{Offset: 123456789, Key: []byte("k"), Time: time.Now()}
 			var rb recordBuilder
-			rb.reset(0, nil)
+			rb.reset(0, testProvenance(0), false)
 			if !fitBuilt(&rb, &one, bound) {
 				t.Fatalf("no record of %d bytes", bound)
 			}
@@ -135,7 +135,7 @@ func TestBoundFitsTheBroker(t *testing.T) {
 			}
 			n := min(4*limit/50, 25_000)
 			many := make([]kafka.Message, n)
-			rb.reset(0, nil)
+			rb.reset(0, testProvenance(0), false)
 			for i := range many {
 				ts := time.Unix(0, 0)
 				if i%2 == 1 {

@@ -13,12 +13,9 @@ import (
 	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
-// Header names added to every record the worker writes.
-const (
-	HeaderSrcPartition = "bloomgate-src-partition"
-	HeaderSrcOffset    = "bloomgate-src-offset"
-	HeaderError        = "bloomgate-error"
-)
+// HeaderError names the header of dead letters that says why they are
+// (besides the bloomgate header of every written record, provenance.go).
+const HeaderError = "bloomgate-error"
 
 // output writes the records of all partitions of a worker (internal/
 // producer: batches encoded here, acks=all), and keeps the acknowledged
@@ -122,7 +119,7 @@ func (o *output) write(ctx context.Context, p int, codec producer.Codec, recs []
 		o.pmu.Unlock()
 	}()
 
-	src := strconv.AppendInt(make([]byte, 0, 20), int64(p), 10) // bloomgate-src-partition
+	src := strconv.AppendInt(make([]byte, 0, 20), int64(p), 10) // bloomgate-src-partition of older formats
 	runs := o.split(p, recs)
 	var errs kafka.WriteErrors
 	if len(runs) == 1 {
@@ -200,8 +197,8 @@ const writeBatchBytes = 256 << 10
 // writeRun sends r's records in batches bounded by the topic's limit and
 // cut at writeBatchBytes (sizes uncompressed: a bound of the compressed
 // ones), compressed with codec, each after the previous one is acknowledged;
-// src is the bloomgate-src-partition value and arena the records'
-// builder's. It returns nil, or errs (made if nil) with the failed
+// src is the bloomgate-src-partition value (records of older formats, in
+// tests that play older builds) and arena the records' builder's. It returns nil, or errs (made if nil) with the failed
 // records' errors set.
 func (o *output) writeRun(ctx context.Context, codec producer.Codec, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
 	b := o.batches.Get().(*producer.Batch)
@@ -306,17 +303,6 @@ func (o *output) waitIdle(p int, timeout time.Duration) bool {
 	return true
 }
 
-// srcPartitionOf reads the bloomgate-src-partition header of a written record.
-func srcPartitionOf(m *kafka.Message) (int, bool) {
-	for i := len(m.Headers) - 1; i >= 0; i-- {
-		if m.Headers[i].Key == HeaderSrcPartition {
-			p, err := strconv.Atoi(string(m.Headers[i].Value))
-			return p, err == nil && p >= 0
-		}
-	}
-	return 0, false
-}
-
 // ackedOffset returns the offset after the last record acknowledged in tp by
 // any writer of this process, or -1 if none. Every record written later lies
 // after it.
@@ -339,22 +325,12 @@ func (o *output) ackedAt(topic string, partition int, next int64) {
 	o.mu.Unlock()
 }
 
-// balancer chooses output partitions: in same mode by the
-// bloomgate-src-partition header that every written record carries, in
-// hash mode by the murmur2 hash of the Kafka key (as Kafka's Java client).
+// balancer chooses output partitions: in same mode by the input partition
+// (targetPartition), in hash mode by the murmur2 hash of the Kafka key (as
+// Kafka's Java client).
 type balancer struct {
 	mode Partitioning
 	hash kafka.Murmur2Balancer
-}
-
-func (b *balancer) Balance(msg kafka.Message, partitions ...int) int {
-	if b.mode == PartitioningHash {
-		return b.hash.Balance(msg, partitions...)
-	}
-	if src, ok := srcPartitionOf(&msg); ok {
-		return partitions[src%len(partitions)]
-	}
-	return partitions[0]
 }
 
 // targetPartition is where a record from input partition src lands in a
@@ -369,18 +345,20 @@ func targetPartition(src, n int) int { return src % n }
 // being written (~5 MiB at 8 partitions; docs/benchmarks.md, "Fewer
 // copies").
 type recordBuilder struct {
-	// prov writes the provenance header (nil: none, in unit tests of the
-	// builder alone).
-	prov           *provenance
+	// prov writes the provenance header (nil: only the src headers of a
+	// build from before provenance, in tests that play one).
+	prov *provenance
+	// text: format 1's headers, as builds before format 2 wrote them
+	// (tests that play one).
+	text           bool
 	partitionValue []byte
 	arena          []byte
 	recs           []outRecord
 }
 
 // outRecord is a record the worker writes to topic: the key, value, time
-// and headers of input record in, then the worker's headers
-// (bloomgate-src-partition, bloomgate-src-offset, the provenance header
-// if set, bloomgate-error if set). in and the builder's arena are valid
+// and headers of input record in, then the worker's headers (bloomgate,
+// then bloomgate-error if set). in and the builder's arena are valid
 // while the batch is handled. It also says how the record is written: 56
 // bytes per written record, where the record, its planned write and the
 // slices of its header values took 128 (docs/benchmarks.md, "Buffers per
@@ -396,6 +374,8 @@ type outRecord struct {
 	prov, errValue span
 	// alone: written by itself, one record per produce request.
 	alone bool
+	// legacy: the src headers, and prov is format 1's (recordBuilder.text).
+	legacy bool
 }
 
 // span is a range of a recordBuilder's arena.
@@ -411,19 +391,25 @@ func (r *outRecord) input() *kafka.Message {
 	return r.in
 }
 
-// headers returns r's added headers (n of hs), srcPartition being the
-// bloomgate-src-partition value, arena its builder's and off where the
-// bloomgate-src-offset value is written. (Returned by value and with off
+// headers returns r's added headers (n of hs), arena being its builder's;
+// srcPartition and off serve the src headers of older formats (the
+// bloomgate-src-partition value, and where the bloomgate-src-offset value
+// is written). (Returned by value and with off
 // apart, the headers stay on the caller's stack: in a scratch struct
 // holding both, the offset's slice of it made it escape, one allocation
 // and write barriers per record.)
 func (r *outRecord) headers(arena, srcPartition []byte, off *[20]byte) (hs [4]kafka.Header, n int) {
-	hs[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
-	hs[1] = kafka.Header{Key: HeaderSrcOffset, Value: strconv.AppendInt(off[:0], r.in.Offset, 10)}
-	n = 2
-	if r.prov.n > 0 {
-		hs[n] = kafka.Header{Key: HeaderProvenance, Value: r.prov.of(arena)}
-		n++
+	if !r.legacy {
+		hs[0] = kafka.Header{Key: HeaderProvenance, Value: r.prov.of(arena)}
+		n = 1
+	} else {
+		hs[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
+		hs[1] = kafka.Header{Key: HeaderSrcOffset, Value: strconv.AppendInt(off[:0], r.in.Offset, 10)}
+		n = 2
+		if r.prov.n > 0 {
+			hs[n] = kafka.Header{Key: HeaderTextProvenance, Value: r.prov.of(arena)}
+			n++
+		}
 	}
 	if r.errValue.n > 0 {
 		hs[n] = kafka.Header{Key: HeaderError, Value: r.errValue.of(arena)}
@@ -457,8 +443,8 @@ func (r *outRecord) message(arena, srcPartition []byte) kafka.Message {
 	return kafka.Message{Topic: r.topic, Key: r.in.Key, Value: r.in.Value, Headers: hs, Time: ts}
 }
 
-func (b *recordBuilder) reset(partition int, prov *provenance) {
-	b.prov = prov
+func (b *recordBuilder) reset(partition int, prov *provenance, text bool) {
+	b.prov, b.text = prov, text
 	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
 	// Earlier batches' records are written (a write returns once its
 	// batches are encoded and sent), so the arena can be reused.
@@ -467,13 +453,17 @@ func (b *recordBuilder) reset(partition int, prov *provenance) {
 	b.recs = b.recs[:0]
 }
 
-// add appends the record of input in addressed to topic, with the src
-// headers and, if reason is set, a bloomgate-error header.
+// add appends the record of input in addressed to topic, with the
+// bloomgate header and, if reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
-	r := outRecord{in: in, topic: topic}
+	r := outRecord{in: in, topic: topic, legacy: b.prov == nil || b.text}
 	if b.prov != nil {
 		start := len(b.arena)
-		b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
+		if b.text {
+			b.arena = b.prov.appendTextValue(b.arena, in.Offset, topic)
+		} else {
+			b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
+		}
 		r.prov = span{uint32(start), uint32(len(b.arena) - start)}
 	}
 	if reason != "" {

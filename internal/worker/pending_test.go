@@ -17,7 +17,7 @@ import (
 
 func srcMsgs(p, n int) *recordBuilder {
 	rb := new(recordBuilder)
-	rb.reset(p, nil)
+	rb.reset(p, testProvenance(p), false)
 	for i := range n {
 		rb.add(tOut, &kafka.Message{Offset: int64(i), Value: []byte("v")}, "")
 	}
@@ -182,7 +182,7 @@ func TestOutputCutsBatches(t *testing.T) {
 	// 30 records of 40 KiB (~1.2 MB) with one of 300 KiB as the 11th; the
 	// value's first byte is the record's number.
 	rb := new(recordBuilder)
-	rb.reset(1, nil)
+	rb.reset(1, testProvenance(1), false)
 	for i := range 30 {
 		n := 40 << 10
 		if i == 10 {

@@ -9,46 +9,71 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"hash"
+	"math"
 	"strconv"
 
 	"github.com/segmentio/kafka-go"
 )
 
-// Provenance: every record the worker writes carries, besides the src
-// headers, a bloomgate-provenance header that binds it to the memory that
-// wrote it. The recovery scan counts a record found in a written topic as
-// "already written by this memory" only if that header verifies under the
-// memory's secret key; anything else there (another producer's records,
-// another group's, forged headers) is ignored and counted
-// (docs/worker.md, "Provenance").
+// Provenance: every record the worker writes carries one header, named
+// bloomgate, that says which input record it stands for and binds it to
+// the memory that wrote it. The recovery scan counts a record found in a
+// written topic as "already written by this memory" only if that header
+// verifies under the memory's secret key; anything else there (another
+// producer's records, another group's, forged headers) is ignored and
+// counted (docs/worker.md, "Provenance").
 //
-// The header value is ASCII, five fields separated by one space:
+// The header value is binary (format 2), 23-35 bytes:
 //
-//	1 <memory id> <mac> <input topic> <group>
+//	byte     2, the format
+//	uvarint  the src partition (the input partition)
+//	uvarint  the src offset
+//	4 bytes  the pipeline: SHA-256 of the group and the input topic, cut
+//	4 bytes  the memory id: derived from the key, it names the memory
+//	         without revealing the key
+//	12 bytes the mac
 //
-// 1 is the format version; the memory id is 16 hex digits derived from
-// the key (it names the memory without revealing the key); the mac, 16
-// bytes in base64url without padding, binds the group, input topic, src
-// partition, src offset and the topic the record was written to under the
-// memory's key: a partition key is derived once, HMAC-SHA256(key, group,
-// input topic, partition) cut to an AES-128 key, and each record's mac is
-// AES under it of one block holding the src offset and 8 bytes of
-// SHA-256 of the written topic's name. AES is a pseudo-random
-// permutation, and a PRF on fixed-length inputs is a MAC: forging one
-// means predicting AES under an unknown key. One block costs ~15 ns with
-// AES-NI where HMAC per record cost ~185 ns (BenchmarkProvenance). Group last: group IDs may hold
-// spaces, topic names may not. Group and input topic are also in clear so
-// that a report about another group's records in a scanned topic can name
-// it; they are covered by the mac, so they cannot be swapped.
+// The mac binds the group, input topic, src partition, src offset and the
+// topic the record was written to under the memory's key: a partition key
+// is derived once, HMAC-SHA256(key, group, input topic, partition) cut to
+// an AES-128 key, and each record's mac is AES under it of one block
+// holding the src offset and 8 bytes of SHA-256 of the written topic's
+// name, cut to 96 bits. AES is a pseudo-random permutation, and a PRF on
+// fixed-length inputs is a MAC: forging one means predicting AES under an
+// unknown key (one guess in 2^96 per forged record). One block costs
+// ~15 ns with AES-NI where HMAC per record cost ~185 ns
+// (BenchmarkProvenance). Group and input topic are not in clear: the
+// pipeline digest tells another pipeline's records from this one's, and
+// the mac binds the names themselves.
+//
+// Older builds wrote format 1, three text headers (bloomgate-src-partition,
+// bloomgate-src-offset and bloomgate-provenance "1 <memory id, 16 hex
+// digits> <mac, 16 bytes base64url> <input topic> <group>", 135 bytes of
+// names and values per record, the group and input topic in clear), and
+// builds from before provenance only the two src headers. Both are still
+// read (a rolling upgrade; docs/worker.md, "Provenance"): whichever of the
+// worker's headers comes last on a record is the worker's, the input
+// record's own (copied before them) may be anything, an earlier stage's
+// included.
 //
 // The key comes from the Filter (ProvenanceKeyer: derived from the
 // memory's secret hash seed, which the checkpoints keep). Without a key
 // (a Filter that has none) the mac is computed under an empty key: the
 // records still say where they come from, but anyone can forge them.
 
-// HeaderProvenance names the provenance header of written records.
-const HeaderProvenance = "bloomgate-provenance"
+// HeaderProvenance names the one header the worker adds to every record it
+// writes (format 2).
+const HeaderProvenance = "bloomgate"
+
+// The headers of format 1 and of builds from before provenance, read
+// during a rolling upgrade.
+const (
+	HeaderSrcPartition   = "bloomgate-src-partition"
+	HeaderSrcOffset      = "bloomgate-src-offset"
+	HeaderTextProvenance = "bloomgate-provenance"
+)
 
 // ProvenanceKeyer is implemented by a Filter whose memory has a secret: the
 // key that authenticates the records written while it is the partition's
@@ -58,11 +83,18 @@ type ProvenanceKeyer interface {
 	ProvenanceKey() []byte
 }
 
-// provenanceVersion is the first field of the header value.
-const provenanceVersion = "1"
-
-// provenanceMACLen is the length of the mac before encoding (128 bits).
-const provenanceMACLen = 16
+const (
+	// provenanceFormat is the first byte of the header value.
+	provenanceFormat = 2
+	// provenanceMACLen is the length of the mac written (96 bits).
+	provenanceMACLen = 12
+	// textProvenanceVersion and textMACLen: format 1's first field and mac.
+	textProvenanceVersion = "1"
+	textMACLen            = 16
+	// provenanceIDLen is the length of the pipeline digest and of the
+	// memory id in the header.
+	provenanceIDLen = 4
+)
 
 // provenance writes and verifies the provenance of one input partition's
 // records under one memory's key. Not safe for concurrent use: each
@@ -70,15 +102,13 @@ const provenanceMACLen = 16
 type provenance struct {
 	group, topic string
 	partition    int
-	memID        string // 16 hex digits
+	memID        [8]byte // the first provenanceIDLen are written
+	pipeline     [provenanceIDLen]byte
 	// block is AES-128 under the partition key (see the top of the file).
 	block cipher.Block
 	// topics caches the digests of the written topics' names.
-	topics []topicDigest
-	// prefix is "1 <memid> " and suffix " <topic> <group>": the parts of
-	// the header value that do not change per record.
-	prefix, suffix []byte
-	in, sum        [aes.BlockSize]byte
+	topics  []topicDigest
+	in, sum [aes.BlockSize]byte
 }
 
 type topicDigest struct {
@@ -87,9 +117,16 @@ type topicDigest struct {
 }
 
 func newProvenance(key []byte, group, topic string, partition int) *provenance {
+	pv := &provenance{group: group, topic: topic, partition: partition}
 	id := hmac.New(sha256.New, key)
 	id.Write([]byte("bloomgate memory id v1"))
-	memID := hex.EncodeToString(id.Sum(nil)[:8])
+	copy(pv.memID[:], id.Sum(nil))
+
+	pl := sha256.New()
+	pl.Write([]byte("bloomgate pipeline v2\x00"))
+	writeField(pl, group)
+	writeField(pl, topic)
+	copy(pv.pipeline[:], pl.Sum(nil))
 
 	pk := hmac.New(sha256.New, key)
 	pk.Write([]byte("bloomgate provenance partition v1\x00"))
@@ -102,12 +139,8 @@ func newProvenance(key []byte, group, topic string, partition int) *provenance {
 	if err != nil {
 		panic(err) // a 16-byte key is always valid
 	}
-	return &provenance{
-		group: group, topic: topic, partition: partition, memID: memID,
-		block:  block,
-		prefix: []byte(provenanceVersion + " " + memID + " "),
-		suffix: []byte(" " + topic + " " + group),
-	}
+	pv.block = block
+	return pv
 }
 
 // writeField writes s with its length, so that concatenations cannot
@@ -118,12 +151,13 @@ func writeField(h hash.Hash, s string) {
 	h.Write([]byte(s))
 }
 
-// tag computes the record mac of (offset, written topic) into pv.sum.
+// tag computes the record mac of (offset, written topic) into pv.sum (16
+// bytes; format 2 writes the first provenanceMACLen).
 func (pv *provenance) tag(offset int64, written string) []byte {
 	binary.BigEndian.PutUint64(pv.in[:8], uint64(offset))
 	copy(pv.in[8:], pv.digest(written))
 	pv.block.Encrypt(pv.sum[:], pv.in[:])
-	return pv.sum[:provenanceMACLen]
+	return pv.sum[:]
 }
 
 // digest returns 8 bytes of SHA-256 of a written topic's name.
@@ -145,24 +179,113 @@ func (pv *provenance) digest(topic string) []byte {
 // appendValue appends the header value of the record of offset written
 // to topic written.
 func (pv *provenance) appendValue(dst []byte, offset int64, written string) []byte {
-	dst = append(dst, pv.prefix...)
-	dst = base64.RawURLEncoding.AppendEncode(dst, pv.tag(offset, written))
-	return append(dst, pv.suffix...)
+	dst = append(dst, provenanceFormat)
+	dst = binary.AppendUvarint(dst, uint64(pv.partition))
+	dst = binary.AppendUvarint(dst, uint64(offset))
+	dst = append(dst, pv.pipeline[:]...)
+	dst = append(dst, pv.memID[:provenanceIDLen]...)
+	return append(dst, pv.tag(offset, written)[:provenanceMACLen]...)
 }
 
-// provenanceFields is a parsed header value.
-type provenanceFields struct {
+// appendTextValue appends the bloomgate-provenance value of format 1, as
+// builds before format 2 wrote it (with the two src headers): kept for the
+// tests that play such a build during a rolling upgrade.
+func (pv *provenance) appendTextValue(dst []byte, offset int64, written string) []byte {
+	dst = append(dst, textProvenanceVersion+" "...)
+	dst = hex.AppendEncode(dst, pv.memID[:])
+	dst = append(dst, ' ')
+	dst = base64.RawURLEncoding.AppendEncode(dst, pv.tag(offset, written)[:textMACLen])
+	dst = append(dst, ' ')
+	dst = append(dst, pv.topic...)
+	dst = append(dst, ' ')
+	return append(dst, pv.group...)
+}
+
+// origin is what a written record's worker headers say: the input record
+// it stands for and its provenance.
+type origin struct {
+	format    int // 0: no worker headers; 1: text (src headers, with or without bloomgate-provenance); 2: binary
+	partition int
+	offset    int64
+	srcOK     bool // partition and offset were read
+	// text is format 1's bloomgate-provenance value (nil: none).
+	text []byte
+	// Format 2's fields (a malformed value: all nil).
+	pipeline, memID, mac []byte
+}
+
+// originOf reads the worker's headers of a written record: those of
+// format 2 or of format 1, whichever comes last (the worker's own follow
+// the input record's).
+func originOf(hs []kafka.Header) origin {
+	last2, last1 := -1, -1
+	for i := len(hs) - 1; i >= 0 && (last2 < 0 || last1 < 0); i-- {
+		switch hs[i].Key {
+		case HeaderProvenance:
+			last2 = max(last2, i)
+		case HeaderSrcPartition, HeaderSrcOffset, HeaderTextProvenance:
+			last1 = max(last1, i)
+		}
+	}
+	switch {
+	case last2 > last1:
+		o := origin{format: 2}
+		o.parse(hs[last2].Value)
+		return o
+	case last1 >= 0:
+		o := origin{format: 1}
+		o.partition, o.offset, o.srcOK = srcOf(hs)
+		o.text, _ = lastHeader(hs, HeaderTextProvenance)
+		return o
+	}
+	return origin{}
+}
+
+// parse reads a format 2 value into o; on any error the provenance fields
+// stay nil and srcOK false.
+func (o *origin) parse(v []byte) {
+	if len(v) < 1 || v[0] != provenanceFormat {
+		return
+	}
+	rest := v[1:]
+	p, n := binary.Uvarint(rest)
+	if n <= 0 || p > math.MaxInt32 {
+		return
+	}
+	rest = rest[n:]
+	off, n := binary.Uvarint(rest)
+	if n <= 0 || off > math.MaxInt64 {
+		return
+	}
+	rest = rest[n:]
+	if len(rest) != 2*provenanceIDLen+provenanceMACLen {
+		return
+	}
+	o.partition, o.offset, o.srcOK = int(p), int64(off), true
+	o.pipeline, o.memID, o.mac = rest[:provenanceIDLen], rest[provenanceIDLen:2*provenanceIDLen], rest[2*provenanceIDLen:]
+}
+
+// SourceOf returns the input partition and offset that a record the worker
+// wrote stands for, from its worker headers (either format), for tools and
+// tests that read the written topics.
+func SourceOf(hs []kafka.Header) (partition int, offset int64, ok bool) {
+	o := originOf(hs)
+	return o.partition, o.offset, o.srcOK
+}
+
+// textFields is a parsed format 1 provenance value.
+type textFields struct {
 	memID, mac   []byte
 	topic, group []byte
 }
 
-// parseProvenance splits a header value; ok is false if it is not one.
-func parseProvenance(v []byte) (f provenanceFields, ok bool) {
+// parseText splits a format 1 value; ok is false if it is not one.
+func parseText(v []byte) (f textFields, ok bool) {
 	parts := bytes.SplitN(v, []byte(" "), 5)
-	if len(parts) != 5 || string(parts[0]) != provenanceVersion {
+	if len(parts) != 5 || string(parts[0]) != textProvenanceVersion {
 		return f, false
 	}
-	return provenanceFields{memID: parts[1], mac: parts[2], topic: parts[3], group: parts[4]}, true
+	return textFields{memID: parts[1], mac: parts[2], topic: parts[3], group: parts[4]}, true
 }
 
 // Verdicts of the recovery scan on a record naming this input partition.
@@ -202,31 +325,69 @@ func ForeignReasons() []string {
 	return out
 }
 
-// verify judges the last provenance header value v (nil: none) of a record
-// naming src partition p at src offset off, found in topic written.
-func (pv *provenance) verify(v []byte, p int, off int64, written string) (provenanceVerdict, provenanceFields) {
-	if v == nil {
-		return provNone, provenanceFields{}
+// judge reads the worker's headers of a record found in topic written
+// and says whose it is. For records of another pipeline, who names it as
+// far as the headers tell.
+func (pv *provenance) judge(hs []kafka.Header, written string) (v provenanceVerdict, o origin, who string) {
+	o = originOf(hs)
+	switch o.format {
+	case 0:
+		return provNoHeaders, o, ""
+	case 1:
+		v, who = pv.verifyText(o, written)
+	default:
+		v, who = pv.verify(o, written)
 	}
-	f, ok := parseProvenance(v)
+	if !o.srcOK && v == provOurs {
+		v = provMalformed // a verified provenance with garbled src headers
+	}
+	return v, o, who
+}
+
+// verify judges a format 2 origin.
+func (pv *provenance) verify(o origin, written string) (provenanceVerdict, string) {
+	if !o.srcOK {
+		return provMalformed, ""
+	}
+	if !bytes.Equal(o.pipeline, pv.pipeline[:]) {
+		return provOtherGroup, fmt.Sprintf("pipeline %x (a digest of its group and input topic)", o.pipeline)
+	}
+	if o.partition != pv.partition {
+		return provOtherPartition, ""
+	}
+	if !bytes.Equal(o.memID, pv.memID[:provenanceIDLen]) {
+		return provOtherMemory, ""
+	}
+	if !hmac.Equal(o.mac, pv.tag(o.offset, written)[:provenanceMACLen]) {
+		return provInvalid, ""
+	}
+	return provOurs, ""
+}
+
+// verifyText judges a format 1 origin.
+func (pv *provenance) verifyText(o origin, written string) (provenanceVerdict, string) {
+	if o.text == nil {
+		return provNone, ""
+	}
+	f, ok := parseText(o.text)
 	if !ok {
-		return provMalformed, f
+		return provMalformed, ""
 	}
 	if string(f.group) != pv.group || string(f.topic) != pv.topic {
-		return provOtherGroup, f
+		return provOtherGroup, fmt.Sprintf("group %q (input %q)", f.group, f.topic)
 	}
-	if p != pv.partition {
-		return provOtherPartition, f
+	if o.partition != pv.partition {
+		return provOtherPartition, ""
 	}
-	if string(f.memID) != pv.memID {
-		return provOtherMemory, f
+	if string(f.memID) != hex.EncodeToString(pv.memID[:]) {
+		return provOtherMemory, ""
 	}
-	var got [provenanceMACLen]byte
-	if n, err := base64.RawURLEncoding.Decode(got[:], f.mac); err != nil || n != provenanceMACLen ||
-		!hmac.Equal(got[:], pv.tag(off, written)) {
-		return provInvalid, f
+	var got [textMACLen]byte
+	if n, err := base64.RawURLEncoding.Decode(got[:], f.mac); err != nil || n != textMACLen ||
+		!hmac.Equal(got[:], pv.tag(o.offset, written)[:textMACLen]) {
+		return provInvalid, ""
 	}
-	return provOurs, f
+	return provOurs, ""
 }
 
 // lastHeader returns the value of the last header named key (nil: none).

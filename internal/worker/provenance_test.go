@@ -3,6 +3,7 @@ package worker
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/producer"
 )
 
 // TestProvenanceVerdicts: a header verifies only under the key, group,
@@ -19,11 +22,86 @@ func TestProvenanceVerdicts(t *testing.T) {
 	key := bytes.Repeat([]byte{7}, 32)
 	pv := newProvenance(key, "orders-dedup", "orders", 3)
 	v := pv.appendValue(nil, 42, "orders-unique")
-	if got, _ := pv.verify(v, 3, 42, "orders-unique"); got != provOurs {
-		t.Fatalf("own header: verdict %d, want ours", got)
-	}
 	other := func(key []byte, group, topic string, p int) []byte {
 		return newProvenance(key, group, topic, p).appendValue(nil, 42, "orders-unique")
+	}
+	otherKey := bytes.Repeat([]byte{8}, 32)
+	// at changes the byte at i (from the end if negative) of a copy of v.
+	at := func(v []byte, i int, b byte) []byte {
+		v = bytes.Clone(v)
+		if i < 0 {
+			i += len(v)
+		}
+		v[i] = b
+		return v
+	}
+	macAt := len(v) - provenanceMACLen
+	for _, c := range []struct {
+		name   string
+		v      []byte
+		topic  string
+		expect provenanceVerdict
+	}{
+		{"its own", v, "orders-unique", provOurs},
+		{"another written topic", v, "orders-dead-letter", provInvalid},
+		{"another offset", at(v, 2, v[2]^1), "orders-unique", provInvalid},
+		{"another memory", other(otherKey, "orders-dedup", "orders", 3), "orders-unique", provOtherMemory},
+		{"another group", other(key, "billing-dedup", "orders", 3), "orders-unique", provOtherGroup},
+		{"another input", other(key, "orders-dedup", "payments", 3), "orders-unique", provOtherGroup},
+		{"another partition of this group", other(key, "orders-dedup", "orders", 4), "orders-unique", provOtherPartition},
+		{"this memory's id, forged mac", append(bytes.Clone(v[:macAt]), make([]byte, provenanceMACLen)...), "orders-unique", provInvalid},
+		{"one bit of the mac", at(v, -1, v[len(v)-1]^0x80), "orders-unique", provInvalid},
+		{"mac of another record", append(bytes.Clone(v[:macAt]), pv.appendValue(nil, 41, "orders-unique")[macAt:]...), "orders-unique", provInvalid},
+		{"short", v[:len(v)-1], "orders-unique", provMalformed},
+		{"trailing byte", append(bytes.Clone(v), 0), "orders-unique", provMalformed},
+		{"unknown format", at(v, 0, 3), "orders-unique", provMalformed},
+		{"overlong varint", append([]byte{provenanceFormat}, bytes.Repeat([]byte{0xff}, 11)...), "orders-unique", provMalformed},
+		{"empty value", []byte{}, "orders-unique", provMalformed},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, o, _ := pv.judge([]kafka.Header{{Key: HeaderProvenance, Value: c.v}}, c.topic)
+			if got != c.expect {
+				t.Errorf("verdict %d (%q), want %d (%q)", got, foreignReasons[got], c.expect, foreignReasons[c.expect])
+			}
+			if got == provOurs && (o.partition != 3 || o.offset != 42) {
+				t.Errorf("source %d/%d, want 3/42", o.partition, o.offset)
+			}
+		})
+	}
+	if got, _, _ := pv.judge([]kafka.Header{{Key: "trace", Value: []byte("x")}}, "orders-unique"); got != provNoHeaders {
+		t.Errorf("a record without the worker's headers: verdict %d, want no_headers", got)
+	}
+}
+
+// TestProvenanceValueBytes: the header value is 23 bytes for small
+// partitions and offsets and at most 35; group and topic names are not in
+// it.
+func TestProvenanceValueBytes(t *testing.T) {
+	pv := newProvenance([]byte("k"), "orders-dedup", "orders", 0)
+	if n := len(pv.appendValue(nil, 5, "orders-unique")); n != 23 {
+		t.Errorf("partition 0, offset 5: %d bytes, want 23", n)
+	}
+	pv = newProvenance([]byte("k"), "orders-dedup", "orders", 1<<31-1)
+	v := pv.appendValue(nil, 1<<63-1, "orders-unique")
+	if len(v) != 35 {
+		t.Errorf("largest partition and offset: %d bytes, want 35", len(v))
+	}
+	if bytes.Contains(v, []byte("orders")) {
+		t.Errorf("value %q holds a name in clear", v)
+	}
+	if got, o, _ := pv.judge([]kafka.Header{{Key: HeaderProvenance, Value: v}}, "orders-unique"); got != provOurs || o.offset != 1<<63-1 || o.partition != 1<<31-1 {
+		t.Errorf("largest partition and offset: verdict %d, source %d/%d", got, o.partition, o.offset)
+	}
+}
+
+// TestTextProvenanceVerdicts: records of format 1 (three text headers, as
+// builds before format 2 wrote them) are still judged as they were.
+func TestTextProvenanceVerdicts(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	pv := newProvenance(key, "orders-dedup", "orders", 3)
+	v := pv.appendTextValue(nil, 42, "orders-unique")
+	other := func(key []byte, group, topic string, p int) []byte {
+		return newProvenance(key, group, topic, p).appendTextValue(nil, 42, "orders-unique")
 	}
 	otherKey := bytes.Repeat([]byte{8}, 32)
 	tamper := func(v []byte, field int, to string) []byte {
@@ -39,7 +117,8 @@ func TestProvenanceVerdicts(t *testing.T) {
 		topic  string
 		expect provenanceVerdict
 	}{
-		{"no header", nil, 3, 42, "orders-unique", provNone},
+		{"its own", v, 3, 42, "orders-unique", provOurs},
+		{"no provenance header", nil, 3, 42, "orders-unique", provNone},
 		{"another offset", v, 3, 43, "orders-unique", provInvalid},
 		{"another written topic", v, 3, 42, "orders-dead-letter", provInvalid},
 		{"another memory", other(otherKey, "orders-dedup", "orders", 3), 3, 42, "orders-unique", provOtherMemory},
@@ -47,7 +126,7 @@ func TestProvenanceVerdicts(t *testing.T) {
 		{"another input", other(key, "orders-dedup", "payments", 3), 3, 42, "orders-unique", provOtherGroup},
 		{"another partition of this group", other(key, "orders-dedup", "orders", 4), 4, 42, "orders-unique", provOtherPartition},
 		{"this memory's id, forged mac", tamper(v, 2, "AAAAAAAAAAAAAAAAAAAAAA"), 3, 42, "orders-unique", provInvalid},
-		{"mac of another record", tamper(v, 2, strings.SplitN(string(pv.appendValue(nil, 41, "orders-unique")), " ", 5)[2]), 3, 42, "orders-unique", provInvalid},
+		{"mac of another record", tamper(v, 2, strings.SplitN(string(pv.appendTextValue(nil, 41, "orders-unique")), " ", 5)[2]), 3, 42, "orders-unique", provInvalid},
 		{"group swapped in clear", tamper(v, 4, "billing-dedup"), 3, 42, "orders-unique", provOtherGroup},
 		{"short mac", tamper(v, 2, "AAAA"), 3, 42, "orders-unique", provInvalid},
 		{"unknown version", tamper(v, 0, "2"), 3, 42, "orders-unique", provMalformed},
@@ -55,20 +134,33 @@ func TestProvenanceVerdicts(t *testing.T) {
 		{"empty value", []byte{}, 3, 42, "orders-unique", provMalformed},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got, _ := pv.verify(c.v, c.p, c.off, c.topic); got != c.expect {
+			hs := []kafka.Header{
+				{Key: HeaderSrcPartition, Value: []byte(strconv.Itoa(c.p))},
+				{Key: HeaderSrcOffset, Value: []byte(strconv.FormatInt(c.off, 10))},
+			}
+			if c.v != nil {
+				hs = append(hs, kafka.Header{Key: HeaderTextProvenance, Value: c.v})
+			}
+			if got, _, _ := pv.judge(hs, c.topic); got != c.expect {
 				t.Errorf("verdict %d (%q), want %d (%q)", got, foreignReasons[got], c.expect, foreignReasons[c.expect])
 			}
 		})
 	}
 }
 
-// TestProvenanceGroupWithSpaces: a group ID may hold spaces (it is the last
-// field); topic names cannot.
-func TestProvenanceGroupWithSpaces(t *testing.T) {
+// TestTextProvenanceGroupWithSpaces: in format 1 a group ID may hold
+// spaces (it is the last field); topic names cannot.
+func TestTextProvenanceGroupWithSpaces(t *testing.T) {
 	pv := newProvenance([]byte("k"), "my group id", "in", 0)
-	v := pv.appendValue(nil, 1, "out")
-	if got, f := pv.verify(v, 0, 1, "out"); got != provOurs || string(f.group) != "my group id" {
-		t.Errorf("verdict %d group %q", got, f.group)
+	hs := []kafka.Header{{Key: HeaderSrcPartition, Value: []byte("0")}, {Key: HeaderSrcOffset, Value: []byte("1")},
+		{Key: HeaderTextProvenance, Value: pv.appendTextValue(nil, 1, "out")}}
+	if got, _, _ := pv.judge(hs, "out"); got != provOurs {
+		t.Errorf("verdict %d", got)
+	}
+	other := newProvenance([]byte("k"), "other group", "in", 0)
+	hs[2].Value = other.appendTextValue(nil, 1, "out")
+	if got, _, who := pv.judge(hs, "out"); got != provOtherGroup || who != `group "other group" (input "in")` {
+		t.Errorf("verdict %d, writer %q", got, who)
 	}
 }
 
@@ -78,22 +170,41 @@ func TestProvenanceMemoryID(t *testing.T) {
 	a := newProvenance([]byte("key-a"), "g", "in", 0)
 	a2 := newProvenance([]byte("key-a"), "g", "in", 5)
 	b := newProvenance([]byte("key-b"), "g", "in", 0)
-	if a.memID != a2.memID || a.memID == b.memID || len(a.memID) != 16 {
-		t.Errorf("memory ids %q %q %q", a.memID, a2.memID, b.memID)
+	if a.memID != a2.memID || a.memID == b.memID || bytes.Contains(a.memID[:], []byte("key-a")) {
+		t.Errorf("memory ids %x %x %x", a.memID, a2.memID, b.memID)
 	}
 }
 
-// TestSrcOfTakesTheWorkersHeaders: an input record may carry src headers of
-// its own (an earlier stage, or garbage); the worker's come last and win.
-func TestSrcOfTakesTheWorkersHeaders(t *testing.T) {
-	hs := []kafka.Header{
-		{Key: HeaderSrcPartition, Value: []byte("not a number")},
-		{Key: HeaderSrcOffset, Value: []byte("-")},
-		{Key: HeaderSrcPartition, Value: []byte("2")},
-		{Key: HeaderSrcOffset, Value: []byte("17")},
-	}
-	if p, o, ok := srcOf(hs); !ok || p != 2 || o != 17 {
-		t.Errorf("srcOf = %d, %d, %v; want 2, 17, true", p, o, ok)
+// TestSourceOfTakesTheWorkersHeaders: an input record may carry worker
+// headers of its own (an earlier stage, or garbage); the worker's come
+// last and win, whichever format each is.
+func TestSourceOfTakesTheWorkersHeaders(t *testing.T) {
+	upstream := newProvenance([]byte("u"), "upstream", "raw", 9).appendValue(nil, 1234, "orders")
+	for _, c := range []struct {
+		name string
+		hs   []kafka.Header
+	}{
+		{"format 1 after garbage", []kafka.Header{
+			{Key: HeaderSrcPartition, Value: []byte("not a number")},
+			{Key: HeaderSrcOffset, Value: []byte("-")},
+			{Key: HeaderSrcPartition, Value: []byte("2")},
+			{Key: HeaderSrcOffset, Value: []byte("17")},
+		}},
+		{"format 1 after an upstream stage's format 2", []kafka.Header{
+			{Key: HeaderProvenance, Value: upstream},
+			{Key: HeaderSrcPartition, Value: []byte("2")},
+			{Key: HeaderSrcOffset, Value: []byte("17")},
+		}},
+		{"format 2 after an upstream stage's format 2 and 1", []kafka.Header{
+			{Key: HeaderSrcPartition, Value: []byte("5")},
+			{Key: HeaderSrcOffset, Value: []byte("5")},
+			{Key: HeaderProvenance, Value: upstream},
+			{Key: HeaderProvenance, Value: newProvenance(nil, "g", "in", 2).appendValue(nil, 17, "out")},
+		}},
+	} {
+		if p, o, ok := SourceOf(c.hs); !ok || p != 2 || o != 17 {
+			t.Errorf("%s: SourceOf = %d, %d, %v; want 2, 17, true", c.name, p, o, ok)
+		}
 	}
 }
 
@@ -102,22 +213,22 @@ func TestSrcOfTakesTheWorkersHeaders(t *testing.T) {
 // input record's own headers.
 func TestRecordBuilderWritesProvenance(t *testing.T) {
 	pv := newProvenance([]byte("k"), "g", "in", 1)
+	upstream := newProvenance([]byte("u"), "upstream", "raw", 1).appendValue(nil, 1, "in")
 	var b recordBuilder
-	b.reset(1, pv)
+	b.reset(1, pv, false)
 	for i := range 50 {
 		in := kafka.Message{Offset: int64(100 + i), Key: []byte(fmt.Sprint(i)),
-			Headers: []kafka.Header{{Key: HeaderProvenance, Value: []byte("1 upstream stage's")}}}
+			Headers: []kafka.Header{{Key: HeaderProvenance, Value: upstream}}}
 		topic := []string{"out", "dups", "dlq"}[i%3]
 		b.add(topic, &in, "")
 	}
 	for i := range b.recs {
 		m := b.message(i)
-		v, _ := lastHeader(m.Headers, HeaderProvenance)
-		if got, _ := pv.verify(v, 1, int64(100+i), m.Topic); got != provOurs {
-			t.Errorf("record %d: verdict %d for %q", i, got, v)
+		if got, o, _ := pv.judge(m.Headers, m.Topic); got != provOurs || o.offset != int64(100+i) {
+			t.Errorf("record %d: verdict %d, source offset %d", i, got, o.offset)
 		}
-		if string(m.Headers[0].Value) != "1 upstream stage's" {
-			t.Errorf("record %d: the input's own header changed: %q", i, m.Headers[0].Value)
+		if !bytes.Equal(m.Headers[0].Value, upstream) || len(m.Headers) != 2 {
+			t.Errorf("record %d: want the input's own header unchanged and one added: %v", i, m.Headers)
 		}
 	}
 }
@@ -179,7 +290,7 @@ func TestRollingUpgradeKeepsLegacyRecords(t *testing.T) {
 			twice := 0
 			seen := map[int64]bool{}
 			for _, m := range readTopic(t, brokers, tOut, 1)[0] {
-				_, so, _ := srcOf(m.Headers)
+				_, so, _ := SourceOf(m.Headers)
 				if seen[so] {
 					twice++
 				}
@@ -222,5 +333,107 @@ func TestCheckpointKeepsLegacyBound(t *testing.T) {
 	pp.skip.take(150)
 	if cp := pp.checkpoint(); cp.LegacyBefore != nil {
 		t.Errorf("past the scan: LegacyBefore %v, want none", cp.LegacyBefore)
+	}
+}
+
+// TestRollingUpgradeFromTextHeaders: a build writing format 1 (three text
+// headers) wrote records it did not commit and was killed; this build,
+// restoring its checkpoint, counts them as written (nothing forwarded
+// twice, nothing foreign), and writes one bloomgate header from then on.
+func TestRollingUpgradeFromTextHeaders(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	evs := genEvents(1000, 1, 0.2, 92, base)
+	produce(t, brokers, evs)
+	store := newMemStore()
+	cfg := testConfig(brokers)
+	cfg.CommitInterval, cfg.CheckpointInterval, cfg.BatchSize = time.Hour, time.Hour, 50
+	cfg.Owner = "format 1 build"
+	crash := make(chan struct{})
+	var once sync.Once
+	var batches atomic.Int64
+	old := startWorker(t, cfg, store, func(w *Worker) {
+		w.hooks.TextHeaders.Store(true)
+		w.hooks.AfterWrite = func(int, int64) {
+			if batches.Add(1) == 10 {
+				once.Do(func() { w.hooks.Halted.Store(true); close(crash) })
+			}
+		}
+	})
+	<-crash
+	old.cancel()
+	old.done <- <-old.done // for the cleanup's stop
+
+	rw := startWorker(t, testConfig(brokers), store, nil)
+	waitFor(t, 60*time.Second, "everything consumed", func() bool {
+		ps := rw.w.Status().Partitions
+		return len(ps) == 1 && ps[0].NextOffset == int64(len(evs))
+	})
+	if err := rw.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	twice, text := 0, 0
+	seen := map[int64]bool{}
+	for _, m := range readTopic(t, brokers, tOut, 1)[0] {
+		o := originOf(m.Headers)
+		if o.format == 1 {
+			text++
+		}
+		if seen[o.offset] {
+			twice++
+		}
+		seen[o.offset] = true
+	}
+	wantOut, _, _ := expectation(evs, time.Hour)
+	if len(seen) != len(wantOut[0]) {
+		t.Errorf("%d input records on the output, want %d", len(seen), len(wantOut[0]))
+	}
+	if text == 0 || text == len(seen) {
+		t.Errorf("%d of %d records in format 1: want the old build's and this build's both", text, len(seen))
+	}
+	if foreign := rw.metricSum(t, "bloomgate_foreign_records_total"); twice != 0 || foreign != 0 {
+		t.Errorf("%d records forwarded twice, %v foreign; want 0, 0", twice, foreign)
+	}
+	if n := rw.metricSum(t, "bloomgate_recovery_already_written_records_total"); n == 0 {
+		t.Errorf("the recovery found none of the old build's records")
+	}
+}
+
+// TestAddedBytesPerRecord measures the bytes the worker's headers add to
+// each record of a batch as the broker stores it (uncompressed), for
+// format 2 against format 1, at offsets of a busy partition: README's
+// guarantee and docs/worker.md ("Bytes per record") quote them.
+func TestAddedBytesPerRecord(t *testing.T) {
+	const n = 1000
+	pv := newProvenance(bytes.Repeat([]byte{1}, 32), "orders-dedup", "orders", 3)
+	in := make([]kafka.Message, n)
+	for i := range in {
+		in[i] = kafka.Message{Offset: 1_000_000 + int64(i), Key: []byte("order-" + strconv.Itoa(i)),
+			Value: []byte(`{"order_id":"x"}`), Time: time.Unix(1_700_000_000, 0)}
+	}
+	size := func(prov *provenance, text bool) float64 {
+		var rb recordBuilder
+		rb.reset(3, prov, text)
+		for i := range in {
+			rb.add("orders-unique", &in[i], "")
+		}
+		var b producer.Batch
+		src := []byte("3")
+		var off [20]byte
+		for i := range rb.recs {
+			hs, k := rb.recs[i].headers(rb.arena, src, &off)
+			b.Append(rb.recs[i].in, hs[:k]...)
+		}
+		return float64(b.Size()) / n
+	}
+	var plain producer.Batch
+	for i := range in {
+		plain.Append(&in[i])
+	}
+	base := float64(plain.Size()) / n
+	v2, v1 := size(pv, false)-base, size(pv, true)-base
+	t.Logf("bytes added per record: format 2 %.1f, format 1 %.1f (group %q, input %q)", v2, v1, pv.group, pv.topic)
+	if v2 > 40 || v1 < 3*v2 {
+		t.Errorf("format 2 adds %.1f bytes per record, format 1 %.1f: want at most 40 and a third of format 1", v2, v1)
 	}
 }

@@ -228,18 +228,8 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 		}
 		legacyTo, legacy := res.legacyBefore[tp]
 		n, err := w.scanRange(ctx, tp.topic, tp.partition, res.from[tp], res.to[tp], func(m *kafka.Message) {
-			sp, so, ok := srcOf(m.Headers)
-			if !ok {
-				if _, has := lastHeader(m.Headers, HeaderProvenance); !has {
-					res.foreign[foreignKey{tp.topic, provNoHeaders}]++
-					return
-				}
-			}
-			v, _ := lastHeader(m.Headers, HeaderProvenance)
-			verdict, f := pv.verify(v, sp, so, tp.topic)
-			if !ok && verdict == provOurs {
-				verdict = provMalformed // a verified header with garbled src headers
-			}
+			verdict, o, who := pv.judge(m.Headers, tp.topic)
+			sp, so := o.partition, o.offset
 			if verdict == provNone && legacy && m.Offset < legacyTo {
 				verdict = provOurs
 			}
@@ -249,10 +239,12 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 				return
 			case provOtherGroup:
 				res.foreign[foreignKey{tp.topic, verdict}]++
-				name := fmt.Sprintf("group %q (input %q)", f.group, f.topic)
-				if others := res.others[tp.topic]; len(others) < maxOtherGroups && !slices.Contains(others, name) {
-					res.others[tp.topic] = append(others, name)
+				if others := res.others[tp.topic]; len(others) < maxOtherGroups && !slices.Contains(others, who) {
+					res.others[tp.topic] = append(others, who)
 				}
+				return
+			case provNoHeaders:
+				res.foreign[foreignKey{tp.topic, verdict}]++
 				return
 			default:
 				if sp == p || verdict != provNone {

@@ -31,7 +31,10 @@ func TestThroughput(t *testing.T) {
 
 	// Pipe: same reads and writes, no filter, no commits.
 	start := time.Now()
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: &balancer{mode: PartitioningSame},
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Balancer: kafka.BalancerFunc(func(m kafka.Message, ps ...int) int {
+		src, _, _ := SourceOf(m.Headers)
+		return ps[targetPartition(src, len(ps))]
+	}),
 		RequiredAcks: kafka.RequireAll, BatchSize: 5000, BatchTimeout: 2 * time.Millisecond}
 	var wg sync.WaitGroup
 	per := map[int]int{}
@@ -48,7 +51,7 @@ func TestThroughput(t *testing.T) {
 			var rb recordBuilder
 			prov := newProvenance(nil, "g", tIn, p)
 			for got := 0; got < per[p]; {
-				rb.reset(p, prov)
+				rb.reset(p, prov, false)
 				m, err := r.FetchMessage(ctx)
 				if err != nil {
 					t.Error(err)

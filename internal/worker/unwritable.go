@@ -236,7 +236,7 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 	rb := &pp.rb
 	if write {
 		rb = &pp.rbAlone
-		rb.reset(pp.p, pp.writtenProvenance())
+		pp.resetBuilder(rb)
 	}
 	rb.add(topic, src, header)
 	last := len(rb.recs) - 1

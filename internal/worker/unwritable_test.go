@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/compress"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -189,8 +190,14 @@ func checkReference(t *testing.T, r *kgo.Record, p int, off int64, errReason, re
 	if want := fmt.Sprintf("%s/%d/%d", tIn, p, off); string(r.Key) != want {
 		t.Errorf("reference key %q, want %q", r.Key, want)
 	}
+	var hs []kafka.Header
+	for _, h := range r.Headers {
+		hs = append(hs, kafka.Header{Key: h.Key, Value: h.Value})
+	}
+	if sp, so, ok := SourceOf(hs); !ok || sp != p || so != off {
+		t.Errorf("reference record stands for %d/%d (%v), want %d/%d", sp, so, ok, p, off)
+	}
 	for k, want := range map[string]string{
-		HeaderSrcPartition: strconv.Itoa(p), HeaderSrcOffset: strconv.FormatInt(off, 10),
 		HeaderError: errReason, HeaderRefTopic: tIn, HeaderRefReason: refReason,
 	} {
 		if got, _ := header(r, k); got != want {

@@ -132,6 +132,10 @@ type Hooks struct {
 	// LegacyHeaders, once set, makes written records carry no provenance
 	// header, as a build from before provenance wrote them.
 	LegacyHeaders atomic.Bool
+	// TextHeaders, once set, makes written records carry format 1's
+	// headers (bloomgate-src-partition, bloomgate-src-offset and
+	// bloomgate-provenance), as builds before format 2 wrote them.
+	TextHeaders atomic.Bool
 }
 
 // errFatal marks errors that end Run.
@@ -173,13 +177,15 @@ func New(cfg Config, deps Deps) (*Worker, error) {
 	if hooks == nil {
 		hooks = &Hooks{}
 	}
-	return &Worker{
+	w := &Worker{
 		cfg: cfg, deps: deps, m: m, hooks: hooks, xpart: newCrossPartition(),
 		log:   deps.Logger.With("group", cfg.Group, "input", cfg.Input),
 		parts: map[int]*partitionStatus{},
 
 		stallAfter: StallAfter, stallWatchEvery: stallWatchEvery, unwritableRetry: UnwritableRetry,
-	}, nil
+	}
+	w.joinLog = group.RetryLog{Log: w.log, What: "joining the consumer group", Now: w.deps.Now}
+	return w, nil
 }
 
 // Run joins the group and processes assigned partitions until ctx ends, then
@@ -243,7 +249,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
-	w.joinLog = group.RetryLog{Log: w.log, What: "joining the consumer group", Now: w.deps.Now}
 	member, err := w.newMember()
 	if err != nil {
 		return err

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
-// Header names of forwarded records (internal/worker/output.go).
+// Header names of written records besides the bloomgate header
+// (worker.SourceOf reads that).
 const (
-	hdrSrcPartition = "bloomgate-src-partition"
-	hdrSrcOffset    = "bloomgate-src-offset"
-	hdrError        = "bloomgate-error"
+	hdrError = "bloomgate-error"
 	// The repartition hop's headers: where a record of its topic came
 	// from in the input (the dedup stage copies them to what it writes).
 	hdrOriginPartition = "bloomgate-origin-partition"
@@ -376,17 +377,12 @@ func readTopics(ctx context.Context, addr string, names topicNames, partitions i
 						if n, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
 							o.OriginOffset = n
 						}
-					case hdrSrcPartition:
-						if n, err := strconv.Atoi(string(h.Value)); err == nil {
-							o.SrcPart = n
-						}
-					case hdrSrcOffset:
-						if n, err := strconv.ParseInt(string(h.Value), 10, 64); err == nil {
-							o.SrcOffset = n
-						}
 					case hdrError:
 						o.Error = string(h.Value)
 					}
+				}
+				if p, off, ok := worker.SourceOf(m.Headers); ok {
+					o.SrcPart, o.SrcOffset = p, off
 				}
 				written = append(written, o)
 			}

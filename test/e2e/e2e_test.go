@@ -22,7 +22,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/kafkatest"
 	"github.com/bloomgate/bloomgate/internal/proctest"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 var binary string
@@ -63,18 +67,26 @@ func stop(t *testing.T, p *proctest.Proc, limit time.Duration) {
 	}
 }
 
-// record is one Kafka record as kcat prints it.
+// record is one Kafka record as kcat prints it, with its headers.
 type record struct {
 	partition int
 	offset    int64
 	key       string
 	value     string
 	headers   map[string]string
+	// The input record a record the worker wrote stands for (its
+	// bloomgate header; srcOK false: none).
+	srcPartition int
+	srcOffset    int64
+	srcOK        bool
 }
 
-const kcatFormat = `%p\t%o\t%k\t%s\t%h\n`
+// kcatFormat leaves the headers out: kcat prints header values raw, and the
+// worker's bloomgate header is binary. withHeaders reads them.
+const kcatFormat = `%p\t%o\t%k\t%s\n`
 
-// consume reads a whole topic with kcat (-e: exit at the end).
+// consume reads a whole topic with kcat (-e: exit at the end), and the
+// records' headers with kafka-go (withHeaders).
 func consume(t *testing.T, kcat, brokers, topic string) []record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -90,24 +102,18 @@ func consume(t *testing.T, kcat, brokers, topic string) []record {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		f := strings.SplitN(sc.Text(), "\t", 5)
-		if len(f) != 5 {
-			t.Fatalf("kcat line %q: want 5 tab-separated fields", sc.Text())
+		f := strings.SplitN(sc.Text(), "\t", 4)
+		if len(f) != 4 {
+			t.Fatalf("kcat line %q: want 4 tab-separated fields", sc.Text())
 		}
 		p, err1 := strconv.Atoi(f[0])
 		o, err2 := strconv.ParseInt(f[1], 10, 64)
 		if err1 != nil || err2 != nil {
 			t.Fatalf("kcat line %q: bad partition or offset", sc.Text())
 		}
-		r := record{partition: p, offset: o, key: f[2], value: f[3], headers: map[string]string{}}
-		if f[4] != "" {
-			for _, kv := range strings.Split(f[4], ",") {
-				k, v, _ := strings.Cut(kv, "=")
-				r.headers[k] = v
-			}
-		}
-		recs = append(recs, r)
+		recs = append(recs, record{partition: p, offset: o, key: f[2], value: f[3]})
 	}
+	withHeaders(t, brokers, topic, recs)
 	sort.Slice(recs, func(i, j int) bool {
 		if recs[i].partition != recs[j].partition {
 			return recs[i].partition < recs[j].partition
@@ -115,6 +121,41 @@ func consume(t *testing.T, kcat, brokers, topic string) []record {
 		return recs[i].offset < recs[j].offset
 	})
 	return recs
+}
+
+// withHeaders sets the headers of recs (records of topic) as kafka-go reads
+// them, and what the worker's bloomgate header says.
+func withHeaders(t *testing.T, brokers, topic string, recs []record) {
+	t.Helper()
+	parts := 0
+	for _, r := range recs {
+		parts = max(parts, r.partition+1)
+	}
+	if parts == 0 {
+		return
+	}
+	type po struct {
+		p int
+		o int64
+	}
+	byPO := map[po]kafka.Message{}
+	for p, msgs := range kafkatest.ReadTopic(t, strings.Split(brokers, ","), topic, parts) {
+		for _, m := range msgs {
+			byPO[po{p, m.Offset}] = m
+		}
+	}
+	for i := range recs {
+		r := &recs[i]
+		m, ok := byPO[po{r.partition, r.offset}]
+		if !ok {
+			t.Fatalf("%s/%d offset %d: kcat read it, kafka-go did not", topic, r.partition, r.offset)
+		}
+		r.headers = map[string]string{}
+		for _, h := range m.Headers {
+			r.headers[h.Key] = string(h.Value)
+		}
+		r.srcPartition, r.srcOffset, r.srcOK = worker.SourceOf(m.Headers)
+	}
 }
 
 // produce writes key<TAB>value lines with kcat -P (librdkafka's default
@@ -214,13 +255,13 @@ func checkForwarded(t *testing.T, got, want []record) {
 			t.Fatalf("output record %d: partition %d key %q value %q; want partition %d key %q value %q",
 				i, g.partition, g.key, g.value, w.partition, w.key, w.value)
 		}
-		if g.headers["bloomgate-src-partition"] != strconv.Itoa(w.partition) ||
-			g.headers["bloomgate-src-offset"] != strconv.FormatInt(w.offset, 10) {
-			t.Fatalf("output record %d (%s): headers %v, want bloomgate-src-partition=%d bloomgate-src-offset=%d",
-				i, g.key, g.headers, w.partition, w.offset)
+		if !g.srcOK || g.srcPartition != w.partition || g.srcOffset != w.offset {
+			t.Fatalf("output record %d (%s) stands for %d/%d (%v), want input record %d/%d",
+				i, g.key, g.srcPartition, g.srcOffset, g.srcOK, w.partition, w.offset)
 		}
-		if g.headers["origin"] != "e2e" {
-			t.Fatalf("output record %d lost its header: %v", i, g.headers)
+		// As read, with one header added (README, "Guarantees").
+		if g.headers["origin"] != "e2e" || len(g.headers) != len(w.headers)+1 {
+			t.Fatalf("output record %d: headers %q, want the input's %q and bloomgate", i, g.headers, w.headers)
 		}
 	}
 }

@@ -107,9 +107,7 @@ func TestKcatInTheWorkersGroup(t *testing.T) {
 			stop(t, w, 30*time.Second)
 			both := 0
 			for _, r := range consume(t, kcat, brokers, "orders-unique") {
-				p, _ := strconv.ParseInt(r.headers["bloomgate-src-partition"], 10, 64)
-				o, _ := strconv.ParseInt(r.headers["bloomgate-src-offset"], 10, 64)
-				if byKcat[[2]int64{p, o}] {
+				if byKcat[[2]int64{int64(r.srcPartition), r.srcOffset}] {
 					both++
 				}
 			}

@@ -130,7 +130,7 @@ func TestKcatOversizedRecord(t *testing.T) {
 	d := dead[0]
 	size, _ := strconv.Atoi(d.headers["bloomgate-ref-size"])
 	if d.key != "orders/0/112" || d.headers["bloomgate-error"] != "record_too_large" || d.headers["bloomgate-ref-topic"] != "orders" ||
-		d.headers["bloomgate-src-offset"] != "112" || size < 2<<20 {
+		d.srcOffset != 112 || size < 2<<20 {
 		t.Errorf("reference record: key %q headers %v", d.key, d.headers)
 	}
 	var ref struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
@@ -201,7 +200,9 @@ func TestKcatTransactionalCrash(t *testing.T) {
 	seen := map[[2]int64]bool{}
 	for _, g := range got {
 		src := [2]int64{int64(g.partition), -1}
-		src[1], _ = strconv.ParseInt(g.headers["bloomgate-src-offset"], 10, 64)
+		if g.srcOK {
+			src[1] = g.srcOffset
+		}
 		if seen[src] {
 			twice++
 		}

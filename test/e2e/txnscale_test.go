@@ -221,7 +221,7 @@ func consumeSized(t *testing.T, kcat, brokers, topic string) []sized {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kcat, "-b", brokers, "-C", "-t", topic, "-o", "beginning", "-e", "-q",
-		"-f", `%p\t%S\t%k\t%h\t%s\n`)
+		"-f", `%p\t%o\t%S\t%k\t%s\n`)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -229,6 +229,7 @@ func consumeSized(t *testing.T, kcat, brokers, topic string) []sized {
 		t.Fatalf("kcat -C %s: %v\n%s", topic, err, stderr.String())
 	}
 	var recs []sized
+	var at []record
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -237,17 +238,19 @@ func consumeSized(t *testing.T, kcat, brokers, topic string) []sized {
 			t.Fatalf("kcat line %q: want 5 tab-separated fields", sc.Text())
 		}
 		p, err1 := strconv.Atoi(f[0])
-		size, err2 := strconv.Atoi(f[1])
-		if err1 != nil || err2 != nil {
-			t.Fatalf("kcat line %q: bad partition or size", sc.Text())
+		o, err2 := strconv.ParseInt(f[1], 10, 64)
+		size, err3 := strconv.Atoi(f[2])
+		if err1 != nil || err2 != nil || err3 != nil {
+			t.Fatalf("kcat line %q: bad partition, offset or size", sc.Text())
 		}
-		r := sized{partition: p, valueSize: size, key: f[2], value: f[4]}
-		for _, kv := range strings.Split(f[3], ",") {
-			if k, v, _ := strings.Cut(kv, "="); k == "bloomgate-src-offset" {
-				r.srcOffset = v
-			}
+		recs = append(recs, sized{partition: p, valueSize: size, key: f[3], value: f[4]})
+		at = append(at, record{partition: p, offset: o})
+	}
+	withHeaders(t, brokers, topic, at)
+	for i, r := range at {
+		if r.srcOK {
+			recs[i].srcOffset = strconv.FormatInt(r.srcOffset, 10)
 		}
-		recs = append(recs, r)
 	}
 	return recs
 }
