@@ -206,9 +206,16 @@ func (c *ClientCredentials) fetch(ctx context.Context, t time.Time) (Token, time
 			}
 		}
 	}
-	if lifetime == 0 {
-		if cl, ok := ParseClaims(tr.AccessToken); ok && cl.Expiry > 0 {
-			lifetime = time.Unix(cl.Expiry, 0).Sub(t)
+	// A JWT's exp (whole seconds) may come before expires_in says: the
+	// earlier one counts.
+	if cl, ok := ParseClaims(tr.AccessToken); ok && cl.Expiry > 0 {
+		d := time.Unix(cl.Expiry, 0).Sub(t)
+		if d <= 0 {
+			return Token{}, 0, &TransientError{Settings: c.Settings, Err: fmt.Errorf(
+				"the token endpoint issued a token that expired at %s, before it arrived: check this host's clock", time.Unix(cl.Expiry, 0).UTC().Format(time.RFC3339))}
+		}
+		if lifetime == 0 || d < lifetime {
+			lifetime = d
 		}
 	}
 	if lifetime <= 0 {
