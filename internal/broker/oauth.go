@@ -91,13 +91,13 @@ type oauthConn struct {
 	r     *bufio.Reader
 
 	// Read side, kfake's reading goroutine only.
-	pending     []byte // request bytes for kfake
-	handshaken  bool   // an OAUTHBEARER handshake awaits its SaslAuthenticate
-	errSent     string // the error challenge sent, awaiting the client's ^A
-	authed      bool
-	expires     time.Time
-	closedByUs  bool
-	wmu         sync.Mutex // kfake writes responses from another goroutine
+	pending    []byte // request bytes for kfake
+	handshaken bool   // an OAUTHBEARER handshake awaits its SaslAuthenticate
+	errSent    string // the error challenge sent, awaiting the client's ^A
+	authed     bool
+	expires    time.Time
+	closedByUs bool
+	wmu        sync.Mutex // kfake writes responses from another goroutine
 	// apiVersions are the ApiVersions requests passed to kfake and not yet
 	// answered (correlation ID to version), under wmu: their answers
 	// advertise SaslHandshake from v0, as in sasl.go, for librdkafka.
