@@ -241,3 +241,26 @@ func TestRunOAuthWrongSecret(t *testing.T) {
 		t.Errorf("took %s, want at most 5 s", took)
 	}
 }
+
+// TestLoadgenOAuthTokenFile: loadgen writes with a token from a file.
+func TestLoadgenOAuthTokenFile(t *testing.T) {
+	b, idp := oauthBroker(t, time.Minute, broker.TopicSpec{Name: "t", Partitions: 1})
+	tok, err := idp.Mint("loadgen", "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte(tok+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "loadgen", "--brokers", b.Addr(), "--topic", "t", "--count", "100", "--quiet",
+		"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-file", file).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "events=100 ") {
+		t.Fatalf("loadgen with a token file: %v\n%s", err, out)
+	}
+	if p := b.OAuthStats().Principals(); len(p) == 0 || p[0] != "loadgen" {
+		t.Errorf("principals %v, want loadgen", p)
+	}
+}
