@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 var minimal = []string{"--brokers", "127.0.0.1:9092", "--input", "in", "--output", "out"}
@@ -659,4 +662,45 @@ func TestValidationSASLOAuth(t *testing.T) {
 			t.Errorf("the client secret is logged or not marked: %s", log.String())
 		}
 	})
+}
+
+// TestSASLAWSMSKIAM: aws-msk-iam takes the credentials of the AWS SDK's
+// default chain (here the environment) and the region of
+// --sasl-aws-region, else AWS_REGION; each login signs with them.
+func TestSASLAWSMSKIAM(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDENV")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_REGION", "us-east-2")
+	for _, tt := range []struct {
+		args   []string
+		region string
+	}{
+		{nil, "us-east-2"},
+		{[]string{"--sasl-aws-region", "eu-west-1"}, "eu-west-1"},
+	} {
+		cfg, err := Load(append(append(append([]string{}, minimal...), "--sasl-mechanism", "aws-msk-iam"), tt.args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cfg.SASLMechanism()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := sasl.WithMetadata(context.Background(), &sasl.Metadata{Host: "b-1.example", Port: 9098})
+		_, ir, err := m.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]string
+		if err := json.Unmarshal(ir, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(p["x-amz-credential"], "AKIDENV/") || !strings.Contains(p["x-amz-credential"], "/"+tt.region+"/kafka-cluster/") {
+			t.Errorf("%v: credential %q, want AKIDENV in %s", tt.args, p["x-amz-credential"], tt.region)
+		}
+	}
 }
