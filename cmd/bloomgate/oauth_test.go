@@ -214,6 +214,22 @@ func TestCheckOAuthBearer(t *testing.T) {
 	}
 }
 
+// TestCheckAWSMSKIAMNotOffered: aws-msk-iam reaches `bloomgate check`'s
+// connections; a listener without it is named with the ports MSK uses.
+func TestCheckAWSMSKIAMNotOffered(t *testing.T) {
+	b, _ := oauthBroker(t, time.Minute, broker.TopicSpec{Name: "in", Partitions: 1}, broker.TopicSpec{Name: "out", Partitions: 1})
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDTEST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	out, errOut, code := runCheck(t, "--brokers", b.Addr(), "--input", "in", "--output", "out", "--checkpoint-url", "file://"+t.TempDir(),
+		"--sasl-mechanism", "aws-msk-iam", "--sasl-aws-region", "eu-west-1")
+	all := out + errOut
+	if code == exitOK || !strings.Contains(all, "--sasl-mechanism aws-msk-iam: the brokers do not offer this mechanism") || !strings.Contains(all, "9098") {
+		t.Errorf("exit %d:\n%s", code, all)
+	}
+}
+
 // TestRunOAuthWrongSecret: `bloomgate run` with a refused client secret
 // stops at once with exit 2, naming the settings.
 func TestRunOAuthWrongSecret(t *testing.T) {

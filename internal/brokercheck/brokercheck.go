@@ -259,9 +259,13 @@ func (c *Client) explain(err error) *Error {
 			"--sasl-mechanism %s: the brokers refused the SASL exchange (%v); their listener may not expect SASL: "+
 				"drop --sasl-mechanism or use the brokers' SASL port", c.mechanism(), unwrapStep(err))}
 	case kafka.UnsupportedSASLMechanism:
+		port := "check the port"
+		if c.SASL != nil && c.SASL.Name() == saslauth.MechanismAWSMSKIAM {
+			port = "check the port (MSK serves IAM on 9098, SCRAM on 9096)"
+		}
 		return &Error{Kind: Authentication, err: err, msg: fmt.Sprintf(
 			"--sasl-mechanism %s: the brokers do not offer this mechanism on this listener (%v); "+
-				"use one they enable (their sasl.enabled.mechanisms), or check the port", c.mechanism(), err)}
+				"use one they enable (their sasl.enabled.mechanisms), or %s", c.mechanism(), err, port)}
 	case kafka.TopicAuthorizationFailed:
 		return c.denied(err, TopicResource, "a topic")
 	case kafka.GroupAuthorizationFailed:
