@@ -67,10 +67,17 @@ func cmdLoadgen(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&sec.TLS.CertFile, "tls-cert-file", "", "PEM client certificate `file`")
 	fs.StringVar(&sec.TLS.KeyFile, "tls-key-file", "", "PEM client key `file`")
 	fs.BoolVar(&sec.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", false, "do not verify the broker certificate")
-	fs.StringVar(&sec.SASL.Mechanism, "sasl-mechanism", "", "SASL `mechanism`: plain, scram-sha-256, scram-sha-512")
+	fs.StringVar(&sec.SASL.Mechanism, "sasl-mechanism", "", "SASL `mechanism`: plain, scram-sha-256, scram-sha-512, oauthbearer, aws-msk-iam")
 	fs.StringVar(&sec.SASL.Username, "sasl-username", "", "SASL user name")
 	// No default from the environment here: the flag package prints defaults.
 	fs.StringVar(&sec.SASL.Password, "sasl-password", "", "SASL password (default: $BLOOMGATE_SASL_PASSWORD)")
+	fs.StringVar(&sec.SASL.OAuthTokenFile, "sasl-oauth-token-file", "", "oauthbearer: `file` holding the token")
+	fs.StringVar(&sec.SASL.OAuthTokenEndpoint, "sasl-oauth-token-endpoint", "", "oauthbearer: OIDC token endpoint `URL` (client credentials; the secret in $BLOOMGATE_SASL_OAUTH_CLIENT_SECRET or --sasl-oauth-client-secret-file)")
+	fs.StringVar(&sec.SASL.OAuthClientID, "sasl-oauth-client-id", "", "oauthbearer: client `id`")
+	fs.StringVar(&sec.SASL.OAuthClientSecretFile, "sasl-oauth-client-secret-file", "", "oauthbearer: `file` holding the client secret")
+	fs.StringVar(&sec.SASL.OAuthScope, "sasl-oauth-scope", "", "oauthbearer: `scope`")
+	fs.StringVar(&sec.SASL.OAuthExtensions, "sasl-oauth-extensions", "", "oauthbearer: SASL extensions, `key=value,...`")
+	fs.StringVar(&sec.SASL.AWSRegion, "sasl-aws-region", "", "aws-msk-iam: AWS `region` (default: AWS_REGION or the profile's)")
 	header := `Usage: bloomgate loadgen [flags]
 
 Writes synthetic events with an exact, known number of duplicates. Progress
@@ -84,6 +91,9 @@ Flags:
 	}
 	if sec.SASL.Password == "" {
 		sec.SASL.Password = os.Getenv("BLOOMGATE_SASL_PASSWORD")
+	}
+	if sec.SASL.OAuthTokenEndpoint != "" && sec.SASL.OAuthClientSecretFile == "" {
+		sec.SASL.OAuthClientSecret = os.Getenv("BLOOMGATE_SASL_OAUTH_CLIENT_SECRET")
 	}
 	for _, b := range strings.Split(brokers, ",") {
 		if b = strings.TrimSpace(b); b != "" {

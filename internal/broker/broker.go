@@ -121,6 +121,9 @@ type Config struct {
 	// SaslHandshake is advertised from version 0, which librdkafka (kcat)
 	// needs (sasl.go).
 	Users []User
+	// OAuthBearer, if set, makes the listener require SASL OAUTHBEARER,
+	// with tokens checked by its Verify (oauth.go); not with Users.
+	OAuthBearer *OAuthBearer
 	// ACLs checks every request of a user against its User.ACLs, as a
 	// Kafka cluster with an authorizer does.
 	ACLs bool
@@ -155,6 +158,12 @@ func (c Config) Validate() error {
 			return errors.New("SASL user with an empty name")
 		}
 	}
+	if c.OAuthBearer != nil && (len(c.Users) > 0 || c.ACLs) {
+		return errors.New("OAuthBearer with Users or ACLs: the OAUTHBEARER front serves one mechanism, without ACLs")
+	}
+	if c.OAuthBearer != nil && c.OAuthBearer.Verify == nil {
+		return errors.New("OAuthBearer without Verify")
+	}
 	if c.ACLs && len(c.Users) == 0 {
 		return errors.New("ACLs need SASL users: without them every client is User:ANONYMOUS and may do nothing")
 	}
@@ -170,6 +179,7 @@ type Broker struct {
 	cluster *kfake.Cluster
 	addr    string
 	keep    *keepalive // nil with TLS or SASL
+	oauth   *OAuthStats
 	// closing is set by Close before the cluster stops (sasl.go).
 	closing *atomic.Bool
 
@@ -205,9 +215,13 @@ func New(cfg Config) (*Broker, error) {
 	adv := advertised(ln.Addr().(*net.TCPAddr), cfg.AdvertisedHost)
 	closing := new(atomic.Bool)
 	var served net.Listener = ln
-	if len(cfg.Users) > 0 {
+	oauth := new(OAuthStats)
+	switch {
+	case len(cfg.Users) > 0:
 		// TLS, if any, is terminated below the SASL connections (sasl.go).
 		served = &saslListener{Listener: ln, tls: cfg.TLS, closing: closing}
+	case cfg.OAuthBearer != nil:
+		served = &oauthListener{Listener: ln, tls: cfg.TLS, cfg: cfg.OAuthBearer, stats: oauth}
 	}
 	used := false
 	listenFn := func(network, _ string) (net.Listener, error) {
@@ -237,7 +251,7 @@ func New(cfg Config) (*Broker, error) {
 	if cfg.AutoCreateTopics {
 		opts = append(opts, kfake.AllowAutoTopicCreation())
 	}
-	if cfg.TLS != nil && len(cfg.Users) == 0 {
+	if cfg.TLS != nil && !cfg.sasl() {
 		opts = append(opts, kfake.TLS(cfg.TLS))
 	}
 	if len(cfg.Users) > 0 {
@@ -266,8 +280,8 @@ func New(cfg Config) (*Broker, error) {
 	if restored && cfg.GroupRestoreHold > 0 {
 		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold))
 	}
-	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing}
-	if cfg.TLS == nil && len(cfg.Users) == 0 {
+	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing, oauth: oauth}
+	if cfg.TLS == nil && !cfg.sasl() {
 		// An admin connection would need credentials we do not keep; see
 		// docs/worker.md for what a TLS or SASL embedded broker lacks.
 		if b.keep, err = startKeepalive(c, b.addr); err != nil {
@@ -284,6 +298,12 @@ func New(cfg Config) (*Broker, error) {
 	}
 	return b, nil
 }
+
+// sasl says whether the listener requires SASL.
+func (c Config) sasl() bool { return len(c.Users) > 0 || c.OAuthBearer != nil }
+
+// OAuthStats counts the work of the OAUTHBEARER front (Config.OAuthBearer).
+func (b *Broker) OAuthStats() *OAuthStats { return b.oauth }
 
 // Addr is the advertised host:port of the broker.
 func (b *Broker) Addr() string { return b.addr }
@@ -312,7 +332,7 @@ func (b *Broker) Close() {
 }
 
 func (b *Broker) ensureTopics() error {
-	if b.cfg.TLS != nil || len(b.cfg.Users) > 0 {
+	if b.cfg.TLS != nil || b.cfg.sasl() {
 		// The restored state already holds the topics created before; an
 		// admin client would need credentials we do not keep.
 		return nil
@@ -325,7 +345,7 @@ func (b *Broker) ensureTopics() error {
 // CreateTopics creates the topics that do not exist yet; an existing topic
 // keeps its partition count. Not available on a broker with TLS or SASL.
 func (b *Broker) CreateTopics(ctx context.Context, topics ...TopicSpec) error {
-	if b.cfg.TLS != nil || len(b.cfg.Users) > 0 {
+	if b.cfg.TLS != nil || b.cfg.sasl() {
 		return errors.New("creating topics on a broker with TLS or SASL: give them in Config.Topics")
 	}
 	for _, t := range topics {

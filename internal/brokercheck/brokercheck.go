@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/saslauth"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 )
@@ -238,6 +239,13 @@ func (c *Client) explain(err error) *Error {
 			}
 		}
 	}
+	var se *saslauth.Error
+	if errors.As(err, &se) {
+		// The mechanism could not get credentials with its settings (a
+		// refused client secret, a missing token file, no AWS credentials).
+		return &Error{Kind: Authentication, err: err, msg: fmt.Sprintf(
+			"--sasl-mechanism %s: no credentials for the brokers: %v", c.mechanism(), se)}
+	}
 	var ke kafka.Error
 	if !errors.As(err, &ke) {
 		return c.explainTLS(err)
@@ -251,9 +259,13 @@ func (c *Client) explain(err error) *Error {
 			"--sasl-mechanism %s: the brokers refused the SASL exchange (%v); their listener may not expect SASL: "+
 				"drop --sasl-mechanism or use the brokers' SASL port", c.mechanism(), unwrapStep(err))}
 	case kafka.UnsupportedSASLMechanism:
+		port := "check the port"
+		if c.SASL != nil && c.SASL.Name() == saslauth.MechanismAWSMSKIAM {
+			port = "check the port (MSK serves IAM on 9098, SCRAM on 9096)"
+		}
 		return &Error{Kind: Authentication, err: err, msg: fmt.Sprintf(
 			"--sasl-mechanism %s: the brokers do not offer this mechanism on this listener (%v); "+
-				"use one they enable (their sasl.enabled.mechanisms), or check the port", c.mechanism(), err)}
+				"use one they enable (their sasl.enabled.mechanisms), or %s", c.mechanism(), err, port)}
 	case kafka.TopicAuthorizationFailed:
 		return c.denied(err, TopicResource, "a topic")
 	case kafka.GroupAuthorizationFailed:
@@ -273,10 +285,23 @@ func (c *Client) mechanism() string {
 	if c.SASL == nil {
 		return "(none)"
 	}
-	return strings.ToLower(c.SASL.Name())
+	return strings.ToLower(strings.ReplaceAll(c.SASL.Name(), "_", "-"))
 }
 
+// described is a mechanism whose credentials come from settings other than
+// a user name and a password (saslauth's).
+type described interface{ Describe() string }
+
 func (c *Client) authenticationFailed(err error) string {
+	if d, ok := c.SASL.(described); ok {
+		hint := "check that the token is meant for these brokers (issuer, audience, scope) and that they trust its issuer"
+		if c.SASL.Name() == saslauth.MechanismAWSMSKIAM {
+			hint = "check that the AWS credentials the SDK found belong to an identity whose IAM policy allows " +
+				"kafka-cluster:Connect on this cluster, and the region"
+		}
+		return fmt.Sprintf("--sasl-mechanism %s with %s: the brokers refused the login (%v); %s",
+			c.mechanism(), d.Describe(), unwrapStep(err), hint)
+	}
 	return fmt.Sprintf("--sasl-username %q with --sasl-mechanism %s: the brokers refused the login (%v); "+
 		"check the user name, the password in %s, and that the brokers have this user for %s",
 		c.Username, c.mechanism(), unwrapStep(err), PasswordSource, c.mechanism())
@@ -285,6 +310,13 @@ func (c *Client) authenticationFailed(err error) string {
 // principal names who the brokers see, as ACLs name it.
 func (c *Client) principal() string {
 	switch {
+	case c.SASL != nil && c.SASL.Name() == saslauth.MechanismAWSMSKIAM:
+		return "the IAM identity of the AWS credentials (MSK authorizes it by IAM policy, kafka-cluster:* actions)"
+	case c.SASL != nil && c.SASL.Name() == saslauth.MechanismOAuthBearer:
+		if p := c.principalName(); p != "" {
+			return fmt.Sprintf("principal %s (the token's sub claim, unless the brokers take another claim)", p)
+		}
+		return "the principal of the token (its sub claim, unless the brokers take another claim)"
 	case c.SASL != nil:
 		return fmt.Sprintf("principal User:%s (--sasl-username)", c.Username)
 	case c.TLS != nil && len(c.TLS.Certificates) > 0:
@@ -299,6 +331,13 @@ func (c *Client) principal() string {
 // principalName is the principal for kafka-acls.sh, "" if unknown.
 func (c *Client) principalName() string {
 	switch {
+	case c.SASL != nil && c.SASL.Name() == saslauth.MechanismAWSMSKIAM:
+		return ""
+	case c.SASL != nil && c.SASL.Name() == saslauth.MechanismOAuthBearer:
+		if p, ok := c.SASL.(interface{ Subject() string }); ok && p.Subject() != "" {
+			return "User:" + p.Subject()
+		}
+		return ""
 	case c.SASL != nil:
 		return "User:" + c.Username
 	case c.TLS != nil && len(c.TLS.Certificates) > 0:

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/saslauth"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -145,5 +147,49 @@ func TestUnreachableError(t *testing.T) {
 		if errors.As(err, &e) {
 			t.Errorf("unreachable brokers reported as a failure that waiting does not fix: %v", err)
 		}
+	}
+}
+
+// TestExplainSASLAuth: the mechanisms of saslauth name their settings: a
+// refused token, credentials that cannot be had (not retried) and an
+// endpoint that does not answer (retried, its settings in the hint).
+func TestExplainSASLAuth(t *testing.T) {
+	oauth := &Client{Brokers: []string{"k1:9093"}, Component: "the worker", Needs: workerNeeds,
+		SASL: &saslauth.OAuthBearer{Settings: "--sasl-oauth-token-file /run/token"}}
+	step := func(err error) error { return &stepError{addr: "k1:9093", step: stepSASL, err: err} }
+	e := oauth.Explain(step(&brokerError{err: kafka.SASLAuthenticationFailed, msg: `{"status":"invalid_token"}`}))
+	if e == nil || e.Kind != Authentication || !strings.Contains(e.Error(),
+		`--sasl-mechanism oauthbearer with --sasl-oauth-token-file /run/token: the brokers refused the login ({"status":"invalid_token"} (error 58`) {
+		t.Errorf("refused token: %v", e)
+	}
+	e = oauth.Explain(kafka.GroupAuthorizationFailed)
+	if e == nil || !strings.Contains(e.Error(), "the principal of the token (its sub claim") || !strings.Contains(e.Error(), "User:<principal>") {
+		t.Errorf("group refused, token subject unknown: %v", e)
+	}
+
+	bad := &saslauth.Error{Settings: "--sasl-oauth-token-endpoint https://idp/token, --sasl-oauth-client-id \"c\" and the secret in BLOOMGATE_SASL_OAUTH_CLIENT_SECRET",
+		Err: errors.New("token endpoint answered 401 Unauthorized: invalid_client")}
+	e = oauth.Explain(fmt.Errorf("dial: %w", bad))
+	if e == nil || e.Kind != Authentication || !strings.Contains(e.Error(), "--sasl-mechanism oauthbearer: no credentials for the brokers: --sasl-oauth-token-endpoint https://idp/token") ||
+		!strings.Contains(e.Error(), "invalid_client") {
+		t.Errorf("refused client: %v", e)
+	}
+	transient := &saslauth.TransientError{Settings: "--sasl-oauth-token-endpoint https://idp/token", Err: errors.New("token endpoint: connection refused")}
+	if e := oauth.Explain(transient); e != nil {
+		t.Errorf("an endpoint that does not answer: %v, want nil (retried)", e)
+	}
+	if hint := oauth.check(transient); !strings.Contains(hint, "--sasl-oauth-token-endpoint https://idp/token") {
+		t.Errorf("hint after the retries: %q", hint)
+	}
+
+	msk := &Client{Brokers: []string{"k1:9098"}, SASL: saslauth.NewMSKIAMWith(nil, "eu-west-1", "the AWS SDK's default credentials")}
+	e = msk.Explain(step(&brokerError{err: kafka.SASLAuthenticationFailed, msg: "[access denied]"}))
+	if e == nil || !strings.Contains(e.Error(), "--sasl-mechanism aws-msk-iam with the AWS SDK's default credentials: the brokers refused the login") ||
+		!strings.Contains(e.Error(), "kafka-cluster:Connect") {
+		t.Errorf("MSK refused: %v", e)
+	}
+	e = msk.Explain(kafka.TopicAuthorizationFailed)
+	if e == nil || !strings.Contains(e.Error(), "IAM identity") {
+		t.Errorf("MSK topic refused: %v", e)
 	}
 }

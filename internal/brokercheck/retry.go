@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bloomgate/bloomgate/internal/saslauth"
 	"io"
 	"log/slog"
 	"net"
@@ -92,6 +93,10 @@ func (c *Client) check(last error) string {
 	var dnsErr *net.DNSError
 	if errors.As(last, &dnsErr) && dnsErr.IsNotFound {
 		return fmt.Sprintf("check the host name %q, which does not resolve", dnsErr.Name)
+	}
+	var te *saslauth.TransientError
+	if errors.As(last, &te) {
+		return "the credentials could not be obtained: check " + te.Settings
 	}
 	var se *stepError
 	if errors.As(last, &se) {

@@ -70,6 +70,8 @@ const (
 	SASLPlain       = "plain"
 	SASLScramSHA256 = "scram-sha-256"
 	SASLScramSHA512 = "scram-sha-512"
+	SASLOAuthBearer = "oauthbearer"
+	SASLAWSMSKIAM   = "aws-msk-iam"
 )
 
 // TLS are the Kafka client TLS settings.
@@ -81,11 +83,25 @@ type TLS struct {
 	InsecureSkipVerify bool
 }
 
-// SASL are the Kafka client SASL settings. Password is never logged.
+// SASL are the Kafka client SASL settings. Password and OAuthClientSecret
+// are never logged.
 type SASL struct {
-	Mechanism string // "" (none), plain, scram-sha-256, scram-sha-512
+	Mechanism string // "" (none), plain, scram-sha-256, scram-sha-512, oauthbearer, aws-msk-iam
 	Username  string
 	Password  string
+
+	// OAUTHBEARER: a token file, or an OIDC token endpoint with client
+	// credentials (KIP-768).
+	OAuthTokenFile        string
+	OAuthTokenEndpoint    string
+	OAuthClientID         string
+	OAuthClientSecret     string // from the environment or the YAML file, not a flag
+	OAuthClientSecretFile string
+	OAuthScope            string
+	OAuthExtensions       string // key=value,key=value
+
+	// AWS MSK IAM.
+	AWSRegion string
 }
 
 // Run is the configuration of `bloomgate run`.
@@ -95,6 +111,8 @@ type Run struct {
 	// Run built in code), so that Validate's messages name the flag, the
 	// variable or the line the user wrote.
 	origins map[string]origin
+	// sasl is the mechanism SASLMechanism built (nil before).
+	sasl *saslOnce
 
 	// Kafka.
 	Brokers []string
@@ -426,7 +444,7 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 }
 
 // secretSettings are never logged.
-var secretSettings = map[string]bool{"sasl-password": true}
+var secretSettings = map[string]bool{"sasl-password": true, "sasl-oauth-client-secret": true}
 
 // redactedSettings are logged through a function that removes what may be
 // secret in them.

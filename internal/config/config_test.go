@@ -2,6 +2,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 var minimal = []string{"--brokers", "127.0.0.1:9092", "--input", "in", "--output", "out"}
@@ -599,4 +602,105 @@ func TestCheckpointURLRedacted(t *testing.T) {
 // " ", as a flag's or a variable's message does).
 func namesSetting(msg, setting string) bool {
 	return strings.Contains(msg, "--"+setting+":") || strings.Contains(msg, "--"+setting+" ") || strings.Contains(msg, "--"+setting+")")
+}
+
+// TestValidationSASLOAuth: the oauthbearer and aws-msk-iam settings are
+// checked for a complete source of credentials, and the client secret is
+// refused on the command line.
+func TestValidationSASLOAuth(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("tok\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		setting string
+		hint    string
+	}{
+		{"no source", []string{"--sasl-mechanism", "oauthbearer"}, "sasl-oauth-token-endpoint", "--sasl-oauth-token-file"},
+		{"both sources", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-file", tokenFile, "--sasl-oauth-token-endpoint", "https://idp/token"}, "sasl-oauth-token-file", "one of them"},
+		{"missing file", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-file", filepath.Join(dir, "nope")}, "sasl-oauth-token-file", "no such file"},
+		{"no client id", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-endpoint", "https://idp/token", "--sasl-oauth-client-secret-file", tokenFile}, "sasl-oauth-client-id", "client id"},
+		{"no secret", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-endpoint", "https://idp/token", "--sasl-oauth-client-id", "c"}, "sasl-oauth-client-secret", "BLOOMGATE_SASL_OAUTH_CLIENT_SECRET"},
+		{"secret flag", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-endpoint", "https://idp/token", "--sasl-oauth-client-id", "c", "--sasl-oauth-client-secret", "s"}, "sasl-oauth-client-secret", "shows in ps"},
+		{"bad url", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-endpoint", "idp/token", "--sasl-oauth-client-id", "c", "--sasl-oauth-client-secret-file", tokenFile}, "sasl-oauth-token-endpoint", "not an http(s) URL"},
+		{"bad extension", []string{"--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-file", tokenFile, "--sasl-oauth-extensions", "logicalCluster"}, "sasl-oauth-extensions", "key=value"},
+		{"oauth setting with scram", []string{"--sasl-mechanism", "scram-sha-512", "--sasl-username", "u", "--sasl-password", "p", "--sasl-oauth-token-file", tokenFile}, "sasl-oauth-token-file", "only with oauthbearer"},
+		{"region without msk", []string{"--sasl-aws-region", "eu-west-1"}, "sasl-mechanism", "aws-msk-iam"},
+		{"user with msk", []string{"--sasl-mechanism", "aws-msk-iam", "--sasl-username", "u"}, "sasl-username", "not used with"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(append(append([]string{}, minimal...), tt.args...), &bytes.Buffer{})
+			if err == nil {
+				t.Fatal("validated")
+			}
+			if !strings.Contains(err.Error(), "--"+tt.setting) || !strings.Contains(err.Error(), tt.hint) {
+				t.Errorf("error %q does not name --%s with hint %q", err, tt.setting, tt.hint)
+			}
+		})
+	}
+	t.Run("secret from env", func(t *testing.T) {
+		t.Setenv("BLOOMGATE_SASL_OAUTH_CLIENT_SECRET", "s3cret-oauth")
+		cfg, err := Load(append(append([]string{}, minimal...), "--sasl-mechanism", "oauthbearer", "--sasl-oauth-token-endpoint", "https://idp/token",
+			"--sasl-oauth-client-id", "c", "--sasl-oauth-extensions", "logicalCluster=lkc-1,identityPoolId=pool-2"), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cfg.SASLMechanism()
+		if err != nil || m == nil || m.Name() != "OAUTHBEARER" {
+			t.Fatalf("mechanism %v, %v", m, err)
+		}
+		if m2, _ := cfg.SASLMechanism(); m2 != m {
+			t.Error("the mechanism is built again: a second token cache")
+		}
+		var log bytes.Buffer
+		slog.New(slog.NewJSONHandler(&log, nil)).Info("settings", "cfg", cfg)
+		if strings.Contains(log.String(), "s3cret-oauth") || !strings.Contains(log.String(), `"sasl-oauth-client-secret":"[redacted]"`) {
+			t.Errorf("the client secret is logged or not marked: %s", log.String())
+		}
+	})
+}
+
+// TestSASLAWSMSKIAM: aws-msk-iam takes the credentials of the AWS SDK's
+// default chain (here the environment) and the region of
+// --sasl-aws-region, else AWS_REGION; each login signs with them.
+func TestSASLAWSMSKIAM(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDENV")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("AWS_PROFILE", "")
+	t.Setenv("AWS_REGION", "us-east-2")
+	for _, tt := range []struct {
+		args   []string
+		region string
+	}{
+		{nil, "us-east-2"},
+		{[]string{"--sasl-aws-region", "eu-west-1"}, "eu-west-1"},
+	} {
+		cfg, err := Load(append(append(append([]string{}, minimal...), "--sasl-mechanism", "aws-msk-iam"), tt.args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cfg.SASLMechanism()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := sasl.WithMetadata(context.Background(), &sasl.Metadata{Host: "b-1.example", Port: 9098})
+		_, ir, err := m.Start(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p map[string]string
+		if err := json.Unmarshal(ir, &p); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(p["x-amz-credential"], "AKIDENV/") || !strings.Contains(p["x-amz-credential"], "/"+tt.region+"/kafka-cluster/") {
+			t.Errorf("%v: credential %q, want AKIDENV in %s", tt.args, p["x-amz-credential"], tt.region)
+		}
+	}
 }

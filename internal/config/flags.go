@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/saslauth"
 )
 
 // section groups flags in the help output.
@@ -17,7 +18,9 @@ type section struct {
 
 var sections = []section{
 	{"Kafka", []string{"brokers", "client-id", "group", "input", "output", "duplicates", "dead-letter", "partitioning", "compression", "isolation-level", "start-from", "seed-from", "seed-topic", "seed-key", "repartition", "batch-size", "batch-timeout", "max-batch-bytes", "on-unwritable", "write-timeout", "commit-interval", "session-timeout", "heartbeat-interval", "rebalance-timeout", "join-group-backoff", "group-instance-id"}},
-	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password"}},
+	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password",
+		"sasl-oauth-token-file", "sasl-oauth-token-endpoint", "sasl-oauth-client-id", "sasl-oauth-client-secret", "sasl-oauth-client-secret-file",
+		"sasl-oauth-scope", "sasl-oauth-extensions", "sasl-aws-region"}},
 	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"filter", "window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
 	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "max-replay", "checkpoint-skip-create-only-check"}},
@@ -63,9 +66,20 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.TLS.CertFile, "tls-cert-file", c.TLS.CertFile, "PEM client certificate `file` for mutual TLS (with --tls-key-file)")
 	fs.StringVar(&c.TLS.KeyFile, "tls-key-file", c.TLS.KeyFile, "PEM client key `file` for mutual TLS (with --tls-cert-file)")
 	fs.BoolVar(&c.TLS.InsecureSkipVerify, "tls-insecure-skip-verify", c.TLS.InsecureSkipVerify, "do not verify the broker certificate (testing only)")
-	fs.StringVar(&c.SASL.Mechanism, "sasl-mechanism", c.SASL.Mechanism, "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (empty: no SASL); a refused login stops the start, it is not retried")
+	fs.StringVar(&c.SASL.Mechanism, "sasl-mechanism", c.SASL.Mechanism, "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (with --sasl-username and --sasl-password), "+
+		"oauthbearer (with --sasl-oauth-token-file, or --sasl-oauth-token-endpoint and a client id and secret), aws-msk-iam (AWS credentials from the SDK's default chain) "+
+		"(empty: no SASL); a refused login stops the start, it is not retried")
 	fs.StringVar(&c.SASL.Username, "sasl-username", c.SASL.Username, "SASL user `name`")
 	fs.StringVar(&c.SASL.Password, "sasl-password", c.SASL.Password, "SASL `password` (prefer the environment variable; never logged)")
+	fs.StringVar(&c.SASL.OAuthTokenFile, "sasl-oauth-token-file", c.SASL.OAuthTokenFile, "oauthbearer: `file` holding the bearer token, read again for every new connection (whatever renews it, e.g. a sidecar or a projected volume, needs no restart)")
+	fs.StringVar(&c.SASL.OAuthTokenEndpoint, "sasl-oauth-token-endpoint", c.SASL.OAuthTokenEndpoint, "oauthbearer: OAuth 2 / OIDC token endpoint `URL` for the client credentials grant (KIP-768); "+
+		fmt.Sprintf("the token is cached and replaced after %.0f %% of its lifetime", saslauth.RefreshAt*100))
+	fs.StringVar(&c.SASL.OAuthClientID, "sasl-oauth-client-id", c.SASL.OAuthClientID, "oauthbearer: client `id` at the token endpoint")
+	fs.StringVar(&c.SASL.OAuthClientSecret, "sasl-oauth-client-secret", c.SASL.OAuthClientSecret, "oauthbearer: client `secret`, from the environment variable or the YAML file only (a command line shows in ps); never logged")
+	fs.StringVar(&c.SASL.OAuthClientSecretFile, "sasl-oauth-client-secret-file", c.SASL.OAuthClientSecretFile, "oauthbearer: `file` holding the client secret (instead of --sasl-oauth-client-secret)")
+	fs.StringVar(&c.SASL.OAuthScope, "sasl-oauth-scope", c.SASL.OAuthScope, "oauthbearer: `scope` asked of the token endpoint, space-separated (empty: none sent)")
+	fs.StringVar(&c.SASL.OAuthExtensions, "sasl-oauth-extensions", c.SASL.OAuthExtensions, "oauthbearer: SASL extensions sent with the token, `key=value,...` (KIP-342), e.g. Confluent Cloud's logicalCluster=lkc-…,identityPoolId=pool-…")
+	fs.StringVar(&c.SASL.AWSRegion, "sasl-aws-region", c.SASL.AWSRegion, "aws-msk-iam: AWS `region` of the cluster (default: AWS_REGION or the AWS profile's)")
 
 	fs.StringVar(&c.Key, "key", c.Key, "dedup key: key (Kafka message key), header:NAME, json:PATH (e.g. json:order.id); comma-separated parts form a compound key")
 	fs.StringVar(&c.Normalize, "normalize", c.Normalize, "key normalization: none, trim, lower or url (canonical crawler URL)")

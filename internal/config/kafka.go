@@ -1,14 +1,17 @@
 package config
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/saslauth"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
@@ -68,8 +71,27 @@ func (c *Run) TLSConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// SASLMechanism builds the kafka-go SASL mechanism, or nil when SASL is off.
+// SASLMechanism builds the kafka-go SASL mechanism, or nil when SASL is
+// off. Every connection the binary makes to the brokers (consumer groups,
+// fetches, writes, admin requests, the repartition hop, `bloomgate check`)
+// authenticates with it, through Dialer and Transport. The mechanism is
+// built once per Run: an OIDC token is shared by all of them.
 func (c *Run) SASLMechanism() (sasl.Mechanism, error) {
+	if c.sasl == nil {
+		c.sasl = new(saslOnce)
+	}
+	c.sasl.once.Do(func() { c.sasl.m, c.sasl.err = c.newSASLMechanism() })
+	return c.sasl.m, c.sasl.err
+}
+
+// saslOnce holds the mechanism built by SASLMechanism.
+type saslOnce struct {
+	once sync.Once
+	m    sasl.Mechanism
+	err  error
+}
+
+func (c *Run) newSASLMechanism() (sasl.Mechanism, error) {
 	s := c.SASL
 	switch strings.ToLower(s.Mechanism) {
 	case "":
@@ -80,8 +102,98 @@ func (c *Run) SASLMechanism() (sasl.Mechanism, error) {
 		return scram.Mechanism(scram.SHA256, s.Username, s.Password)
 	case SASLScramSHA512:
 		return scram.Mechanism(scram.SHA512, s.Username, s.Password)
+	case SASLOAuthBearer:
+		ext, err := parseExtensions(s.OAuthExtensions)
+		if err != nil {
+			return nil, fmt.Errorf("--sasl-oauth-extensions: %w", err)
+		}
+		m := &saslauth.OAuthBearer{Extensions: ext, Settings: c.OAuthSettings()}
+		if s.OAuthTokenFile != "" {
+			m.Source = &saslauth.FileToken{Path: s.OAuthTokenFile, Settings: m.Settings}
+			return m, nil
+		}
+		secret, err := c.oauthClientSecret()
+		if err != nil {
+			return nil, fmt.Errorf("--sasl-oauth-client-secret-file: %w", err)
+		}
+		m.Source = &saslauth.ClientCredentials{Endpoint: s.OAuthTokenEndpoint, ClientID: s.OAuthClientID,
+			ClientSecret: secret, Scope: s.OAuthScope, Settings: m.Settings}
+		return m, nil
+	case SASLAWSMSKIAM:
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		return saslauth.NewMSKIAM(ctx, s.AWSRegion, c.OAuthSettings())
 	}
-	return nil, fmt.Errorf("--sasl-mechanism %q: use plain, scram-sha-256 or scram-sha-512", s.Mechanism)
+	return nil, fmt.Errorf("--sasl-mechanism %q: use plain, scram-sha-256, scram-sha-512, oauthbearer or aws-msk-iam", s.Mechanism)
+}
+
+// OAuthSettings names the settings that supply the credentials of
+// --sasl-mechanism oauthbearer or aws-msk-iam, for error messages.
+func (c *Run) OAuthSettings() string {
+	s := c.SASL
+	switch strings.ToLower(s.Mechanism) {
+	case SASLAWSMSKIAM:
+		region := "the region of AWS_REGION or the AWS profile"
+		if s.AWSRegion != "" {
+			region = fmt.Sprintf("--sasl-aws-region %s", s.AWSRegion)
+		}
+		return fmt.Sprintf("the AWS SDK's default credentials (AWS_* variables, shared files, web identity, container or instance role) and %s", region)
+	case SASLOAuthBearer:
+		if s.OAuthTokenFile != "" {
+			return fmt.Sprintf("--sasl-oauth-token-file %s", s.OAuthTokenFile)
+		}
+		secret := envName("sasl-oauth-client-secret")
+		if s.OAuthClientSecretFile != "" {
+			secret = "--sasl-oauth-client-secret-file " + s.OAuthClientSecretFile
+		}
+		out := fmt.Sprintf("--sasl-oauth-token-endpoint %s, --sasl-oauth-client-id %q and the secret in %s", s.OAuthTokenEndpoint, s.OAuthClientID, secret)
+		if s.OAuthScope != "" {
+			out += fmt.Sprintf(" (--sasl-oauth-scope %q)", s.OAuthScope)
+		}
+		return out
+	}
+	return ""
+}
+
+// oauthClientSecret is the client secret: --sasl-oauth-client-secret, or
+// the content of --sasl-oauth-client-secret-file without surrounding
+// white space.
+func (c *Run) oauthClientSecret() (string, error) {
+	s := c.SASL
+	if s.OAuthClientSecretFile == "" {
+		return s.OAuthClientSecret, nil
+	}
+	b, err := os.ReadFile(s.OAuthClientSecretFile)
+	if err != nil {
+		return "", err
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" {
+		return "", fmt.Errorf("%s is empty", s.OAuthClientSecretFile)
+	}
+	return v, nil
+}
+
+// parseExtensions reads key=value,key=value.
+func parseExtensions(s string) (map[string]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not key=value", kv)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("extension %q given twice", k)
+		}
+		if err := saslauth.ValidExtension(k, v); err != nil {
+			return nil, err
+		}
+		out[k] = v
+	}
+	return out, nil
 }
 
 // Dialer returns a kafka-go dialer with the TLS and SASL settings, for

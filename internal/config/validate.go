@@ -363,25 +363,105 @@ func (c *Run) validateTLS(p *problems) {
 }
 
 // validateSASL checks that a SASL mechanism comes with its credentials,
-// and credentials with a mechanism.
+// and credentials with a mechanism that uses them.
 func (c *Run) validateSASL(p *problems) {
 	s := c.SASL
-	switch strings.ToLower(s.Mechanism) {
-	case "":
-		if s.Username != "" || s.Password != "" {
-			p.bad("sasl-mechanism", "SASL credentials are set but no mechanism: set --sasl-mechanism plain, scram-sha-256 or scram-sha-512")
-		}
-		return
-	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+	mech := strings.ToLower(s.Mechanism)
+	switch mech {
+	case "", SASLPlain, SASLScramSHA256, SASLScramSHA512, SASLOAuthBearer, SASLAWSMSKIAM:
 	default:
-		p.bad("sasl-mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512", s.Mechanism)
+		p.bad("sasl-mechanism", "%q is not one of plain, scram-sha-256, scram-sha-512, oauthbearer, aws-msk-iam", s.Mechanism)
 		return
 	}
-	if s.Username == "" {
-		p.bad("sasl-username", "empty: SASL %s needs a user name", s.Mechanism)
+	if c.origin("sasl-oauth-client-secret").source == FromFlag {
+		p.bad("sasl-oauth-client-secret", "a secret on the command line shows in ps and in the shell history: set %s or --sasl-oauth-client-secret-file",
+			envName("sasl-oauth-client-secret"))
 	}
-	if s.Password == "" {
-		p.bad("sasl-password", "empty: SASL %s needs a password (set %s)", s.Mechanism, envName("sasl-password"))
+	password := mech == SASLPlain || mech == SASLScramSHA256 || mech == SASLScramSHA512
+	oauth := []struct{ name, value string }{
+		{"sasl-oauth-token-file", s.OAuthTokenFile}, {"sasl-oauth-token-endpoint", s.OAuthTokenEndpoint},
+		{"sasl-oauth-client-id", s.OAuthClientID}, {"sasl-oauth-client-secret", s.OAuthClientSecret},
+		{"sasl-oauth-client-secret-file", s.OAuthClientSecretFile}, {"sasl-oauth-scope", s.OAuthScope},
+		{"sasl-oauth-extensions", s.OAuthExtensions},
+	}
+	// A setting the mechanism does not use is a mistake in the settings
+	// (another mechanism meant, or a leftover): say so rather than ignore it.
+	unused := func(name, value, uses string) {
+		if value != "" {
+			if mech == "" {
+				p.bad("sasl-mechanism", "--%s is set but no mechanism: set --sasl-mechanism %s", name, uses)
+			} else {
+				p.bad(name, "not used with --sasl-mechanism %s, only with %s", s.Mechanism, uses)
+			}
+		}
+	}
+	if !password {
+		unused("sasl-username", s.Username, "plain, scram-sha-256 or scram-sha-512")
+		unused("sasl-password", s.Password, "plain, scram-sha-256 or scram-sha-512")
+	}
+	if mech != SASLOAuthBearer {
+		for _, o := range oauth {
+			unused(o.name, o.value, SASLOAuthBearer)
+		}
+	}
+	if mech != SASLAWSMSKIAM {
+		unused("sasl-aws-region", s.AWSRegion, SASLAWSMSKIAM)
+	}
+	switch mech {
+	case SASLPlain, SASLScramSHA256, SASLScramSHA512:
+		if s.Username == "" {
+			p.bad("sasl-username", "empty: SASL %s needs a user name", s.Mechanism)
+		}
+		if s.Password == "" {
+			p.bad("sasl-password", "empty: SASL %s needs a password (set %s)", s.Mechanism, envName("sasl-password"))
+		}
+	case SASLOAuthBearer:
+		c.validateOAuth(p)
+	}
+}
+
+// validateOAuth checks that OAUTHBEARER has one source of tokens, complete.
+func (c *Run) validateOAuth(p *problems) {
+	s := c.SASL
+	file, endpoint := s.OAuthTokenFile != "", s.OAuthTokenEndpoint != ""
+	switch {
+	case file && endpoint:
+		p.bad("sasl-oauth-token-file", "set together with --sasl-oauth-token-endpoint: the token comes from one of them")
+	case !file && !endpoint:
+		p.bad("sasl-oauth-token-endpoint", "empty: SASL oauthbearer needs --sasl-oauth-token-file, or --sasl-oauth-token-endpoint with --sasl-oauth-client-id and a client secret (%s or --sasl-oauth-client-secret-file)",
+			envName("sasl-oauth-client-secret"))
+	case file:
+		for _, o := range []struct{ name, value string }{{"sasl-oauth-client-id", s.OAuthClientID}, {"sasl-oauth-client-secret", s.OAuthClientSecret},
+			{"sasl-oauth-client-secret-file", s.OAuthClientSecretFile}, {"sasl-oauth-scope", s.OAuthScope}} {
+			if o.value != "" {
+				p.bad(o.name, "not used with --sasl-oauth-token-file, only with --sasl-oauth-token-endpoint")
+			}
+		}
+		if st, err := os.Stat(s.OAuthTokenFile); err != nil {
+			p.bad("sasl-oauth-token-file", "%v", err)
+		} else if st.IsDir() {
+			p.bad("sasl-oauth-token-file", "%s is a directory, not the token file", s.OAuthTokenFile)
+		}
+	case endpoint:
+		if u, err := url.Parse(s.OAuthTokenEndpoint); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			p.bad("sasl-oauth-token-endpoint", "%q is not an http(s) URL, e.g. https://login.example.com/oauth2/token", s.OAuthTokenEndpoint)
+		}
+		if s.OAuthClientID == "" {
+			p.bad("sasl-oauth-client-id", "empty: the client credentials grant needs a client id")
+		}
+		switch {
+		case s.OAuthClientSecret != "" && s.OAuthClientSecretFile != "":
+			p.bad("sasl-oauth-client-secret-file", "set together with %s: the secret comes from one of them", envName("sasl-oauth-client-secret"))
+		case s.OAuthClientSecret == "" && s.OAuthClientSecretFile == "":
+			p.bad("sasl-oauth-client-secret", "empty: the client credentials grant needs a secret: set %s or --sasl-oauth-client-secret-file", envName("sasl-oauth-client-secret"))
+		case s.OAuthClientSecretFile != "":
+			if _, err := c.oauthClientSecret(); err != nil {
+				p.bad("sasl-oauth-client-secret-file", "%v", err)
+			}
+		}
+	}
+	if _, err := parseExtensions(s.OAuthExtensions); err != nil {
+		p.bad("sasl-oauth-extensions", "%v", err)
 	}
 }
 
