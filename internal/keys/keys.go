@@ -6,6 +6,9 @@
 //	header:NAME    the value of the record header NAME (the last one if repeated)
 //	json:PATH      a field of a JSON value, as a gjson path (json:order.id)
 //
+// The url normalization may add opt-in rules (WithURLRules,
+// NormalizeURLRules) that merge more spellings of one page.
+//
 // Several comma-separated parts ("json:customer,json:order_id") form a
 // compound key. Each part is normalized on its own (none, trim, lower, url)
 // and the parts are joined with a 4-byte big-endian length before each part,

@@ -50,16 +50,19 @@ var defaultPorts = map[string]string{
 //     space, non-ASCII bytes as their UTF-8), a stray '%' becomes %25;
 //   - dot segments of the path are resolved (RFC 3986 5.2.4), an empty path
 //     becomes "/";
-//   - empty query parameters are dropped, the rest are sorted by name with
-//     a stable sort (the order of repeated names is kept), and an empty
-//     query loses its '?'.
+//   - empty query parameters (nothing between two '&', or between '?'
+//     and '&') are dropped, the rest are sorted by name with a stable
+//     sort (the order of repeated names is kept), and an empty query
+//     loses its '?'. A parameter with an empty value (x=, x) or an empty
+//     name (=1) is not empty and is kept.
 //
 // Escaped reserved characters (%2F, %26, %3D…) stay escaped: decoding them
 // would change the meaning of the URL. '+' in a query is kept as is.
 // Userinfo is kept, decoded and escaped again. IPv4 addresses in other
 // notations than dotted decimal (http://3279880203/, http://0x7f.1/) are
 // not rewritten. The result is a fixed point: normalizing it again returns
-// it unchanged.
+// it unchanged. NormalizeURLRules adds opt-in rules that merge more
+// (tracking and session parameters, www, …).
 //
 // NormalizeURL is its own parser rather than net/url, which rejects much
 // of what browsers and crawlers accept (a raw control character, a stray
