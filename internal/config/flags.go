@@ -71,10 +71,10 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 
 	fs.StringVar(&c.Key, "key", c.Key, "dedup key: key (Kafka message key), header:NAME, json:PATH (e.g. json:order.id); comma-separated parts form a compound key")
 	fs.StringVar(&c.Normalize, "normalize", c.Normalize, "key normalization: none, trim, lower or url (canonical crawler URL)")
-	fs.Var(&listValue{p: &c.URLRules}, "url-rules", "with --normalize url: opt-in canonicalization rules, comma-separated: "+
+	fs.Var(&listValue{p: &c.URLRules}, "url-rules", "with --normalize url: opt-in canonicalization `rules`, comma-separated: "+
 		strings.Join(keys.URLRuleNames()[:len(keys.URLRuleNames())-1], ", ")+", or the preset "+keys.PresetCrawler+
 		" (strip-userinfo, strip-www, strip-session-ids: what Heritrix applies by default); each merges spellings that are usually, not always, one page (docs/urls.md). Part of the key definition: a memory written with other rules is refused")
-	fs.Var(&listValue{p: &c.URLStripParams}, "url-strip-params", "with --normalize url: query parameters to drop, comma-separated names, '*' matching any run of characters (utm_*, ref), ASCII case ignored; strip-tracking adds its built-in list. Part of the key definition")
+	fs.Var(&listValue{p: &c.URLStripParams}, "url-strip-params", "with --normalize url: query `parameters` to drop, comma-separated names, '*' matching any run of characters (utm_*, ref), ASCII case ignored; strip-tracking adds its built-in list. Part of the key definition")
 	ByteSizeVar(fs, &c.MaxKeyBytes, "max-key-bytes", c.MaxKeyBytes, "longest accepted key after normalization; longer ones are bad input (too_large)")
 	fs.StringVar(&c.JSONValidation, "json-validation", c.JSONValidation, "strict (validate every JSON value) or lazy (only when the key field is unusable; faster)")
 	fs.StringVar(&c.OnMissingKey, "on-missing-key", c.OnMissingKey, "event without a usable key: dead-letter, forward, drop or fail (default: dead-letter if --dead-letter is set, else forward)")
