@@ -52,6 +52,17 @@ func BenchmarkExtract(b *testing.B) {
 	b.Run("json-escaped/none", func(b *testing.B) { benchExtract(b, "json:order_id", "none", key, escaped, nil) })
 	b.Run("json-escaped-nested/none", func(b *testing.B) { benchExtract(b, "json:customer.id", "none", key, escaped, nil) })
 	b.Run("json/url", func(b *testing.B) { benchExtract(b, "json:url", "url", key, url, nil) })
+	b.Run("json/url-all-rules", func(b *testing.B) {
+		r, err := ParseURLRules(URLRuleNames(), []string{"ref"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e, err := NewExtractor("json:url", "url", 0, WithURLRules(r))
+		if err != nil {
+			b.Fatal(err)
+		}
+		loopExtract(b, e, key, url, nil)
+	})
 }
 
 // BenchmarkJSONValidation isolates the cost of validating the whole value
