@@ -42,6 +42,7 @@ FUZZ_TARGETS := \
 	./internal/keys:FuzzExtractJSON \
 	./internal/keys:FuzzLegacyNormalizeURL \
 	./internal/keys:FuzzNormalizeURL \
+	./internal/keys:FuzzNormalizeURLRules \
 	./internal/keys:FuzzRemoveDotSegments
 
 .PHONY: build run test test-short deps bench lint fmt fuzz image soak clean

@@ -32,7 +32,8 @@ nothing:
   checkpoint store   it answers and honours create-only writes (a probe object
                      under _probe/ is created and deleted, as at every start)
   checkpoints        the newest checkpoint of every partition was written with
-                     this key definition (--key, --normalize, hash); changes of
+                     this key definition (--key, --normalize, --url-rules,
+                     --url-strip-params, hash); changes of
                      --window, --generations and --fpr are listed (carried over)
   exact-dir          with --exact: writable, with room for the planned stores
 

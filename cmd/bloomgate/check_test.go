@@ -42,6 +42,13 @@ func checkBroker(t *testing.T) string {
 // 24h and 4 generations records it.
 func writeKeyedCheckpoints(t *testing.T, dir string) {
 	t.Helper()
+	writeCheckpointsKeyed(t, dir, checkpoint.KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: bloom.HashName})
+}
+
+// writeCheckpointsKeyed is writeKeyedCheckpoints with the key definition
+// key.
+func writeCheckpointsKeyed(t *testing.T, dir string, key checkpoint.KeyIdentity) {
+	t.Helper()
 	ctx := context.Background()
 	store, err := checkpoint.Open(ctx, "file://"+dir, checkpoint.Options{})
 	if err != nil {
@@ -57,7 +64,7 @@ func writeKeyedCheckpoints(t *testing.T, dir string) {
 		_, err := part.Commit(ctx, checkpoint.Checkpoint{
 			InputOffset: 1000, OutputOffsets: map[string]map[int]int64{"orders-unique": {p: 800}},
 			Filter:    checkpoint.FilterParams{Params: filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 5_000_000, FPR: 0.01}},
-			Key:       &checkpoint.KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: bloom.HashName},
+			Key:       &key,
 			Isolation: "read_committed", Owner: "test/1",
 			Generations: []checkpoint.Generation{{ID: 7, Start: start, End: start.Add(8 * time.Hour), Inserts: 800, EstKeys: 800,
 				Fill: 0.1, EstFPR: 0.001, Source: bytesSource(bytes.Repeat([]byte{1}, 4096))}},
@@ -189,6 +196,40 @@ func TestCheckFails(t *testing.T) {
 	}
 	if len(failed) != 3 || rep.Failures != 3 || rep.OK {
 		t.Errorf("failures %v (count %d, ok %v), want exactly the three above", failed, rep.Failures, rep.OK)
+	}
+}
+
+// TestCheckURLRulesChanged: URL rules are part of the key definition:
+// checkpoints written without them fail the checkpoints check of settings
+// with them, naming both, and pass without them.
+func TestCheckURLRulesChanged(t *testing.T) {
+	addr := checkBroker(t)
+	dir := t.TempDir()
+	writeCheckpointsKeyed(t, dir, checkpoint.KeyIdentity{Spec: "json:url", Normalize: "url", Hash: bloom.HashName})
+	args := []string{"--json", "--brokers", addr, "--group", "g", "--input", "orders", "--output", "orders-unique",
+		"--key", "json:url", "--normalize", "url", "--checkpoint-url", "file://" + dir}
+	row := func(args ...string) preflight.Check {
+		t.Helper()
+		out, errOut, _ := runCheck(t, args...)
+		var rep preflight.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("%v: %s%s", err, out, errOut)
+		}
+		for _, c := range rep.Checks {
+			if c.Name == "checkpoints" {
+				return c
+			}
+		}
+		t.Fatalf("no checkpoints row: %s", out)
+		return preflight.Check{}
+	}
+	if c := row(args...); c.Status != preflight.OK {
+		t.Errorf("the recorded settings: %+v", c)
+	}
+	c := row(append(args, "--url-rules", "crawler")...)
+	if c.Status != preflight.Fail || !strings.Contains(c.Detail, "--url-rules strip-userinfo,strip-www,strip-session-ids") ||
+		!strings.Contains(c.Fix, "without --url-rules") {
+		t.Errorf("rules turned on: %+v", c)
 	}
 }
 

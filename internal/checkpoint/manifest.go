@@ -110,10 +110,23 @@ type KeyIdentity struct {
 	Spec      string `json:"spec"`
 	Normalize string `json:"normalize"`
 	Hash      string `json:"hash"`
+	// URLRules and URLStripParams are the opt-in URL rules on top of
+	// normalize url, expanded and canonical (keys.URLRules Names and
+	// StripParams). Absent in manifests written before they existed, and
+	// whenever there are none: the same definition.
+	URLRules       string `json:"url_rules,omitempty"`
+	URLStripParams string `json:"url_strip_params,omitempty"`
 }
 
 func (k KeyIdentity) String() string {
-	return fmt.Sprintf("key %s, normalize %s, hash %s", k.Spec, k.Normalize, k.Hash)
+	s := fmt.Sprintf("key %s, normalize %s", k.Spec, k.Normalize)
+	if k.URLRules != "" {
+		s += ", url rules " + k.URLRules
+	}
+	if k.URLStripParams != "" {
+		s += ", url strip params " + k.URLStripParams
+	}
+	return s + ", hash " + k.Hash
 }
 
 // GenerationRef describes one stored generation object as a manifest names

@@ -515,3 +515,49 @@ func TestManifestPartialGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyIdentityURLRules: the URL rules are part of the key record
+// without changing the record of a key without them: such a record is
+// written as before (no url fields), and a record written before the
+// rules existed reads as "no rules", the same identity.
+func TestKeyIdentityURLRules(t *testing.T) {
+	plain := KeyIdentity{Spec: "json:order_id", Normalize: "none", Hash: "murmur3-x64-128"}
+	b, err := json.Marshal(plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"spec":"json:order_id","normalize":"none","hash":"murmur3-x64-128"}`; string(b) != want {
+		t.Errorf("without rules: %s, want %s", b, want)
+	}
+	raw, err := os.ReadFile(filepath.Join("testdata", "manifest-v1-settings.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old struct {
+		Manifest struct {
+			Key *KeyIdentity `json:"key"`
+		} `json:"manifest"`
+	}
+	if err := json.Unmarshal(raw, &old); err != nil {
+		t.Fatal(err)
+	}
+	if k := old.Manifest.Key; k == nil || *k != plain {
+		t.Errorf("a record written before the rules: %+v, want %+v", k, plain)
+	}
+	ruled := plain
+	ruled.Normalize, ruled.URLRules, ruled.URLStripParams = "url", "strip-www,strip-tracking", "ref,utm_*"
+	b, err = json.Marshal(ruled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back KeyIdentity
+	if err := json.Unmarshal(b, &back); err != nil || back != ruled {
+		t.Errorf("round trip %s: %+v, %v", b, back, err)
+	}
+	if back == plain {
+		t.Error("rules do not change the identity")
+	}
+	if got, want := ruled.String(), "key json:order_id, normalize url, url rules strip-www,strip-tracking, url strip params ref,utm_*, hash murmur3-x64-128"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}

@@ -166,8 +166,13 @@ type Run struct {
 	SASL           SASL
 
 	// Keys.
-	Key            string // keys spec: key | header:NAME | json:PATH, comma-separated parts
-	Normalize      string // none | trim | lower | url
+	Key       string // keys spec: key | header:NAME | json:PATH, comma-separated parts
+	Normalize string // none | trim | lower | url
+	// URLRules and URLStripParams are the opt-in canonicalization rules
+	// on top of --normalize url and the query parameters it drops
+	// (keys.ParseURLRules); part of the key definition.
+	URLRules       []string
+	URLStripParams []string
 	MaxKeyBytes    int
 	JSONValidation string // strict | lazy
 	// OnMissingKey is what happens to an event whose key cannot be extracted.

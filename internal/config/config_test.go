@@ -170,6 +170,10 @@ func TestValidationErrors(t *testing.T) {
 		{"tiny span", []string{"--window", "2s", "--generations", "4"}, "window", "shorter than 1s"},
 		{"bad key spec", []string{"--key", "value"}, "key", "json:PATH"},
 		{"bad normalize", []string{"--normalize", "upper"}, "normalize", "none, trim, lower, url"},
+		{"url rules without url", []string{"--url-rules", "crawler"}, "url-rules", "set --normalize url"},
+		{"url strip params without url", []string{"--normalize", "lower", "--url-strip-params", "ref"}, "url-rules", "set --normalize url"},
+		{"bad url rule", []string{"--normalize", "url", "--url-rules", "strip-www,strip-all"}, "url-rules", "strip-tracking"},
+		{"bad url strip param", []string{"--normalize", "url", "--url-strip-params", "a=b"}, "url-strip-params", "'*' matching"},
 		{"bad on-missing-key", []string{"--on-missing-key", "ignore"}, "on-missing-key", "not one of"},
 		{"dead-letter policy without topic", []string{"--on-missing-key", "dead-letter"}, "on-missing-key", "set --dead-letter"},
 		{"bad on-unwritable", []string{"--on-unwritable", "fail"}, "on-unwritable", "not one of"},
@@ -702,5 +706,53 @@ func TestSASLAWSMSKIAM(t *testing.T) {
 		if !strings.HasPrefix(p["x-amz-credential"], "AKIDENV/") || !strings.Contains(p["x-amz-credential"], "/"+tt.region+"/kafka-cluster/") {
 			t.Errorf("%v: credential %q, want AKIDENV in %s", tt.args, p["x-amz-credential"], tt.region)
 		}
+	}
+}
+
+// TestURLRules: --url-rules and --url-strip-params from every source make
+// one key definition (presets expanded, names canonical), which the
+// checkpoints record and the group's members announce, and which the
+// extractor of the repartition hop and of the dedup stage (Extractor)
+// applies.
+func TestURLRules(t *testing.T) {
+	t.Setenv("BLOOMGATE_URL_STRIP_PARAMS", "REF, utm_*")
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("normalize: url\nurl-rules: [strip-tracking, crawler]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := load(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cfg.KeyIdentity()
+	if id.URLRules != "strip-userinfo,strip-www,strip-session-ids,strip-tracking" || id.URLStripParams != "ref,utm_*" {
+		t.Errorf("key identity %+v", id)
+	}
+	wc, err := cfg.WorkerConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	agreed := map[string]string{}
+	for _, s := range wc.Agreement {
+		agreed[s.Name] = s.Value
+	}
+	if agreed["url-rules"] != id.URLRules || agreed["url-strip-params"] != id.URLStripParams {
+		t.Errorf("agreement %v", wc.Agreement)
+	}
+	ex, err := cfg.Extractor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ex.Extract(nil, []byte("https://u:p@www.example.com/a?ref=x&utm_source=y&id=1"), nil, nil)
+	if err != nil || string(k) != "https://example.com/a?id=1" {
+		t.Errorf("Extract = %q, %v", k, err)
+	}
+
+	plain, err := load(t, "--normalize", "url", "--url-strip-params", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := plain.KeyIdentity(); id.URLRules != "" || id.URLStripParams != "" {
+		t.Errorf("no rules: key identity %+v", id)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/saslauth"
 )
 
@@ -21,7 +23,7 @@ var sections = []section{
 	{"Kafka TLS and SASL", []string{"tls-enabled", "tls-ca-file", "tls-cert-file", "tls-key-file", "tls-insecure-skip-verify", "sasl-mechanism", "sasl-username", "sasl-password",
 		"sasl-oauth-token-file", "sasl-oauth-token-endpoint", "sasl-oauth-client-id", "sasl-oauth-client-secret", "sasl-oauth-client-secret-file",
 		"sasl-oauth-scope", "sasl-oauth-extensions", "sasl-aws-region"}},
-	{"Keys", []string{"key", "normalize", "max-key-bytes", "json-validation", "on-missing-key"}},
+	{"Keys", []string{"key", "normalize", "url-rules", "url-strip-params", "max-key-bytes", "json-validation", "on-missing-key"}},
 	{"Filter", []string{"filter", "window", "generations", "capacity", "fpr", "max-time-jump", "exact", "exact-dir"}},
 	{"Checkpoints", []string{"checkpoint-url", "checkpoint-interval", "checkpoint-retain", "max-checkpoint-staleness", "on-restore-failure", "max-replay", "checkpoint-skip-create-only-check"}},
 	{"Operations", []string{"metrics-addr", "shutdown-timeout", "log-format", "log-level", "config"}},
@@ -83,6 +85,10 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 
 	fs.StringVar(&c.Key, "key", c.Key, "dedup key: key (Kafka message key), header:NAME, json:PATH (e.g. json:order.id); comma-separated parts form a compound key")
 	fs.StringVar(&c.Normalize, "normalize", c.Normalize, "key normalization: none, trim, lower or url (canonical crawler URL)")
+	fs.Var(&listValue{p: &c.URLRules}, "url-rules", "with --normalize url: opt-in canonicalization `rules`, comma-separated: "+
+		strings.Join(keys.URLRuleNames()[:len(keys.URLRuleNames())-1], ", ")+", or the preset "+keys.PresetCrawler+
+		" (strip-userinfo, strip-www, strip-session-ids: what Heritrix applies by default); each merges spellings that are usually, not always, one page (docs/urls.md). Part of the key definition: a memory written with other rules is refused")
+	fs.Var(&listValue{p: &c.URLStripParams}, "url-strip-params", "with --normalize url: query `parameters` to drop, comma-separated names, '*' matching any run of characters (utm_*, ref), ASCII case ignored; strip-tracking adds its built-in list. Part of the key definition")
 	ByteSizeVar(fs, &c.MaxKeyBytes, "max-key-bytes", c.MaxKeyBytes, "longest accepted key after normalization; longer ones are bad input (too_large)")
 	fs.StringVar(&c.JSONValidation, "json-validation", c.JSONValidation, "strict (validate every JSON value) or lazy (only when the key field is unusable; faster)")
 	fs.StringVar(&c.OnMissingKey, "on-missing-key", c.OnMissingKey, "event without a usable key: dead-letter, forward, drop or fail (default: dead-letter if --dead-letter is set, else forward)")
@@ -101,7 +107,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	DurationVar(fs, &c.CheckpointInterval, "checkpoint-interval", c.CheckpointInterval, "time between periodic checkpoints of each partition")
 	CountVar(fs, &c.CheckpointRetain, "checkpoint-retain", c.CheckpointRetain, "checkpoints (manifests) kept per partition")
 	BoundVar(fs, &c.MaxCheckpointStaleness, "max-checkpoint-staleness", c.MaxCheckpointStaleness, "stop committing offsets when the last good checkpoint is older than this (0s: no bound)")
-	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other --key/--normalize/--filter): fail (stop the worker), or empty (start such a partition with an empty filter, rebuilt from the retained input: for one start, then remove it)")
+	fs.StringVar(&c.OnRestoreFailure, "on-restore-failure", c.OnRestoreFailure, "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other --key/--normalize/--url-rules/--filter): fail (stop the worker), or empty (start such a partition with an empty filter, rebuilt from the retained input: for one start, then remove it)")
 	CountVar(fs, &c.MaxReplay, "max-replay", c.MaxReplay, "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten; offsets are never committed beyond the last checkpoint plus this bound (0: replay all that is retained, exact)")
 	fs.BoolVar(&c.CheckpointSkipCreateOnlyCheck, "checkpoint-skip-create-only-check", c.CheckpointSkipCreateOnlyCheck,
 		"start even if the checkpoint store ignores create-only writes (If-None-Match); fencing of a stale partition owner is then OFF: only for a location one worker alone writes")

@@ -18,14 +18,55 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 )
 
-// Extractor builds the key extractor of --key, --normalize, --max-key-bytes
-// and --json-validation.
+// Extractor builds the key extractor of --key, --normalize, --url-rules,
+// --url-strip-params, --max-key-bytes and --json-validation: the one
+// extractor of the repartition hop and of the dedup stage.
 func (c *Run) Extractor() (*keys.Extractor, error) {
+	return c.extractor(c.Key)
+}
+
+func (c *Run) extractor(spec string) (*keys.Extractor, error) {
+	rules, err := c.urlRules()
+	if err != nil {
+		return nil, err
+	}
 	var opts []keys.Option
 	if c.JSONValidation == JSONValidationLazy {
 		opts = append(opts, keys.LazyJSONValidation())
 	}
-	return keys.NewExtractor(c.Key, c.Normalize, c.MaxKeyBytes, opts...)
+	if rules != nil {
+		opts = append(opts, keys.WithURLRules(rules))
+	}
+	return keys.NewExtractor(spec, c.Normalize, c.MaxKeyBytes, opts...)
+}
+
+// urlRules parses --url-rules and --url-strip-params (nil: none); an
+// error is a *urlRulesError naming the setting.
+func (c *Run) urlRules() (*keys.URLRules, error) {
+	if _, err := keys.ParseURLRules(c.URLRules, nil); err != nil {
+		return nil, &urlRulesError{"url-rules", err}
+	}
+	r, err := keys.ParseURLRules(c.URLRules, c.URLStripParams)
+	if err != nil {
+		return nil, &urlRulesError{"url-strip-params", err}
+	}
+	return r, nil
+}
+
+type urlRulesError struct {
+	setting string
+	err     error
+}
+
+func (e *urlRulesError) Error() string { return e.err.Error() }
+func (e *urlRulesError) Unwrap() error { return e.err }
+
+// urlRulesSetting names the setting of an error of urlRules.
+func urlRulesSetting(err error) string {
+	if e, ok := err.(*urlRulesError); ok {
+		return e.setting
+	}
+	return "url-rules"
 }
 
 // SeedExtractor is the extractor of --seed-topic's records: --seed-key (or
@@ -36,11 +77,7 @@ func (c *Run) SeedExtractor() (*keys.Extractor, error) {
 	if spec == "" {
 		spec = c.Key
 	}
-	var opts []keys.Option
-	if c.JSONValidation == JSONValidationLazy {
-		opts = append(opts, keys.LazyJSONValidation())
-	}
-	return keys.NewExtractor(spec, c.Normalize, c.MaxKeyBytes, opts...)
+	return c.extractor(spec)
 }
 
 // TLSConfig builds the client TLS configuration, or nil when TLS is off.

@@ -193,8 +193,14 @@ func (c *Run) validateKeys(p *problems) {
 	if err := keys.ValidateSpec(c.Key); err != nil {
 		p.bad("key", "%v", err)
 	}
-	if _, err := keys.ParseNormalize(c.Normalize); err != nil {
+	norm, err := keys.ParseNormalize(c.Normalize)
+	if err != nil {
 		p.bad("normalize", "%v", err)
+	}
+	if _, err := c.urlRules(); err != nil {
+		p.bad(urlRulesSetting(err), "%v", err)
+	} else if (len(c.URLRules) > 0 || len(c.URLStripParams) > 0) && norm != keys.NormURL && norm != "" {
+		p.bad("url-rules", "apply to --normalize url only (normalize is %s): set --normalize url, or remove --url-rules and --url-strip-params", norm)
 	}
 	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 1<<20 {
 		p.bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)

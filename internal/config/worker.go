@@ -48,6 +48,7 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		OnUnwritable: worker.UnwritablePolicy(c.OnUnwritable),
 		Agreement: []worker.Setting{
 			{Name: "key", Value: c.Key}, {Name: "normalize", Value: c.Normalize},
+			{Name: "url-rules", Value: c.KeyIdentity().URLRules}, {Name: "url-strip-params", Value: c.KeyIdentity().URLStripParams},
 			{Name: "exact", Value: strconv.FormatBool(c.Exact)}, {Name: "input", Value: c.Input},
 			{Name: "repartition", Value: strconv.FormatBool(c.Repartition)},
 		},

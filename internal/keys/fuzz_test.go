@@ -98,6 +98,52 @@ func FuzzNormalizeURL(f *testing.F) {
 	})
 }
 
+// FuzzNormalizeURLRules: any URL under any set of rules and stripped
+// parameters: no panic; an error exactly where NormalizeURL errs; the
+// result is a fixed point under the same rules, and already in the safe
+// canonical form (the rules only remove or fold).
+func FuzzNormalizeURLRules(f *testing.F) {
+	for _, s := range []string{
+		"http://u:p@www.www2.example.com/a;jsessionid=x/index.html/?utm_source=1&cfid=1&cftoken=2&b=&sid=9682993c8daa2c5497996114facdc805",
+		"HTTPS://WWW.Example.com:443//a//b/?&=1&fbclid=x", "https://www.example.com/", "http://www.com/a", "ftp://u@www.a.b//x/",
+		"http://e.com/.;jsessionid=1/x", "http://e.com/index.html/index.php", "http://e.com/a?x=1&CFTOKEN=a&y&CFID=b",
+	} {
+		f.Add(s, uint16(0xffff), "ref,*_id")
+		f.Add(s, uint16(presetCrawlerMask()), "")
+	}
+	f.Fuzz(func(t *testing.T, in string, mask uint16, params string) {
+		var names []string
+		for _, x := range urlRuleNames {
+			if URLRule(mask)&x.rule != 0 {
+				names = append(names, x.name)
+			}
+		}
+		r, err := ParseURLRules(names, strings.Split(params, ","))
+		if err != nil {
+			r, _ = ParseURLRules(names, nil)
+		}
+		safe, errSafe := NormalizeURL(nil, in)
+		out, err := NormalizeURLRules([]byte("pre"), in, r)
+		if (err != nil) != (errSafe != nil) {
+			t.Fatalf("%q: error %v with rules %q, %v without", in, err, r.Names(), errSafe)
+		}
+		if err != nil {
+			if string(out) != "pre" {
+				t.Fatalf("dst changed on error")
+			}
+			return
+		}
+		once := string(out[3:])
+		twice, err := NormalizeURLRules(nil, once, r)
+		if err != nil || string(twice) != once {
+			t.Fatalf("rules %q params %q not idempotent:\n in    %q\n once  %q\n twice %q, %v", r.Names(), r.StripParams(), in, once, twice, err)
+		}
+		if s, err := NormalizeURL(nil, once); err != nil || string(s) != once {
+			t.Fatalf("rules %q: %q → %q is not in the safe form (%q, %v); safe form of the input %q", r.Names(), in, once, s, err, safe)
+		}
+	})
+}
+
 // FuzzExtract: arbitrary specs, headers, keys and values never panic, and
 // the error contract holds.
 func FuzzExtract(f *testing.F) {

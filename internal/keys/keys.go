@@ -6,6 +6,9 @@
 //	header:NAME    the value of the record header NAME (the last one if repeated)
 //	json:PATH      a field of a JSON value, as a gjson path (json:order.id)
 //
+// The url normalization may add opt-in rules (WithURLRules,
+// NormalizeURLRules) that merge more spellings of one page.
+//
 // Several comma-separated parts ("json:customer,json:order_id") form a
 // compound key. Each part is normalized on its own (none, trim, lower, url)
 // and the parts are joined with a 4-byte big-endian length before each part,
@@ -154,6 +157,7 @@ type Extractor struct {
 	norm     Normalize
 	maxBytes int
 	lazyJSON bool
+	urlRules *URLRules // on top of NormURL; nil: none
 	// errs are allocated once so that reporting a bad record allocates nothing.
 	errs map[errKey]*Error
 }
@@ -195,6 +199,9 @@ func NewExtractor(spec string, norm string, maxKeyBytes int, opts ...Option) (*E
 	e := &Extractor{parts: parts, norm: n, maxBytes: maxKeyBytes, errs: make(map[errKey]*Error)}
 	for _, o := range opts {
 		o(e)
+	}
+	if e.urlRules != nil && n != NormURL {
+		return nil, fmt.Errorf("%w (normalization is %s): set --normalize url, or remove --url-rules and --url-strip-params", ErrURLRulesNeedURL, n)
 	}
 	for i, p := range parts {
 		for _, r := range Reasons() {
@@ -424,7 +431,7 @@ func (e *Extractor) normalize(dst []byte, raw string) ([]byte, string) {
 		if !utf8.ValidString(raw) {
 			return dst, ReasonInvalidUTF8
 		}
-		out, err := NormalizeURL(dst, raw)
+		out, err := normalizeURL(dst, raw, e.urlRules)
 		if err != nil {
 			return dst, ReasonBadURL
 		}

@@ -50,16 +50,19 @@ var defaultPorts = map[string]string{
 //     space, non-ASCII bytes as their UTF-8), a stray '%' becomes %25;
 //   - dot segments of the path are resolved (RFC 3986 5.2.4), an empty path
 //     becomes "/";
-//   - empty query parameters are dropped, the rest are sorted by name with
-//     a stable sort (the order of repeated names is kept), and an empty
-//     query loses its '?'.
+//   - empty query parameters (nothing between two '&', or between '?'
+//     and '&') are dropped, the rest are sorted by name with a stable
+//     sort (the order of repeated names is kept), and an empty query
+//     loses its '?'. A parameter with an empty value (x=, x) or an empty
+//     name (=1) is not empty and is kept.
 //
 // Escaped reserved characters (%2F, %26, %3D…) stay escaped: decoding them
 // would change the meaning of the URL. '+' in a query is kept as is.
 // Userinfo is kept, decoded and escaped again. IPv4 addresses in other
 // notations than dotted decimal (http://3279880203/, http://0x7f.1/) are
 // not rewritten. The result is a fixed point: normalizing it again returns
-// it unchanged.
+// it unchanged. NormalizeURLRules adds opt-in rules that merge more
+// (tracking and session parameters, www, …).
 //
 // NormalizeURL is its own parser rather than net/url, which rejects much
 // of what browsers and crawlers accept (a raw control character, a stray
@@ -69,6 +72,14 @@ var defaultPorts = map[string]string{
 // internationalized host, a tab or newline inside the URL, or a query
 // that is not yet sorted.
 func NormalizeURL(dst []byte, raw string) ([]byte, error) {
+	return normalizeURL(dst, raw, nil)
+}
+
+// normalizeURL is NormalizeURL with the opt-in rules r on top (nil: none).
+// It is the one implementation of both, so that the rules only ever
+// remove from the safe canonical form and the repartition hop and the
+// dedup stage, which both reach it through Extractor, agree.
+func normalizeURL(dst []byte, raw string, r *URLRules) ([]byte, error) {
 	p, err := splitURL(trimURL(raw))
 	if err != nil {
 		return dst, err
@@ -79,9 +90,25 @@ func NormalizeURL(dst []byte, raw string) ([]byte, error) {
 		out = append(out, lowerASCII(p.scheme[i]))
 	}
 	scheme := out[schemeAt:]
+	var portBuf [5]byte
+	var port []byte
+	if p.port != "" {
+		n, err := strconv.ParseUint(p.port, 10, 16)
+		if err != nil {
+			return dst, fmt.Errorf("%w: port %q", ErrBadURL, p.port)
+		}
+		port = strconv.AppendUint(portBuf[:0], n, 10)
+		if defaultPorts[string(scheme)] == string(port) {
+			port = nil
+		}
+	}
+	web := string(scheme) == "http" || string(scheme) == "https"
+	if web && r.has(RuleFoldScheme) && len(scheme) == 5 && port == nil {
+		out = out[:schemeAt+4] // https → http
+	}
 	out = append(out, "://"...)
 
-	if p.userinfo != "" {
+	if p.userinfo != "" && !r.has(RuleStripUserinfo) {
 		user, pass, _ := strings.Cut(p.userinfo, ":")
 		if user != "" || pass != "" {
 			out = appendUserinfo(out, user)
@@ -92,20 +119,17 @@ func NormalizeURL(dst []byte, raw string) ([]byte, error) {
 			out = append(out, '@')
 		}
 	}
+	hostAt := len(out)
 	if out, err = appendHost(out, p.host); err != nil {
 		return dst, err
 	}
-	if p.port != "" {
-		n, err := strconv.ParseUint(p.port, 10, 16)
-		if err != nil {
-			return dst, fmt.Errorf("%w: port %q", ErrBadURL, p.port)
-		}
-		var buf [5]byte
-		port := strconv.AppendUint(buf[:0], n, 10)
-		if defaultPorts[string(scheme)] != string(port) {
-			out = append(out, ':')
-			out = append(out, port...)
-		}
+	www := 0
+	if web && r.has(RuleStripWWW) {
+		www = wwwPrefix(out[hostAt:])
+	}
+	if port != nil {
+		out = append(out, ':')
+		out = append(out, port...)
 	}
 
 	pathAt := len(out)
@@ -124,13 +148,25 @@ func NormalizeURL(dst []byte, raw string) ([]byte, error) {
 	} else {
 		out = appendPercentNormalized(out, p.path, isPathChar)
 	}
+	if r.has(RuleStripSessionIDs) {
+		out = removeSessionPathParams(out, pathAt)
+	}
 	out = removeDotSegments(out, pathAt)
 	if len(out) == pathAt {
 		out = append(out, '/')
 	}
+	if web && r != nil {
+		out = r.rewritePath(out, pathAt)
+	}
 
 	if p.query != "" {
-		out = appendQuery(out, p.query)
+		out = appendQuery(out, p.query, r)
+	}
+	if www > 0 && (len(out) > pathAt+1 || out[pathAt] != '/') {
+		// Heritrix's StripWWWNRule keeps the www of a site's top page
+		// ("slash page"): a site reachable under one of the two names
+		// only is then still crawled.
+		out = append(out[:hostAt], out[hostAt+www:]...)
 	}
 	return out, nil
 }
@@ -341,22 +377,32 @@ func hasDotSegment(p []byte) bool {
 }
 
 // appendQuery appends "?" and the normalized, non-empty parameters of the
-// raw query, stably sorted by name, or nothing if none remain.
-func appendQuery(dst []byte, rawQuery string) []byte {
+// raw query that the rules r keep (nil: all), stably sorted by name, or
+// nothing if none remain.
+func appendQuery(dst []byte, rawQuery string, r *URLRules) []byte {
 	q := len(dst)
 	dst = append(dst, '?')
 	var stack [16][2]int
 	params := stack[:0] // [start, end) of each parameter in dst
+	var cf coldFusion
 	for p := range strings.SplitSeq(rawQuery, "&") {
 		if p == "" {
 			continue
 		}
+		sep := len(dst)
 		if len(params) > 0 {
 			dst = append(dst, '&')
 		}
 		s := len(dst)
 		dst = appendPercentNormalized(dst, p, isQueryChar)
+		if r != nil && r.dropParam(dst[s:], &cf) {
+			dst = dst[:sep]
+			continue
+		}
 		params = append(params, [2]int{s, len(dst)})
+	}
+	if cf.pair() {
+		dst, params = removeParams(dst, q+1, params)
 	}
 	if len(params) == 0 {
 		return dst[:q]

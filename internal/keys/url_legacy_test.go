@@ -58,7 +58,7 @@ func legacyNormalizeURL(dst []byte, raw string) ([]byte, error) {
 		dst = append(dst, '/')
 	}
 	if u.RawQuery != "" {
-		dst = appendQuery(dst, u.RawQuery)
+		dst = appendQuery(dst, u.RawQuery, nil)
 	}
 	return dst, nil
 }

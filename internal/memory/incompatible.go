@@ -13,7 +13,7 @@ import (
 
 // IncompatibleError is a memory the settings cannot restore: its
 // checkpoints were written with another definition of a key (--key,
-// --normalize, the hash) or another filter kind (--filter). It is a
+// --normalize, --url-rules, --url-strip-params, the hash) or another filter kind (--filter). It is a
 // configuration error: waiting or retrying does not help, and carrying
 // the memory over would let duplicates pass for up to a window.
 //
@@ -47,7 +47,7 @@ func (e *IncompatibleError) Finding() string {
 			"and a new filter would forget the window's keys",
 			ps, holds, e.RecordedKind, e.RecordedKind, e.CurrentKind, objectsName(manifestKind(e.RecordedKind)))
 	}
-	rec, cur := KeyFlags(e.RecordedKey), KeyFlags(e.CurrentKey)
+	rec, cur := keyFlagsAgainst(e.RecordedKey, e.CurrentKey), keyFlagsAgainst(e.CurrentKey, e.RecordedKey)
 	if e.RecordedKey.Hash != e.CurrentKey.Hash {
 		rec += " (hash " + e.RecordedKey.Hash + ")"
 		cur += " (hash " + e.CurrentKey.Hash + ")"
@@ -58,7 +58,7 @@ func (e *IncompatibleError) Finding() string {
 
 // Fix names the ways out.
 func (e *IncompatibleError) Fix() string {
-	keep := "keep --key/--normalize as recorded (" + KeyFlags(e.RecordedKey) + ")"
+	keep := "keep the key settings as recorded (" + keyFlagsAgainst(e.RecordedKey, e.CurrentKey) + ")"
 	if e.kindChanged() {
 		keep = "keep --filter " + e.RecordedKind
 	} else if e.RecordedKey.Hash != e.CurrentKey.Hash {
@@ -83,7 +83,31 @@ func KeyFlags(k checkpoint.KeyIdentity) string {
 	if s, ok := strings.CutPrefix(spec, "repartition("); ok && strings.HasSuffix(s, ")") {
 		spec, pre = strings.TrimSuffix(s, ")"), "--repartition "
 	}
-	return fmt.Sprintf("%s--key %s --normalize %s", pre, spec, k.Normalize)
+	s := fmt.Sprintf("%s--key %s --normalize %s", pre, spec, k.Normalize)
+	if k.URLRules != "" {
+		s += " --url-rules " + k.URLRules
+	}
+	if k.URLStripParams != "" {
+		s += " --url-strip-params " + k.URLStripParams
+	}
+	return s
+}
+
+// keyFlagsAgainst is KeyFlags(k), saying which URL settings k lacks that
+// other has, so that a rule turned on or off is visible on both sides.
+func keyFlagsAgainst(k, other checkpoint.KeyIdentity) string {
+	s := KeyFlags(k)
+	var without []string
+	if k.URLRules == "" && other.URLRules != "" {
+		without = append(without, "--url-rules")
+	}
+	if k.URLStripParams == "" && other.URLStripParams != "" {
+		without = append(without, "--url-strip-params")
+	}
+	if len(without) > 0 {
+		s += ", without " + strings.Join(without, " and ")
+	}
+	return s
 }
 
 // compatible returns nil if the settings can restore checkpoint m, else

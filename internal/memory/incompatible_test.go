@@ -40,6 +40,11 @@ func TestIncompatibleWords(t *testing.T) {
 		{"--key changed behind --repartition", &IncompatibleError{Group: "g", Topic: "g-repartition", Partitions: []int{0, 1},
 			RecordedKey: with(func(k *checkpoint.KeyIdentity) { k.Spec = "repartition(json:order_id)" }),
 			CurrentKey:  with(func(k *checkpoint.KeyIdentity) { k.Spec = "repartition(json:id)" }), RecordedKind: KindRing, CurrentKind: KindRing}},
+		{"--url-rules turned on", &IncompatibleError{Group: "crawl", Topic: "links", Partitions: []int{0, 1, 2, 3},
+			RecordedKey: with(func(k *checkpoint.KeyIdentity) { k.Spec, k.Normalize = "json:url", "url" }),
+			CurrentKey: with(func(k *checkpoint.KeyIdentity) {
+				k.Spec, k.Normalize, k.URLRules, k.URLStripParams = "json:url", "url", "strip-userinfo,strip-www,strip-session-ids", "ref"
+			}), RecordedKind: KindRing, CurrentKind: KindRing}},
 	}
 	var b strings.Builder
 	for _, tc := range cases {
@@ -100,6 +105,20 @@ func TestCheckMemory(t *testing.T) {
 	same.Key = keyA
 	if err := same.CheckMemory(ctx, tIn, 4); err != nil {
 		t.Errorf("the recorded key: %v", err)
+	}
+
+	// URL rules or stripped parameters are part of the definition, as
+	// --key and --normalize are.
+	withRules, withParams := keyA, keyA
+	withRules.URLRules = "strip-www"
+	withParams.URLStripParams = "ref"
+	for _, k := range []checkpoint.KeyIdentity{withRules, withParams} {
+		s := realState(t, dir)
+		s.Key = k
+		var e *IncompatibleError
+		if err := s.CheckMemory(ctx, tIn, 4); !errors.As(err, &e) || !slices.Equal(e.Partitions, []int{0, 1, 3}) || e.CurrentKey != k {
+			t.Errorf("%s: %v, want an *IncompatibleError naming partitions 0, 1, 3", k, err)
+		}
 	}
 
 	other := realState(t, dir)

@@ -58,11 +58,11 @@ func (w *Worker) checkMemory(ctx context.Context) error {
 			"refused", refused)
 	case checked:
 		w.log.Warn("--on-restore-failure empty is set, and no checkpoint needs it now: every checkpoint found fits these settings. " +
-			"Left in place, a partition whose checkpoints do not load (corrupt, or written with other --key/--normalize/--filter) " +
+			"Left in place, a partition whose checkpoints do not load (corrupt, or written with other --key/--normalize/--url-rules/--filter) " +
 			"starts empty and forgets its window instead of stopping the worker; remove the setting once the rebuild it was set for is done")
 	default:
 		w.log.Warn("--on-restore-failure empty is set: a partition whose checkpoints do not load (corrupt, or written with other " +
-			"--key/--normalize/--filter) starts empty and forgets its window instead of stopping the worker; remove the setting " +
+			"--key/--normalize/--url-rules/--filter) starts empty and forgets its window instead of stopping the worker; remove the setting " +
 			"once the rebuild it was set for is done")
 	}
 	return nil
