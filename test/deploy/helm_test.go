@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/config"
+	"github.com/bloomgate/bloomgate/internal/preflight"
 	"github.com/bloomgate/bloomgate/internal/proctest"
 )
 
@@ -203,6 +204,12 @@ func TestHelmChartSettings(t *testing.T) {
 				t.Fatal(err)
 			}
 			need := uint64(perPod)*(sz.Bytes+sz.GenerationBytes) + BaselineBytes
+			if cfg.Exact {
+				// Exact mode: ~1.2× the filters' memory (as for the
+				// kustomize overlay), and its volume holds the stores.
+				need = uint64(1.2*float64(uint64(perPod)*(sz.Bytes+sz.GenerationBytes))) + BaselineBytes
+				checkExactVolume(t, sts, c, cfg, perPod, plan.Capacity)
+			}
 			req, err := quantity(str(c, "resources", "requests", "memory"))
 			if err != nil {
 				t.Fatal(err)
@@ -220,6 +227,44 @@ func TestHelmChartSettings(t *testing.T) {
 				t.Errorf("memory limit %d MiB: want between the request and 4× it", limit>>20)
 			}
 		})
+	}
+}
+
+// checkExactVolume: --exact-dir is on a volume of its own (an emptyDir
+// with a sizeLimit, within the pod's ephemeral-storage request, or a
+// claim per pod) that holds the stores of the partitions a pod may hold.
+func checkExactVolume(t *testing.T, sts map[string]any, c any, cfg *config.Run, perPod int, capacity uint64) {
+	t.Helper()
+	var volume string
+	for _, m := range list(c, "volumeMounts") {
+		if mp := str(m, "mountPath"); cfg.ExactDir == mp || strings.HasPrefix(cfg.ExactDir, mp+"/") {
+			volume = str(m, "name")
+		}
+	}
+	var size uint64
+	var err error
+	for _, v := range list(sts, "spec", "template", "spec", "volumes") {
+		if str(v, "name") == volume {
+			if size, err = quantity(str(v, "emptyDir", "sizeLimit")); err != nil {
+				t.Fatalf("--exact-dir's volume %s: want an emptyDir with a sizeLimit: %v", volume, err)
+			}
+			eph, err := quantity(str(c, "resources", "requests", "ephemeral-storage"))
+			if err != nil || eph < size {
+				t.Errorf("ephemeral-storage request %q: want at least the exact volume's %d MiB", str(c, "resources", "requests", "ephemeral-storage"), size>>20)
+			}
+		}
+	}
+	for _, pvc := range list(sts, "spec", "volumeClaimTemplates") {
+		if str(pvc, "metadata", "name") == volume {
+			if size, err = quantity(str(pvc, "spec", "resources", "requests", "storage")); err != nil {
+				t.Fatalf("claim %s: %v", volume, err)
+			}
+		}
+	}
+	need := uint64(perPod) * preflight.ExactStoreBytes(capacity, cfg.Generations)
+	t.Logf("exact stores: %d partitions per pod need %d MiB; volume %q holds %d MiB", perPod, need>>20, volume, size>>20)
+	if volume == "" || size < need {
+		t.Errorf("--exact-dir %s: volume %q of %d MiB < %d MiB needed", cfg.ExactDir, volume, size>>20, need>>20)
 	}
 }
 
