@@ -481,3 +481,29 @@ func TestChartVersion(t *testing.T) {
 		t.Errorf("CHANGELOG.md has no section ## %s", strings.TrimPrefix(tag, "v"))
 	}
 }
+
+// TestChartSchemaRefuses: values.schema.json turns away what the chart
+// must not render: unknown values, a mutable tag, settings the chart sets
+// itself or that are secrets, a local checkpoint URL, mistyped numbers.
+func TestChartSchemaRefuses(t *testing.T) {
+	bin := helmPath(t)
+	for set, want := range map[string]string{
+		"replica=3":                          "additional properties 'replica'",
+		"image.tag=latest":                   "/image/tag",
+		"config.metrics-addr=:1":             "/config/metrics-addr",
+		"config.sasl-password=x":             "/config/sasl-password",
+		"config.checkpoint-url=file:///data": "/config/checkpoint-url",
+		"inputPartitions=0":                  "/inputPartitions",
+		"exact.volume=hostPath":              "/exact/volume",
+		"autoscaling.keda.lagThreshold=-1":   "/autoscaling/keda/lagThreshold",
+	} {
+		t.Run(set, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, "template", "bg", chart, "--set", set).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), want) {
+				t.Errorf("--set %s: %v, want a schema error at %s\n%s", set, err, want, out)
+			}
+		})
+	}
+}
