@@ -3,15 +3,18 @@
 #   make run    the embedded default: in-process broker, worker, demo producer,
 #               checkpoints in ./.bloomgate (no other infrastructure)
 #   make test   installs what the tests need (kcat, chromium, prometheus,
-#               versitygw; cached)
+#               versitygw, helm, cyclonedx-gomod; cached)
 #               and runs the whole suite with -race
+#   make release  the release named by VERSION into dist/: executables,
+#               the container image (OCI layout and archive), SBOM, checksums
 
 GO       ?= go
 BIN      := bin/bloomgate
 # Where .ci/deps.sh keeps the tools it fetches; prometheus and promtool are
 # unpacked there (see .ci/deps.sh) and put on PATH for the tests.
 TOOLS_DIR := $(or $(BLOOMGATE_TOOLS_DIR),$(HOME)/.cache/bloomgate-tools)
-TOOLS_PATH := $(TOOLS_DIR)/prometheus/usr/bin:$(PATH)
+# helm and cyclonedx-gomod are linked into bin/ there.
+TOOLS_PATH := $(TOOLS_DIR)/prometheus/usr/bin:$(TOOLS_DIR)/bin:$(PATH)
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/bloomgate/bloomgate/internal/buildinfo.Version=$(VERSION)
 TEST_TIMEOUT ?= 40m
@@ -45,7 +48,7 @@ FUZZ_TARGETS := \
 	./internal/keys:FuzzNormalizeURLRules \
 	./internal/keys:FuzzRemoveDotSegments
 
-.PHONY: build run test test-short deps bench lint fmt fuzz image soak clean
+.PHONY: build run test test-short deps bench lint fmt fuzz image release soak clean
 
 build:
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/bloomgate
@@ -65,6 +68,9 @@ test:
 	$(GO) test -count=1 -run '^TestDecodeRawAsKafkaGo$$' ./internal/fetcher
 	@# go.mod and go.sum say what the code imports, no more, no less
 	$(GO) mod tidy -diff
+	@# the release module (release/): the image, built by make release for
+	@# linux/amd64, opened and run; the Helm chart rendered and decoded
+	cd release && $(GO) mod tidy -diff && BLOOMGATE_REQUIRE_TOOLS=1 PATH="$(TOOLS_PATH)" $(GO) test -count=1 -timeout 15m ./...
 	@# allocation counts of pooled encoders (sync.Pool drops items under -race)
 	$(GO) test -count=1 -run '^TestCompressedReuseAllocations$$' ./internal/producer
 	@$(MAKE) --no-print-directory fuzz
@@ -93,12 +99,50 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	cd release && $(GO) vet ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
 clean:
-	rm -rf bin .bloomgate
+	rm -rf bin .bloomgate dist
+
+# The release: VERSION is its one source. The git tag, the executables'
+# version (bloomgate version), the image tag and labels and the chart's
+# appVersion are v$(VERSION); the chart's version is $(VERSION).
+# Executables as the image has them (CGO_ENABLED=0, -trimpath, -tags
+# nodev), the image for the linux platforms (release/ociimage: no
+# container engine), a CycloneDX SBOM of each executable (read from the
+# module list the Go toolchain embeds in it), SHA256SUMS over all of them.
+# Reproducible: the same commit gives the same bytes (timestamps are the
+# commit's). RELEASE_PLATFORMS and DIST may be narrowed (the release test
+# builds linux/amd64 only).
+RELEASE_VERSION := $(shell cat VERSION)
+RELEASE_TAG := v$(RELEASE_VERSION)
+RELEASE_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+DIST ?= dist
+RELEASE_IMAGE ?= ghcr.io/bloomgate/bloomgate
+RELEASE_LDFLAGS := -s -w -X github.com/bloomgate/bloomgate/internal/buildinfo.Version=$(RELEASE_TAG)
+release:
+	@set -e; dist=$(abspath $(DIST)); tag=$(RELEASE_TAG); \
+	  cyclonedx=$$(.ci/deps.sh release | tail -n 1); \
+	  rev=$$(git rev-parse HEAD)$$(test -z "$$(git status --porcelain)" || echo -dirty); \
+	  created=$$(git log -1 --format=%ct); \
+	  rm -rf "$$dist"; mkdir -p "$$dist"; bins=""; \
+	  for p in $(RELEASE_PLATFORMS); do \
+	    os=$${p%/*}; arch=$${p#*/}; out="$$dist/bloomgate-$$tag-$$os-$$arch"; \
+	    echo "release: $$out"; \
+	    CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -tags nodev -ldflags '$(RELEASE_LDFLAGS)' -o "$$out" ./cmd/bloomgate; \
+	    [ "$$os" != linux ] || bins="$$bins -binary $$p=$$out"; \
+	    GOPROXY=off "$$cyclonedx" bin -json -licenses -noserial -notimestamp -version "$$tag" -output "$$out.cdx.json" "$$out"; \
+	  done; \
+	  if [ -n "$$bins" ]; then \
+	    echo "release: $$dist/bloomgate-$$tag.oci.tar"; \
+	    (cd release && $(GO) run ./cmd/ociimage -version "$$tag" -revision "$$rev" -created "$$created" \
+	      -name $(RELEASE_IMAGE) -layout "$$dist/image" -archive "$$dist/bloomgate-$$tag.oci.tar" $$bins); \
+	  fi; \
+	  (cd "$$dist" && sha256sum bloomgate-* > SHA256SUMS); \
+	  echo "release: $$dist/SHA256SUMS"
 
 # Container image (needs a Docker engine).
 image:

@@ -5,12 +5,42 @@
 #   - prometheus and promtool (Debian package; the alert rules' unit tests and
 #     the end-to-end alert test), unpacked into $TOOLS_DIR/prometheus rather
 #     than installed: installing the package would start a Prometheus service
+#   - helm v4 (built from the Go module proxy; the chart's tests in release/)
+#     and cyclonedx-gomod (the SBOM of make release, which the release test
+#     runs), linked into $TOOLS_DIR/bin
 # Prints the path of the versitygw binary on its last line.
+#
+# `deps.sh release` installs only what make release needs (cyclonedx-gomod)
+# and prints its path on its last line.
 set -euo pipefail
 
 VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
+# helm v4.3.2 brings the k8s.io modules at v0.37.2, the version release/
+# decodes the chart with (release/go.mod): change them together.
+HELM_VERSION="${HELM_VERSION:-v4.3.2}"
+CYCLONEDX_VERSION="${CYCLONEDX_VERSION:-v1.10.0}"
 TOOLS_DIR="${BLOOMGATE_TOOLS_DIR:-$HOME/.cache/bloomgate-tools}"
 vgw_dir="$TOOLS_DIR/versitygw-$VERSITYGW_VERSION"
+
+# go_tool NAME VERSION PACKAGE MINUTES: go install PACKAGE@VERSION into
+# $TOOLS_DIR/NAME-VERSION once, linked as $TOOLS_DIR/bin/NAME.
+go_tool() {
+  local dir="$TOOLS_DIR/$1-$2"
+  if [ ! -x "$dir/$1" ]; then
+    echo "deps: building $1 $2 (about $4, cached in $dir)" >&2
+    mkdir -p "$dir"
+    GOBIN="$dir" GOFLAGS=-mod=mod go install "$3@$2" >&2
+  fi
+  mkdir -p "$TOOLS_DIR/bin"
+  ln -sfn "$dir/$1" "$TOOLS_DIR/bin/$1"
+}
+
+go_tool cyclonedx-gomod "$CYCLONEDX_VERSION" github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod "1 minute"
+if [ "${1:-}" = release ]; then
+  echo "$TOOLS_DIR/bin/cyclonedx-gomod"
+  exit 0
+fi
+go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "2-3 minutes"
 
 if ! command -v kcat >/dev/null 2>&1; then
   echo "deps: installing kcat (Debian package)" >&2
