@@ -205,6 +205,8 @@ func notReady(st worker.Status, waiting []string) (long, short string) {
 	switch {
 	case st.Error != "":
 		return "the worker failed: " + st.Error, "worker failed"
+	case st.Fenced != "":
+		return "idle after being fenced: " + st.Fenced, "fenced"
 	case !st.Joined && st.JoinError != "":
 		return "not in a consumer group generation for " + seconds(st.UnjoinedSeconds) +
 			"; joining fails: " + st.JoinError, "joining fails"

@@ -2,9 +2,14 @@ package worker
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestStaticRollingRestart: three static members (--group-instance-id)
@@ -93,4 +98,54 @@ func TestStaticRollingRestart(t *testing.T) {
 	wantOut, wantDup, _ := expectation(evs[:5000], time.Hour)
 	checkKeys(t, "output", readTopic(t, brokers, tOut, 6), wantOut)
 	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 6), wantDup)
+}
+
+// TestDuplicateInstanceIDNoFencingLoop: two workers given one
+// --group-instance-id (the default group timings). The second one's join
+// fences the first, which then stays idle: it does not rejoin (which would
+// fence the second in turn) and does not return from Run (a supervisor
+// would restart it into the group), says why on /readyz, and keeps /healthz
+// at 200. The second keeps every partition, in one generation, for three
+// session timeouts.
+func TestDuplicateInstanceIDNoFencingLoop(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 4)
+	cfg := testConfig(brokers)
+	defaultGroupTimings(&cfg)
+	cfg.InstanceID = "dedup-1"
+	a := startWorker(t, cfg, newMemStore(), nil)
+	waitFor(t, 60*time.Second, "the first worker ready", func() bool { return a.w.Status().Ready })
+	cb := cfg
+	cb.Owner = "b"
+	b := startWorker(t, cb, newMemStore(), nil)
+	waitFor(t, 60*time.Second, "the first worker fenced", func() bool { return a.w.Status().Fenced != "" })
+	waitFor(t, 60*time.Second, "the second worker with every partition", func() bool {
+		s := b.w.Status()
+		return s.Ready && len(s.Assigned) == 4
+	})
+	gen := b.w.Status().Generation
+	hold := 3 * cfg.SessionTimeout
+	deadline := time.Now().Add(hold)
+	for time.Now().Before(deadline) {
+		if s := b.w.Status(); !s.Joined || s.Generation != gen || len(s.Assigned) != 4 {
+			t.Fatalf("the second worker: joined=%v generation %d (was %d), partitions %v: the fenced one came back", s.Joined, s.Generation, gen, s.Assigned)
+		}
+		select {
+		case err := <-a.done:
+			t.Fatalf("the fenced worker's Run returned (%v): a supervisor would restart it into the group", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	s := a.w.Status()
+	if s.Joined || len(s.Assigned) != 0 || !strings.Contains(s.Fenced, "--group-instance-id") {
+		t.Errorf("the fenced worker: joined=%v partitions %v fenced %q", s.Joined, s.Assigned, s.Fenced)
+	}
+	h := a.w.Handler(prometheus.NewRegistry())
+	for path, want := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusServiceUnavailable} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != want || (path == "/readyz" && !strings.Contains(rec.Body.String(), "fenced")) {
+			t.Errorf("%s: %d %q, want %d", path, rec.Code, rec.Body.String(), want)
+		}
+	}
 }

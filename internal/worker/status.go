@@ -23,6 +23,9 @@ type Status struct {
 	// UnjoinedSeconds: time since the worker was last in a generation (0
 	// while it is); beyond the rebalance timeout the group is stalled.
 	UnjoinedSeconds float64 `json:"unjoined_seconds,omitempty"`
+	// Fenced: another member took this worker's static instance id; it
+	// stays idle (Worker.idleFenced). The error, with the fix.
+	Fenced string `json:"fenced,omitempty"`
 	// JoinError: while not in a generation, why the last attempt to join
 	// failed (naming --brokers when no broker answered).
 	JoinError  string `json:"join_error,omitempty"`
@@ -297,6 +300,9 @@ func (w *Worker) Handler(g prometheus.Gatherer) http.Handler {
 		switch {
 		case s.Error != "":
 			http.Error(rw, "not ready: "+s.Error, http.StatusServiceUnavailable)
+			return
+		case s.Fenced != "":
+			http.Error(rw, "not ready: idle after being fenced: "+s.Fenced, http.StatusServiceUnavailable)
 			return
 		case !s.Joined && s.JoinError != "":
 			http.Error(rw, fmt.Sprintf("not ready: not in a consumer group generation for %.0fs; joining fails: %s",

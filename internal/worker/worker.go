@@ -292,6 +292,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
 		}
 	}
+	if runErr != nil && errors.Is(runErr, kafka.FencedInstanceID) && ctx.Err() == nil {
+		stopWatch()
+		<-watched
+		w.idleFenced(ctx, runErr)
+		runErr = nil
+	}
 	if runErr != nil {
 		if e := w.check.Explain(runErr); e != nil {
 			e.Attempts = 1
@@ -314,6 +320,24 @@ func (w *Worker) Run(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	return nil
+}
+
+// idleFenced holds a member whose static instance id another member took
+// until ctx ends: it does not rejoin, and it does not exit. Rejoining, or
+// exiting into a supervisor's restart, would fence the other member in
+// turn, and two workers given one --group-instance-id would take turns
+// forever; idle, the other one keeps the partitions and this one says why
+// it does nothing (ERROR, /readyz, the status page) while /healthz stays
+// 200, so that nothing restarts it.
+func (w *Worker) idleFenced(ctx context.Context, err error) {
+	w.setJoined(false)
+	w.mu.Lock()
+	w.status.Fenced = err.Error()
+	w.mu.Unlock()
+	w.log.Error("fenced: another member joined with this worker's --group-instance-id; staying idle without "+
+		"rejoining (rejoining or restarting would fence the other in turn) until stopped", "err", err,
+		"group_instance_id", w.cfg.InstanceID)
+	<-ctx.Done()
 }
 
 // stop ends Run with err.
