@@ -278,7 +278,12 @@ func New(cfg Config) (*Broker, error) {
 		return nil, fmt.Errorf("starting broker: %w", err)
 	}
 	if restored && cfg.GroupRestoreHold > 0 {
-		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold))
+		var held atomic.Pointer[map[string]bool]
+		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold), &held)
+		// Until the restored groups are known, every group is held.
+		if groups, err := listGroups(c.ListenAddrs()[0]); err == nil {
+			held.Store(&groups)
+		}
 	}
 	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing, oauth: oauth}
 	if cfg.TLS == nil && !cfg.sasl() {
@@ -424,6 +429,29 @@ func (a slogAdapter) Logf(level kfake.LogLevel, format string, args ...any) {
 	a.l.Log(context.Background(), lvl, fmt.Sprintf(format, args...), "component", "broker")
 }
 
+// listGroups lists the consumer groups the broker at addr knows.
+func listGroups(addr string) (map[string]bool, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ClientID("bloomgate-broker"), kgo.RequestRetries(2))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := kmsg.NewPtrListGroupsRequest().RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return nil, err
+	}
+	groups := map[string]bool{}
+	for _, g := range resp.Groups {
+		groups[g.Group] = true
+	}
+	return groups, nil
+}
+
 // DefaultGroupRestoreHold is Config.GroupRestoreHold's default.
 const DefaultGroupRestoreHold = 10 * time.Second
 
@@ -435,7 +463,11 @@ const DefaultGroupRestoreHold = 10 * time.Second
 // rejoining (a member rejoining a cooperative group keeps processing its
 // partitions; answering it LOAD_IN_PROGRESS too would keep it at that
 // until the first new member forms a generation without it).
-func holdJoins(c *kfake.Cluster, until time.Time) {
+//
+// Only the groups restored are held (held; nil: every group, until they
+// are known): a group that did not exist before the restart has no member
+// to wait for, and refusing it kept a new pipeline waiting for nothing.
+func holdJoins(c *kfake.Cluster, until time.Time, held *atomic.Pointer[map[string]bool]) {
 	c.ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if !time.Now().Before(until) {
 			c.DropControl()
@@ -443,7 +475,7 @@ func holdJoins(c *kfake.Cluster, until time.Time) {
 		}
 		c.KeepControl()
 		jr := req.(*kmsg.JoinGroupRequest)
-		if jr.MemberID != "" {
+		if m := held.Load(); jr.MemberID != "" || (m != nil && !(*m)[jr.Group]) {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.JoinGroupResponse)

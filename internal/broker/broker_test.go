@@ -224,27 +224,7 @@ func TestDataDirSurvivesRestart(t *testing.T) {
 func TestGroupRestoreHold(t *testing.T) {
 	// One JoinGroup, answered as is (no retries: kgo would retry
 	// COORDINATOR_LOAD_IN_PROGRESS itself).
-	join := func(addr, member string) int16 {
-		t.Helper()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		req := kmsg.NewPtrJoinGroupRequest()
-		req.Group, req.ProtocolType, req.MemberID = "g", "consumer", member
-		req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10000, 10000
-		proto := kmsg.NewJoinGroupRequestProtocol()
-		proto.Name = "range"
-		req.Protocols = append(req.Protocols, proto)
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := req.RequestWith(ctx, cl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.ErrorCode
-	}
+	join := func(addr, member string) int16 { return joinGroup(t, addr, "g", member) }
 	const hold = 2 * time.Second
 	dir := t.TempDir()
 	cfg := Config{Listen: "127.0.0.1:0", DataDir: dir, Topics: []TopicSpec{{"in", 2}}, GroupRestoreHold: hold}
@@ -269,6 +249,10 @@ func TestGroupRestoreHold(t *testing.T) {
 	if code := join(b2.Addr(), ""); code != kerr.CoordinatorLoadInProgress.Code {
 		t.Fatalf("join right after the restart: error code %d, want %d (COORDINATOR_LOAD_IN_PROGRESS)", code, kerr.CoordinatorLoadInProgress.Code)
 	}
+	// A group that was not there before the restart has nobody to wait for.
+	if code := joinGroup(t, b2.Addr(), "brand-new", ""); code == kerr.CoordinatorLoadInProgress.Code {
+		t.Fatalf("join of a new group right after the restart: COORDINATOR_LOAD_IN_PROGRESS")
+	}
 	// A member from before the restart, rejoining with its ID, is told at
 	// once that it is unknown, which stops its partitions (holding it too
 	// would let it process them until a new member formed a generation).
@@ -284,6 +268,31 @@ func TestGroupRestoreHold(t *testing.T) {
 	if got := consumeGroup(t, b2.Addr(), "in", "g", 3); len(got) != 3 {
 		t.Fatalf("after the hold the group read %d records, want 3", len(got))
 	}
+}
+
+// joinGroup sends one JoinGroup for group, answered as is (no retries: kgo
+// would retry COORDINATOR_LOAD_IN_PROGRESS itself), and returns its error
+// code.
+func joinGroup(t *testing.T, addr, group, member string) int16 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.RequestRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrJoinGroupRequest()
+	req.Group, req.ProtocolType, req.MemberID = group, "consumer", member
+	req.SessionTimeoutMillis, req.RebalanceTimeoutMillis = 10000, 10000
+	proto := kmsg.NewJoinGroupRequestProtocol()
+	proto.Name = "range"
+	req.Protocols = append(req.Protocols, proto)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.ErrorCode
 }
 
 func kcatPath(t *testing.T) string {

@@ -43,11 +43,11 @@ func TestTopicChecks(t *testing.T) {
 			`--partitioning same needs equal partition counts: --input "in" has 4, --output "out" has 3; give the output 4 partitions or set --partitioning hash`}},
 		{"missing output", func(c *Config) { noSide(c); c.Output = "outx" }, []string{
 			`--output topic "outx" does not exist: create it with 4 partitions (as many as --input "in" has, which --partitioning same needs), ` +
-				`e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic outx --partitions 4, or fix --output`}},
+				`e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic outx --partitions 4 (the embedded ` + "`bloomgate broker`" + `: --topic outx:4 at its start; kcat cannot create topics), or fix --output`}},
 		{"missing duplicates and dead-letter topics", func(c *Config) {
 			c.Partitioning, c.Duplicates, c.DeadLetter = PartitioningHash, "nope", "dlqx"
 		}, []string{
-			`--duplicates topic "nope" does not exist: create it with 4 partitions (as many as --input "in" has), e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic nope --partitions 4, or fix --duplicates`,
+			`--duplicates topic "nope" does not exist: create it with 4 partitions (as many as --input "in" has), e.g. kafka-topics.sh --bootstrap-server ` + brokers[0] + ` --create --topic nope --partitions 4 (the embedded ` + "`bloomgate broker`" + `: --topic nope:4 at its start; kcat cannot create topics), or fix --duplicates`,
 			`; --dead-letter topic "dlqx" does not exist`}},
 		{"missing input and output", func(c *Config) { noSide(c); c.Input, c.Output = "inx", "outx" }, []string{
 			`--input topic "inx" does not exist: check the name (topics are case-sensitive) or create it; ` +

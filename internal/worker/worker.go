@@ -436,8 +436,9 @@ func (w *Worker) missingTopic(flag, name string, inputPartitions int) string {
 	}
 	hint := ""
 	if inputPartitions > 0 && len(w.cfg.Brokers) > 0 {
-		hint = fmt.Sprintf(", e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions %d",
-			w.cfg.Brokers[0], name, inputPartitions)
+		hint = fmt.Sprintf(", e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions %d "+
+			"(the embedded `bloomgate broker`: --topic %s:%d at its start; kcat cannot create topics)",
+			w.cfg.Brokers[0], name, inputPartitions, name, inputPartitions)
 	}
 	return fmt.Sprintf("--%s topic %q does not exist: create it with %s%s%s, or fix --%s", flag, name, count, why, hint, flag)
 }
