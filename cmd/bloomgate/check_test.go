@@ -148,7 +148,7 @@ func TestCheckPasses(t *testing.T) {
 	}
 
 	// Checkpoints written with the same key and another window: the
-	// change is listed and carried over.
+	// change is listed, carried over, and a warning.
 	writeKeyedCheckpoints(t, dir)
 	out, errOut, code = runCheck(t, "--brokers", addr, "--group", "g", "--input", "orders", "--output", "orders-unique",
 		"--key", "json:order_id", "--window", "48h", "--checkpoint-url", "file://"+dir)
@@ -412,5 +412,32 @@ func TestCheckUnreachableBrokersDefault(t *testing.T) {
 	}
 	if strings.Contains(errOut, "level=WARN") {
 		t.Errorf("retry lines printed around the report:\n%s", errOut)
+	}
+}
+
+// TestCheckRepartitionPlans: with --repartition and no repartition topic
+// yet (a first deploy), check plans with the partitions the hop will give
+// it (--output's) instead of skipping the memory and checkpoint checks.
+func TestCheckRepartitionPlans(t *testing.T) {
+	addr := checkBroker(t)
+	dir := t.TempDir()
+	out, errOut, code := runCheck(t, "--json", "--brokers", addr, "--group", "g", "--input", "orders", "--output", "orders-unique",
+		"--key", "json:order_id", "--repartition", "--checkpoint-url", "file://"+dir)
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0:\n%s%s", code, out, errOut)
+	}
+	var rep preflight.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]preflight.Check{}
+	for _, c := range rep.Checks {
+		seen[c.Name] = c
+	}
+	if c := seen["memory"]; c.Status != preflight.OK || !strings.Contains(c.Detail, "the 2 partitions the --repartition hop's topic gets") {
+		t.Errorf("memory: %s %q", c.Status, c.Detail)
+	}
+	if c := seen["checkpoints"]; c.Status != preflight.OK || !strings.Contains(c.Detail, "each of the 2 partitions starts a new memory") {
+		t.Errorf("checkpoints: %s %q", c.Status, c.Detail)
 	}
 }

@@ -38,14 +38,16 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		input = c.RepartitionTopic()
 	}
 	return worker.Config{
-		Brokers:      c.Brokers,
-		Group:        c.Group,
-		Input:        input,
-		Output:       c.Output,
-		Duplicates:   c.Duplicates,
-		DeadLetter:   c.DeadLetter,
-		OnMissingKey: worker.MissingKeyPolicy(c.OnMissingKey),
-		OnUnwritable: worker.UnwritablePolicy(c.OnUnwritable),
+		Brokers: c.Brokers,
+		Group:   c.Group,
+		Input:   input,
+		// The hop creates its topic with --output's partition count.
+		InputMadeLikeOutput: c.Repartition,
+		Output:              c.Output,
+		Duplicates:          c.Duplicates,
+		DeadLetter:          c.DeadLetter,
+		OnMissingKey:        worker.MissingKeyPolicy(c.OnMissingKey),
+		OnUnwritable:        worker.UnwritablePolicy(c.OnUnwritable),
 		Agreement: []worker.Setting{
 			{Name: "key", Value: c.Key}, {Name: "normalize", Value: c.Normalize},
 			{Name: "url-rules", Value: c.KeyIdentity().URLRules}, {Name: "url-strip-params", Value: c.KeyIdentity().URLStripParams},

@@ -31,6 +31,9 @@ func memoryPlan(r *Report, cfg *config.Run, pf *worker.Preflight, opts Options) 
 			"a worker holding all %d partitions needs about %s (filters, one generation each while a checkpoint uploads, %s for the runtime)",
 		quantity.Bytes(per), quantity.Count(pf.Params.Capacity), quantity.Rate(pf.Params.FPR), pf.Params.Generations,
 		pf.Partitions, quantity.Bytes(all), quantity.Bytes(memoryHeadroom))}
+	if pf.InputPlanned {
+		c.Detail += fmt.Sprintf(" (the %d partitions the --repartition hop's topic gets, as --output has)", pf.Partitions)
+	}
 	if limit := opts.MemoryLimit(); limit > 0 {
 		c.Detail += fmt.Sprintf("; memory limit %s", quantity.Bytes(limit))
 		if all > limit {

@@ -80,7 +80,7 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 			}
 			continue
 		}
-		for _, ch := range planChanges(m.Filter, cfg) {
+		for _, ch := range planChanges(m.Filter, cfg, pf.Partitions) {
 			if _, ok := changes[ch]; !ok {
 				changeOrder = append(changeOrder, ch)
 			}
@@ -123,6 +123,12 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 	for _, ch := range changeOrder {
 		c.Detail += fmt.Sprintf("; partitions %s: %s", worker.PartitionList(changes[ch]), ch)
 	}
+	if len(changeOrder) > 0 && c.Status == OK {
+		// Not refused, but a plan change is seldom an accident to keep.
+		c.Status = Warn
+		c.Fix = "if the filter plan is meant to change, nothing to do: run carries the checkpointed generations over " +
+			"(docs/checkpoints.md, \"Settings evolution\"); else restore the checkpointed settings"
+	}
 	if len(isolation) > 0 {
 		if c.Status == OK {
 			c.Status = Warn
@@ -134,14 +140,22 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 
 // planChanges lists what changed in the filter plan since a checkpoint;
 // all of it is carried over (docs/checkpoints.md, "Settings evolution").
-func planChanges(f checkpoint.FilterParams, cfg *config.Run) []string {
+func planChanges(f checkpoint.FilterParams, cfg *config.Run, partitions int) []string {
 	var out []string
+	perPartition := cfg.Capacity
+	if partitions > 1 {
+		perPartition = (cfg.Capacity + uint64(partitions) - 1) / uint64(partitions)
+	}
 	if f.Window != cfg.Window {
 		out = append(out, fmt.Sprintf("--window %s, checkpointed %s (carried over: sealed generations answer until they leave the new window)",
 			quantity.Duration(cfg.Window), quantity.Duration(f.Window)))
 	}
 	if f.Generations != cfg.Generations {
 		out = append(out, fmt.Sprintf("--generations %d, checkpointed %d (carried over)", cfg.Generations, f.Generations))
+	}
+	if f.Capacity != perPartition {
+		out = append(out, fmt.Sprintf("--capacity %s (%s per partition), checkpointed %s per partition (carried over: new generations take the new capacity)",
+			quantity.Count(cfg.Capacity), quantity.Count(perPartition), quantity.Count(f.Capacity)))
 	}
 	if f.FPR != cfg.FPR {
 		out = append(out, fmt.Sprintf("--fpr %s, checkpointed %s (carried over: new generations follow the new rate)",

@@ -128,12 +128,16 @@ const (
 // the one documented on the field (the Default constants; WithDefaults fills
 // them in); a bound that can be turned off is turned off by NoBound.
 type Config struct {
-	Brokers    []string
-	Group      string // consumer group id, also the checkpoint namespace
-	Input      string
-	Output     string
-	Duplicates string // optional: records judged duplicate; else they are dropped and counted
-	DeadLetter string // optional: records whose key cannot be extracted
+	Brokers []string
+	Group   string // consumer group id, also the checkpoint namespace
+	Input   string
+	// InputMadeLikeOutput: the input is created at start with the
+	// output's partition count where it does not exist (the repartition
+	// hop's topic); Preflight then plans with the output's count.
+	InputMadeLikeOutput bool
+	Output              string
+	Duplicates          string // optional: records judged duplicate; else they are dropped and counted
+	DeadLetter          string // optional: records whose key cannot be extracted
 
 	OnMissingKey MissingKeyPolicy // default DefaultOnMissingKey(DeadLetter)
 	// Agreement lists settings outside this Config that the members of

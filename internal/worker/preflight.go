@@ -37,8 +37,11 @@ type Preflight struct {
 	MaxBatchBytes int64
 	// Partitions is the input's partition count (0: unknown); Params the
 	// plan of one partition's filter, and PlannedBytes its memory at that
-	// plan (0: the state store does not plan).
+	// plan (0: the state store does not plan). With
+	// Config.InputMadeLikeOutput and no input yet, Partitions is the
+	// output's count and InputPlanned is set.
 	Partitions   int
+	InputPlanned bool
 	Params       FilterParams
 	PlannedBytes uint64
 }
@@ -159,6 +162,9 @@ func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Prefli
 			return nil, err
 		}
 		r.Refused = err
+	}
+	if out := found[w.cfg.Output]; r.Partitions == 0 && w.cfg.InputMadeLikeOutput && out.Err == nil && out.Partitions > 0 {
+		r.Partitions, r.InputPlanned = out.Partitions, true
 	}
 	if r.Partitions > 0 {
 		r.Params = w.cfg.partitionParams(r.Partitions)
