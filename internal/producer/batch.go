@@ -59,6 +59,10 @@ type Batch struct {
 	now     int64
 	sealed  bool
 	started bool
+	// lastAt is where the last record appended starts in buf, and lastMax
+	// the batch's max timestamp before it (PopLast); lastAt 0: none.
+	lastAt  int
+	lastMax int64
 
 	// codec compresses the batch as it is sent (SetCodec); wire is what is
 	// sent: buf, or the compressed form in zbuf or zscratch.
@@ -72,6 +76,7 @@ type Batch struct {
 func (b *Batch) Reset() {
 	b.buf, b.wire = b.buf[:0], nil
 	b.n, b.first, b.max, b.now, b.sealed, b.started = 0, 0, 0, 0, false, false
+	b.lastAt, b.lastMax = 0, 0
 }
 
 // SetCodec makes b compressed with c when it is sent. Sizes (Size,
@@ -199,6 +204,7 @@ func (b *Batch) Append(m *kafka.Message, extra ...kafka.Header) {
 	if b.n == 0 {
 		b.first, b.max = ts, ts
 	}
+	b.lastAt, b.lastMax = len(b.buf), b.max
 	b.max = max(b.max, ts)
 	delta := ts - b.first
 	body := recordBody(m, extra, delta, int64(b.n))
@@ -213,6 +219,21 @@ func (b *Batch) Append(m *kafka.Message, extra ...kafka.Header) {
 	b.buf = appendHeaders(buf, extra)
 	b.n++
 	b.sealed = false
+}
+
+// PopLast removes the record appended last, so that it can be appended
+// again with other headers (once: it reports false when there is none to
+// remove, or it was removed already).
+func (b *Batch) PopLast() bool {
+	if b.lastAt == 0 {
+		return false
+	}
+	b.buf = b.buf[:b.lastAt]
+	b.n--
+	b.max = b.lastMax
+	b.lastAt = 0
+	b.sealed = false
+	return true
 }
 
 func appendHeaders(buf []byte, hs []kafka.Header) []byte {

@@ -86,6 +86,35 @@ func TestAppendExtraHeaders(t *testing.T) {
 	}
 }
 
+// TestPopLast: a batch whose last record was removed and appended again
+// with other headers encodes exactly as one built with those headers from
+// the start (timestamps of the removed record included), and removes once.
+func TestPopLast(t *testing.T) {
+	msgs := records()
+	extra := []kafka.Header{{Key: "seal", Value: []byte("abc")}}
+	for n := 1; n <= len(msgs); n++ {
+		var popped, direct Batch
+		for i := range msgs[:n] {
+			popped.Append(&msgs[i])
+			if i < n-1 {
+				direct.Append(&msgs[i])
+			}
+		}
+		direct.Append(&msgs[n-1], extra...)
+		if !popped.PopLast() || popped.PopLast() {
+			t.Fatalf("%d records: PopLast should remove once", n)
+		}
+		popped.Append(&msgs[n-1], extra...)
+		if got, want := popped.encoded(), direct.encoded(); !bytes.Equal(got, want) || popped.Len() != n {
+			t.Fatalf("%d records: batch differs after PopLast\n got %x\nwant %x", n, got[:min(len(got), 120)], want[:min(len(want), 120)])
+		}
+	}
+	var empty Batch
+	if empty.PopLast() {
+		t.Error("PopLast on an empty batch")
+	}
+}
+
 // TestBatchReuseDoesNotAllocate: once grown, a reset batch takes the same
 // records without allocating.
 func TestBatchReuseDoesNotAllocate(t *testing.T) {

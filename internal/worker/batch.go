@@ -217,7 +217,7 @@ func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord) error {
 	// A write is never cancelled by a revoke: a cancelled request may
 	// still land. WriteTimeout bounds it.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-	err := w.out.write(wctx, pp.p, w.cfg.outputCodec(pp.inCodec), recs, pp.rb.arena)
+	err := w.out.write(wctx, pp.p, w.cfg.outputCodec(pp.inCodec), pp.rb.prov, recs, pp.rb.arena)
 	cancel()
 	if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
 		err = errors.New("acknowledgement lost (test)")

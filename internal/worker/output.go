@@ -104,8 +104,9 @@ func (r *run) at(k int) int {
 // kafka.WriteErrors aligned with recs: nil for the records acknowledged,
 // the broker's refusal (a *producer.Error) for those of a refused batch,
 // and errNotSent for those of the batches after a failed one (not sent,
-// to keep the order).
-func (o *output) write(ctx context.Context, p int, codec producer.Codec, recs []outRecord, arena []byte) error {
+// to keep the order). prov seals the batches (nil: records of older
+// formats, in tests that play older builds).
+func (o *output) write(ctx context.Context, p int, codec producer.Codec, prov *provenance, recs []outRecord, arena []byte) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -119,11 +120,11 @@ func (o *output) write(ctx context.Context, p int, codec producer.Codec, recs []
 		o.pmu.Unlock()
 	}()
 
-	src := strconv.AppendInt(make([]byte, 0, 20), int64(p), 10) // bloomgate-src-partition of older formats
+	w := runWriter{p: p, codec: codec, prov: prov, recs: recs, arena: arena}
 	runs := o.split(p, recs)
 	var errs kafka.WriteErrors
 	if len(runs) == 1 {
-		errs = o.writeRun(ctx, codec, recs, arena, src, runs[0], errs)
+		errs = o.writeRun(ctx, &w, runs[0], errs)
 	} else {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -132,7 +133,7 @@ func (o *output) write(ctx context.Context, p int, codec producer.Codec, recs []
 			go func() {
 				defer wg.Done()
 				var own kafka.WriteErrors
-				if own = o.writeRun(ctx, codec, recs, arena, src, r, nil); own != nil {
+				if own = o.writeRun(ctx, &w, r, nil); own != nil {
 					mu.Lock()
 					if errs == nil {
 						errs = make(kafka.WriteErrors, len(recs))
@@ -194,19 +195,49 @@ var errNotSent = errors.New("not sent: an earlier batch of the partition failed"
 // "Output batches of 256 KiB").
 const writeBatchBytes = 256 << 10
 
+// runWriter is what the runs of one write share.
+type runWriter struct {
+	p     int // the input partition
+	codec producer.Codec
+	prov  *provenance
+	recs  []outRecord
+	arena []byte
+}
+
+// sealSlack is what sealing the last record of a batch may add to it: the
+// seal, and a byte more in the record's length.
+const sealSlack = sealMaxLen + 1
+
 // writeRun sends r's records in batches bounded by the topic's limit and
 // cut at writeBatchBytes (sizes uncompressed: a bound of the compressed
-// ones), compressed with codec, each after the previous one is acknowledged;
-// src is the bloomgate-src-partition value (records of older formats, in
-// tests that play older builds) and arena the records' builder's. It returns nil, or errs (made if nil) with the failed
+// ones), compressed with w.codec, each after the previous one is
+// acknowledged; the last record of each batch carries the batch's seal
+// (provenance.go). It returns nil, or errs (made if nil) with the failed
 // records' errors set.
-func (o *output) writeRun(ctx context.Context, codec producer.Codec, recs []outRecord, arena, src []byte, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+func (o *output) writeRun(ctx context.Context, w *runWriter, r run, errs kafka.WriteErrors) kafka.WriteErrors {
+	recs, arena := w.recs, w.arena
 	b := o.batches.Get().(*producer.Batch)
 	defer o.batches.Put(b)
-	b.SetCodec(codec)
+	b.SetCodec(w.codec)
 	limit := min(o.limit(r.tp.topic), writeBatchBytes)
+	seal := w.prov != nil && !recs[r.at(0)].legacy
+	slack := int64(0)
+	if seal {
+		slack = sealSlack
+	}
+	var scratch [originMaxLen]byte
 	start := 0 // first index into the run of the batch being built
 	flush := func(end int) error {
+		if seal {
+			// The last record again, with the seal over the batch's.
+			last := &recs[r.at(end-1)]
+			b.PopLast()
+			sv := w.prov.appendSeal(make([]byte, 0, sealMaxLen), r.tp.topic, end-start, func(i int) int64 {
+				return recs[r.at(start+i)].in.Offset
+			})
+			hs, n := last.headers(arena, w.p, &scratch, sv)
+			b.Append(last.in, hs[:n]...)
+		}
 		base, err := o.prod.Produce(ctx, r.tp.topic, r.tp.partition, b)
 		if err != nil {
 			return err
@@ -234,19 +265,18 @@ func (o *output) writeRun(ctx context.Context, codec producer.Codec, recs []outR
 	// The size is a bound, not an estimate: one that fell short by the
 	// varints (~5 %) made append regrow every run's buffer by a quarter
 	// ("Peak RSS at 4 M keys" in docs/benchmarks.md).
-	var est int64
-	var off [20]byte
+	est := slack
 	for k := 0; k < r.len() && est < limit; k++ {
 		rec := &recs[r.at(k)]
-		hs, n := rec.headers(arena, src, &off)
+		hs, n := rec.headers(arena, w.p, &scratch, nil)
 		est += int64(producer.MaxRecordSize(rec.in, hs[:n]...))
 	}
 	b.Grow(int(min(est, limit)))
 	for k := range r.len() {
 		rec := &recs[r.at(k)]
-		hs, n := rec.headers(arena, src, &off)
+		hs, n := rec.headers(arena, w.p, &scratch, nil)
 		extra := hs[:n]
-		if b.Len() > 0 && b.SizeWith(rec.in, extra...) > limit {
+		if b.Len() > 0 && (b.SizeWith(rec.in, extra...)+slack > limit || (seal && b.Len() >= maxSealed)) {
 			if err := flush(k); err != nil {
 				return fail(err)
 			}
@@ -350,10 +380,10 @@ type recordBuilder struct {
 	prov *provenance
 	// text: format 1's headers, as builds before format 2 wrote them
 	// (tests that play one).
-	text           bool
-	partitionValue []byte
-	arena          []byte
-	recs           []outRecord
+	text      bool
+	partition int
+	arena     []byte
+	recs      []outRecord
 }
 
 // outRecord is a record the worker writes to topic: the key, value, time
@@ -391,20 +421,23 @@ func (r *outRecord) input() *kafka.Message {
 	return r.in
 }
 
-// headers returns r's added headers (n of hs), arena being its builder's;
-// srcPartition and off serve the src headers of older formats (the
-// bloomgate-src-partition value, and where the bloomgate-src-offset value
-// is written). (Returned by value and with off
-// apart, the headers stay on the caller's stack: in a scratch struct
-// holding both, the offset's slice of it made it escape, one allocation
-// and write barriers per record.)
-func (r *outRecord) headers(arena, srcPartition []byte, off *[20]byte) (hs [4]kafka.Header, n int) {
+// headers returns r's added headers (n of hs), arena being its
+// builder's, p the input partition and scratch where values are built;
+// seal, if set, is appended to the bloomgate header (the last record of a
+// batch, or one written alone). (Returned by value and with scratch apart,
+// the headers stay on the caller's stack: in a struct holding both, the
+// values' slices of it made it escape, one allocation and write barriers
+// per record.)
+func (r *outRecord) headers(arena []byte, p int, scratch *[originMaxLen]byte, seal []byte) (hs [4]kafka.Header, n int) {
 	if !r.legacy {
-		hs[0] = kafka.Header{Key: HeaderProvenance, Value: r.prov.of(arena)}
+		v := append(appendOrigin(scratch[:0], p, r.in.Offset), seal...)
+		hs[0] = kafka.Header{Key: HeaderProvenance, Value: v}
 		n = 1
 	} else {
-		hs[0] = kafka.Header{Key: HeaderSrcPartition, Value: srcPartition}
-		hs[1] = kafka.Header{Key: HeaderSrcOffset, Value: strconv.AppendInt(off[:0], r.in.Offset, 10)}
+		ps := strconv.AppendInt(scratch[:0], int64(p), 10)
+		os := strconv.AppendInt(scratch[len(ps):len(ps)], r.in.Offset, 10)
+		hs[0] = kafka.Header{Key: HeaderSrcPartition, Value: ps}
+		hs[1] = kafka.Header{Key: HeaderSrcOffset, Value: os}
 		n = 2
 		if r.prov.n > 0 {
 			hs[n] = kafka.Header{Key: HeaderTextProvenance, Value: r.prov.of(arena)}
@@ -418,19 +451,30 @@ func (r *outRecord) headers(arena, srcPartition []byte, off *[20]byte) (hs [4]ka
 	return hs, n
 }
 
-// size is the size of a batch holding r alone (recordSize).
-func (r *outRecord) size(arena, srcPartition []byte) int64 {
-	var off [20]byte
-	hs, n := r.headers(arena, srcPartition, &off)
+// aloneSeal is a seal of the length of one over a record alone, for sizes.
+var aloneSeal [sealLen]byte
+
+// size is the size of a batch holding r alone (recordSize), sealed.
+func (r *outRecord) size(arena []byte, p int) int64 {
+	var scratch [originMaxLen]byte
+	var seal []byte
+	if !r.legacy {
+		seal = aloneSeal[:]
+	}
+	hs, n := r.headers(arena, p, &scratch, seal)
 	return producer.AloneSize(r.in, hs[:n]...)
 }
 
 // message builds r as a message of its own (its topic, key, value, time and
-// all headers, their values copied), for the paths that write one record
-// at a time.
-func (r *outRecord) message(arena, srcPartition []byte) kafka.Message {
-	var off [20]byte
-	extra, n := r.headers(arena, srcPartition, &off)
+// all headers, their values copied), sealed by prov alone, for the paths
+// that write one record at a time.
+func (r *outRecord) message(arena []byte, p int, prov *provenance) kafka.Message {
+	var scratch [originMaxLen]byte
+	var seal []byte
+	if !r.legacy && prov != nil {
+		seal = prov.appendSeal(nil, r.topic, 1, func(int) int64 { return r.in.Offset })
+	}
+	extra, n := r.headers(arena, p, &scratch, seal)
 	hs := make([]kafka.Header, 0, len(r.in.Headers)+n)
 	hs = append(hs, r.in.Headers...)
 	for _, h := range extra[:n] {
@@ -444,8 +488,7 @@ func (r *outRecord) message(arena, srcPartition []byte) kafka.Message {
 }
 
 func (b *recordBuilder) reset(partition int, prov *provenance, text bool) {
-	b.prov, b.text = prov, text
-	b.partitionValue = strconv.AppendInt(b.partitionValue[:0], int64(partition), 10)
+	b.prov, b.text, b.partition = prov, text, partition
 	// Earlier batches' records are written (a write returns once its
 	// batches are encoded and sent), so the arena can be reused.
 	b.arena = b.arena[:0]
@@ -457,13 +500,9 @@ func (b *recordBuilder) reset(partition int, prov *provenance, text bool) {
 // bloomgate header and, if reason is set, a bloomgate-error header.
 func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 	r := outRecord{in: in, topic: topic, legacy: b.prov == nil || b.text}
-	if b.prov != nil {
+	if b.prov != nil && b.text {
 		start := len(b.arena)
-		if b.text {
-			b.arena = b.prov.appendTextValue(b.arena, in.Offset, topic)
-		} else {
-			b.arena = b.prov.appendValue(b.arena, in.Offset, topic)
-		}
+		b.arena = b.prov.appendTextValue(b.arena, in.Offset, topic)
 		r.prov = span{uint32(start), uint32(len(b.arena) - start)}
 	}
 	if reason != "" {
@@ -475,11 +514,11 @@ func (b *recordBuilder) add(topic string, in *kafka.Message, reason string) {
 }
 
 // size is the size of record i alone (recordSize).
-func (b *recordBuilder) size(i int) int64 { return b.recs[i].size(b.arena, b.partitionValue) }
+func (b *recordBuilder) size(i int) int64 { return b.recs[i].size(b.arena, b.partition) }
 
 // message builds record i as a message of its own.
 func (b *recordBuilder) message(i int) kafka.Message {
-	return b.recs[i].message(b.arena, b.partitionValue)
+	return b.recs[i].message(b.arena, b.partition, b.prov)
 }
 
 // writeRetryReasons label bloomgate_output_write_retries_total.

@@ -26,7 +26,7 @@ func srcMsgs(p, n int) *recordBuilder {
 
 // writeAll writes the records of rb.
 func (o *output) writeAll(ctx context.Context, p int, rb *recordBuilder) error {
-	return o.write(ctx, p, producer.None, rb.recs, rb.arena)
+	return o.write(ctx, p, producer.None, testProvenance(p), rb.recs, rb.arena)
 }
 
 // testOutput is the output of a worker writing to tOut (4 partitions) on

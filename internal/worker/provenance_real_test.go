@@ -50,9 +50,9 @@ func groupState(t *testing.T, dir, group string) *memory.Store {
 
 // TestForgedRecordsDoNotSuppressEvents: another producer writes 1,000
 // records to the dead-letter topic naming input partition 0, offsets
-// 0..999: a third with format 1's src headers alone, a third with a
-// made-up format 1 provenance for this group and input, a third with a
-// made-up format 2 header. A new group must forward every one of the 1,000
+// 0..999: a quarter each with format 1's src headers alone, a made-up
+// format 1 provenance for this group and input, a format 2 header with a
+// made-up seal, and format 2 headers that no seal covers. A new group must forward every one of the 1,000
 // valid events: the forged records are counted as foreign, never as
 // written (before provenance: 0 of 1,000 forwarded, already_written=1000).
 func TestForgedRecordsDoNotSuppressEvents(t *testing.T) {
@@ -65,13 +65,17 @@ func TestForgedRecordsDoNotSuppressEvents(t *testing.T) {
 			{Key: worker.HeaderSrcOffset, Value: []byte(strconv.Itoa(i))},
 			{Key: worker.HeaderError, Value: []byte("malformed_json")},
 		}}
-		switch i % 3 {
+		switch i % 4 {
 		case 1:
 			r.Headers = append(r.Headers, kgo.RecordHeader{Key: worker.HeaderTextProvenance,
 				Value: []byte("1 0123456789abcdef AAAAAAAAAAAAAAAAAAAAAA " + tIn + " g")})
-		case 2: // format 2, a made-up pipeline, memory and mac
+		case 2: // format 2, sealed by a made-up seal
 			v := binary.AppendUvarint([]byte{2, 0}, uint64(i))
+			v = append(v, 1) // n
 			r.Headers = []kgo.RecordHeader{{Key: worker.HeaderProvenance, Value: append(v, make([]byte, 20)...)},
+				{Key: worker.HeaderError, Value: []byte("malformed_json")}}
+		case 3: // format 2 without a seal
+			r.Headers = []kgo.RecordHeader{{Key: worker.HeaderProvenance, Value: binary.AppendUvarint([]byte{2, 0}, uint64(i))},
 				{Key: worker.HeaderError, Value: []byte("malformed_json")}}
 		}
 		forged = append(forged, r)

@@ -227,12 +227,9 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			at = func(o int64) { progress(base+o-start, total) }
 		}
 		legacyTo, legacy := res.legacyBefore[tp]
-		n, err := w.scanRange(ctx, tp.topic, tp.partition, res.from[tp], res.to[tp], func(m *kafka.Message) {
-			verdict, o, who := pv.judge(m.Headers, tp.topic)
-			sp, so := o.partition, o.offset
-			if verdict == provNone && legacy && m.Offset < legacyTo {
-				verdict = provOurs
-			}
+		// apply counts a record found here as its verdict says; this
+		// memory's go to the skip set.
+		apply := func(verdict provenanceVerdict, sp int, so int64, reason func() string, who string) {
 			switch verdict {
 			case provOurs:
 			case provOtherPartition:
@@ -261,10 +258,74 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			}
 			e := skipEntry{kind: kind}
 			if kind == toDeadLetter {
-				e.reason = headerValue(m.Headers, HeaderError)
+				e.reason = reason()
 			}
 			res.skip.add(so, e)
+		}
+		// Format 2 records wait here for the seal of their batch, the
+		// last record of it; those no verified seal covers are not this
+		// memory's (provenance.go).
+		var pend []pendingRecord
+		orphans := func(rs []pendingRecord) {
+			for _, r := range rs {
+				apply(provNone, r.sp, r.so, nil, "")
+			}
+		}
+		n, err := w.scanRange(ctx, tp.topic, tp.partition, res.from[tp], res.to[tp], func(m *kafka.Message) {
+			o := originOf(m.Headers)
+			if o.format != 2 || !o.srcOK {
+				orphans(pend)
+				pend = pend[:0]
+				verdict, who := provMalformed, ""
+				if o.format != 2 {
+					verdict, who = pv.judge(o, tp.topic)
+				}
+				if verdict == provNone && legacy && m.Offset < legacyTo {
+					verdict = provOurs
+				}
+				apply(verdict, o.partition, o.offset, func() string { return headerValue(m.Headers, HeaderError) }, who)
+				return
+			}
+			if len(pend) > 0 && (pend[len(pend)-1].at+1 != m.Offset || len(pend) >= maxSealed) {
+				orphans(pend)
+				pend = pend[:0]
+			}
+			r := pendingRecord{at: m.Offset, sp: o.partition, so: o.offset}
+			if kind == toDeadLetter {
+				r.reason = headerValue(m.Headers, HeaderError)
+			}
+			if !o.sealed {
+				pend = append(pend, r)
+				return
+			}
+			k := o.n - 1
+			covered := k <= len(pend)
+			var grp []pendingRecord
+			if covered {
+				grp = pend[len(pend)-k:]
+				for i := range grp {
+					covered = covered && grp[i].at == m.Offset-int64(k-i) && grp[i].sp == o.partition
+				}
+			}
+			if !covered {
+				grp = nil
+			}
+			orphans(pend[:len(pend)-len(grp)])
+			verdict, who := pv.verifySeal(o, tp.topic, func(i int) int64 {
+				if i < len(grp) {
+					return grp[i].so
+				}
+				return o.offset
+			})
+			if !covered && verdict == provOurs {
+				verdict = provInvalid // cannot happen: the mac covers n offsets
+			}
+			for _, g := range append(grp, r) {
+				apply(verdict, g.sp, g.so, func() string { return g.reason }, who)
+			}
+			pend = pend[:0]
 		}, at)
+		orphans(pend)
 		done += res.to[tp] - res.from[tp]
 		res.scanned += n
 		if err != nil {
@@ -280,6 +341,16 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 	return res, nil
 }
 
+// pendingRecord is a format 2 record the recovery scan read, waiting for
+// the seal of its batch: at its offset where it is, sp and so the input
+// partition and offset it names, reason its bloomgate-error.
+type pendingRecord struct {
+	at     int64
+	sp     int
+	so     int64
+	reason string
+}
+
 // headerValue is the value of the last header named key ("" if none):
 // the worker's own, after any the input record carried.
 func headerValue(hs []kafka.Header, key string) string {
@@ -290,8 +361,8 @@ func headerValue(hs []kafka.Header, key string) string {
 // foreignText says what records of each verdict are, for the report.
 var foreignText = [provenanceVerdicts]string{
 	provNoHeaders: "without bloomgate headers (another producer writes to this topic)",
-	provNone: "with bloomgate src headers but no provenance header (another producer copying or forging them, " +
-		"or a build from before provenance headers whose checkpoint this memory no longer restores)",
+	provNone: "naming an input record without a provenance that covers it (another producer copying or forging " +
+		"bloomgate headers, or a build from before provenance headers whose checkpoint this memory no longer restores)",
 	provOtherGroup: "written by another consumer group or from another input topic (two pipelines write to this topic)",
 	provOtherMemory: "written for this group, input and partition by another memory: its checkpoints were lost or replaced " +
 		"(or a checkpoint directory was copied); they cannot be proven this memory's, so their input records are processed again",
