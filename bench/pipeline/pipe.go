@@ -243,16 +243,12 @@ func kafkaCodec(name string) kafka.Compression {
 	return c
 }
 
-// workerHeader appends a value of the size of the bloomgate header the
-// worker adds (format 2: the input partition and offset as varints, then
-// 20 bytes of pipeline, memory id and mac), so that the pipes write records
-// of the worker's size. The 20 bytes are zeros: a pipe proves nothing, and
-// the worker's 12-byte mac, which does not compress, is part of what it
-// costs.
+// workerHeader appends the value of the bloomgate header the worker adds
+// to a record that is not the last of its batch (format 2: the input
+// partition and offset as varints), so that the pipes write records of the
+// worker's size; the worker's seal, 21 bytes once per batch, is left out.
 func workerHeader(dst []byte, partition int, offset int64) []byte {
 	dst = append(dst, 2)
 	dst = binary.AppendUvarint(dst, uint64(partition))
-	dst = binary.AppendUvarint(dst, uint64(offset))
-	var rest [20]byte
-	return append(dst, rest[:]...)
+	return binary.AppendUvarint(dst, uint64(offset))
 }
