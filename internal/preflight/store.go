@@ -133,7 +133,7 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 }
 
 // planChanges lists what changed in the filter plan since a checkpoint;
-// all of it is carried over (docs/checkpoints.md, "Settings evolution").
+// all of it is carried over (docs/checkpoints.md, "Settings recorded in the manifest").
 func planChanges(f checkpoint.FilterParams, cfg *config.Run) []string {
 	var out []string
 	if f.Window != cfg.Window {
