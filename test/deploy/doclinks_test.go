@@ -144,3 +144,32 @@ func hasSlug(headings []string, slug string) bool {
 	}
 	return false
 }
+
+// TestReadmeQuickStart keeps the README's two set-up commands what CI and
+// the demo run: the first code block of "Quick start" starts with
+// `make run` and `make test`, and .ci/run runs `make test`.
+func TestReadmeQuickStart(t *testing.T) {
+	readme := string(repoFile(t, "README.md"))
+	_, sec, ok := strings.Cut(readme, "\n## Quick start\n")
+	if !ok {
+		t.Fatal(`README.md has no section "## Quick start"`)
+	}
+	_, block, ok := strings.Cut(sec, "```sh\n")
+	if !ok {
+		t.Fatal(`README.md "Quick start" has no sh block`)
+	}
+	block, _, _ = strings.Cut(block, "```")
+	var cmds []string
+	for _, line := range strings.Split(block, "\n") {
+		if cmd, _, _ := strings.Cut(line, "#"); strings.TrimSpace(cmd) != "" {
+			cmds = append(cmds, strings.TrimSpace(cmd))
+		}
+	}
+	if len(cmds) != 2 || cmds[0] != "make run" || cmds[1] != "make test" {
+		t.Errorf("README.md Quick start commands = %q, want [make run, make test]", cmds)
+	}
+	ci := string(repoFile(t, ".ci/run"))
+	if !regexp.MustCompile(`(?m)^make test$`).MatchString(ci) {
+		t.Errorf(".ci/run does not run the README's test command, make test:\n%s", ci)
+	}
+}
