@@ -35,7 +35,7 @@ import (
 // uploads (the ring's live generation at 10, 50 and 100 % of its span and
 // its sealed generations; the table whole, once per generation change
 // and at a new base); and the restore of the whole partition (decode every
-// object + restore; the median of 7, alternating kinds). Multiply by 64 for the whole plan; docs/benchmarks.md
+// object + restore; the median of 7, alternating kinds). Multiply by 64 for the whole plan; docs/benchmarks-journal.md
 // has the table.
 func BenchmarkCrawlerPartition(b *testing.B) {
 	const (

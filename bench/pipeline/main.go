@@ -269,7 +269,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 	// fault maps (fault-around, large folios). The same bytes measured
 	// 20.4 and 25.9 MiB of `bloomgate version` peak RSS as two files, enough
 	// to decide a comparison of peaks ("Compressed input" in
-	// docs/benchmarks.md).
+	// docs/benchmarks-journal.md).
 	if bin, err = freshCopy(bin, filepath.Join(tmp, "bloomgate-run")); err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func runBench(ctx context.Context, cfg benchConfig, out io.Writer) error {
 		// growing Go slice: its CPU per event swung 1.2-7 s per 1 M
 		// between passes with the runtime's page faults and collections,
 		// and decided the comparisons; files (the page cache) cost a
-		// steady ~1.3 s (docs/benchmarks.md, "A steady broker").
+		// steady ~1.3 s (docs/benchmarks-journal.md, "A steady broker").
 		dir, err := os.MkdirTemp("", "bloomgate-bench-broker-")
 		if err != nil {
 			return err

@@ -20,7 +20,7 @@ import (
 // devCommands are the commands built on the embedded broker (kfake). A
 // build with -tags nodev, as the container image is, leaves them out: they
 // are ~7 MB of the executable, whose mapped pages count in a worker's
-// resident memory (docs/benchmarks.md, "The worker's executable").
+// resident memory (docs/benchmarks-journal.md, "The worker's executable").
 func devCommands() []command {
 	return []command{
 		{"dev", "local demo: embedded broker, worker and producer in one process", cmdDev},

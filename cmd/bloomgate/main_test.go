@@ -127,7 +127,7 @@ func TestBadFlagOneLine(t *testing.T) {
 				`Run "bloomgate run --help" for every setting.` + "\n"},
 		{[]string{"run", "--brokers", "127.0.0.1:9092", "--input", "a", "--output", "b", "--capacity", "1e12"}, nil,
 			`bloomgate run: --capacity: 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, ` +
-				`more than the 1 TiB bound on any plan (README, Settings): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr` + "\n" +
+				`more than the 1 TiB bound on any plan (docs/settings.md): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr` + "\n" +
 				`Run "bloomgate run --help" for every setting.` + "\n"},
 		{[]string{"dev", "--evnts", "3"}, nil,
 			`bloomgate dev: unknown flag --evnts; did you mean --events?` + "\n" +

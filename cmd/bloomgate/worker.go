@@ -58,7 +58,7 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	// between collections small instead of as large as the filters.
 	// Exact mode allocates about four times as much per event (its held
 	// adds and runs): at the default 4 MiB it spent 17 % more CPU per
-	// event than at 16 MiB (docs/benchmarks.md, "Fetched buffers reused,
+	// event than at 16 MiB (docs/benchmarks-journal.md, "Fetched buffers reused,
 	// and the allowance").
 	headroom := uint64(gcbudget.DefaultHeadroom)
 	if cfg.Exact {

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkTableKinds is the measurement behind the choice of the tagged
-// table (docs/filter.md, "Fingerprint kind: how the table was chosen"): at
+// table (docs/filter.md, "How the table was chosen"): at
 // the crawler plan's size (15.6 M keys per window, p = 1 %), the ring of
 // G = 4 blocked Bloom generations against a quotient table and a
 // semi-sorted cuckoo table of 3-bit-tagged fingerprints (G = 8), each at

@@ -81,7 +81,7 @@ type GenerationLog struct {
 // whole otherwise (starting a new chain). The share bounds what a chain
 // costs beyond a whole upload: storage and download at most 1.25× the
 // base, and a restore replays at most a quarter of the base's size in
-// 16-byte entries (measured in docs/benchmarks.md, "Uploads per day",
+// 16-byte entries (measured in docs/benchmarks-journal.md, "Uploads per day",
 // well under a second per partition at the crawler plan's size), while a
 // partition whose inserts between two checkpoints are a small fraction of
 // its live generation uploads that fraction instead of the generation at
@@ -95,7 +95,7 @@ type GenerationLog struct {
 // 4 MiB a reader accepts. At 256, a chain adds at most ~75 KB; for the
 // crawler plan (6.5 new URLs/s, 8.3 MiB live generation) the whole uploads
 // every 256 minutes and the manifests' growth then cost about the same per
-// day, near the least total (docs/benchmarks.md, "Uploads per day").
+// day, near the least total (docs/benchmarks-journal.md, "Uploads per day").
 const (
 	MaxLogShare = 0.25
 	// TableLogShare is the share for the tables of the fingerprint
@@ -104,7 +104,7 @@ const (
 	// chain's limit would replay three times the entries; at an eighth it
 	// replays as many as the ring's while the table is still uploaded
 	// whole less often than the ring's live generation
-	// (docs/benchmarks.md, "Crawler scale").
+	// (docs/benchmarks-journal.md, "Crawler scale").
 	TableLogShare = 0.125
 	// SealedTableLogShare is the share for a fingerprint table laid out
 	// sealed: its log replays into the live table only (the set is read
@@ -113,7 +113,7 @@ const (
 	// an eighth its chain held 4.2 times the ring's entries and restored
 	// in 2.07 times the ring's time; at a sixteenth it holds about twice
 	// the ring's entries, and the table is still uploaded whole less often
-	// than the ring's live generation (docs/benchmarks.md, "The
+	// than the ring's live generation (docs/benchmarks-journal.md, "The
 	// fingerprint filter's sealed layout").
 	SealedTableLogShare = 0.0625
 	MaxLogEntries       = 10_000_000

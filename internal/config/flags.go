@@ -96,7 +96,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	fs.StringVar(&c.Filter, "filter", c.Filter, "filter kind: ring (G blocked Bloom generations) or fingerprint (age-tagged fingerprints: the newest generation in a quotient table, the sealed ones in a static set; ~22 % less memory at 1 %, ~32 % at 0.1 % from ~200 k keys per partition, slower inserts; best with --generations 8). A memory keeps its kind: a checkpoint of the other kind is refused")
 	DurationVar(fs, &c.Window, "window", c.Window, "dedup window: a key is remembered for at least this much event time")
 	CountVar(fs, &c.Generations, "generations", c.Generations, fmt.Sprintf("filter generations in the rotating ring, %d to %d; memory = capacity x generations/(generations-1)", filterplan.MinGenerations, filterplan.MaxGenerations))
-	CountVar(fs, &c.Capacity, "capacity", c.Capacity, fmt.Sprintf("expected distinct keys per window for the whole input topic; a plan needing more than %s of filter memory is refused (README, Settings)", formatMemory(MaxPlannedFilterBytes)))
+	CountVar(fs, &c.Capacity, "capacity", c.Capacity, fmt.Sprintf("expected distinct keys per window for the whole input topic; a plan needing more than %s of filter memory is refused (docs/settings.md)", formatMemory(MaxPlannedFilterBytes)))
 	RateVar(fs, &c.FPR, "fpr", c.FPR, "target false-positive rate, a fraction or a percentage in (0,1): 0.01 or 1%")
 	DurationVar(fs, &c.MaxTimeJump, "max-time-jump", c.MaxTimeJump, "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)")
 

@@ -299,7 +299,7 @@ func (c *Run) validateOperations(p *problems) {
 // MaxPlannedFilterBytes bounds the filter memory a plan may need for the
 // whole input topic, summed over its partitions: 1 TiB. The bound is a
 // sanity check, not a tuned limit. It lies about 500 times above the
-// largest plan README's sizing table shows (1 billion keys at 1 %: 2.1
+// largest plan docs/sizing.md's table shows (1 billion keys at 1 %: 2.1
 // GiB) and holds ~490 billion keys per window at 1 % or ~340 billion at
 // 0.1 %; at 1 TiB a restore after losing every worker fetches 1 TiB of
 // checkpoints, and one partition's filter is limited to 64 GiB
@@ -328,7 +328,7 @@ func (c *Run) validatePlan(p *problems) {
 		return
 	}
 	if need := float64(c.Capacity) * bits / 8; need > MaxPlannedFilterBytes {
-		p.bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (README, Settings): "+
+		p.bad("capacity", "%s keys per window at --fpr %s with %d generations need %s of filter memory for the whole topic, more than the %s bound on any plan (docs/settings.md): "+
 			"use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr",
 			FormatCount(c.Capacity), FormatRate(c.FPR), c.Generations, formatMemory(need), formatMemory(MaxPlannedFilterBytes))
 	}

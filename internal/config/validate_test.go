@@ -16,7 +16,7 @@ func TestCapacityBound(t *testing.T) {
 		{[]string{"--capacity", "450G"}, ""}, // 0.92 TiB
 		{[]string{"--capacity", "300G", "--fpr", "0.1%"}, ""},
 		{[]string{"--capacity", "1e12"}, "--capacity: 1T keys per window at --fpr 0.01 with 4 generations need 2.04 TiB of filter memory for the whole topic, " +
-			"more than the 1 TiB bound on any plan (README, Settings): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr"},
+			"more than the 1 TiB bound on any plan (docs/settings.md): use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr"},
 		{[]string{"--capacity", "500G"}, "--capacity: 500G keys per window at --fpr 0.01 with 4 generations need 1.02 TiB"},
 		{[]string{"--capacity", "350G", "--fpr", "0.1%"}, "--capacity: 350G keys per window at --fpr 0.001 with 4 generations need 1.04 TiB"},
 		{[]string{"--capacity", "1e19"}, "10000000T keys per window at --fpr 0.01 with 4 generations need 19.4 EiB"},

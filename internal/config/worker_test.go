@@ -93,7 +93,7 @@ func TestDefaultsAgree(t *testing.T) {
 	}
 }
 
-// TestProductDefaults pins the defaults README's Settings table and --help
+// TestProductDefaults pins the defaults docs/settings.md's table and --help
 // show, now that they come from the worker.
 func TestProductDefaults(t *testing.T) {
 	cfg, wc := workerConfig(t)

@@ -71,7 +71,7 @@ var zstdRatio atomic.Uint32
 // setPool, which is also the decoder's window: a streaming decoder kept a
 // history buffer of its own, as large as a batch's output, in each pooled
 // decoder (at 8 partitions of zstd input the peak RSS was 87-89 MiB, 70-76
-// with DecodeAll; docs/benchmarks.md, "zstd decoded in place").
+// with DecodeAll; docs/benchmarks-journal.md, "zstd decoded in place").
 //
 // The buffer is the frame's declared size when it declares one, else a
 // quarter over the last batch's ratio. The decoder stops at the buffer's

@@ -204,7 +204,7 @@ const minPartitionBytes = 16 << 10
 // 5 times MaxBytes once decompressed (with its records slice more): at 4 M
 // keys over 8 partitions of lz4 input the worker peaked at 141-142 MiB
 // against 66-67 MiB uncompressed, and at 82-83 MiB with the limit scaled
-// (docs/benchmarks.md, "Compressed input, and the executable's pages").
+// (docs/benchmarks-journal.md, "Compressed input, and the executable's pages").
 //
 // Until a fetch returned records the compression is not known, and the
 // limit is a quarter of MaxBytes: a first fetch of MaxBytes of lz4 (and

@@ -15,7 +15,7 @@ import (
 // blocks, so each batch of a few hundred KB allocated 4 MiB again
 // whenever a collection had emptied the pool, and the peak RSS at 4 M keys
 // over 8 partitions of lz4 input was ~145 MiB against ~67 uncompressed
-// (docs/benchmarks.md, "Compressed input").
+// (docs/benchmarks-journal.md, "Compressed input").
 //
 // The frames' own checksums (header, blocks, content: xxHash32) are not
 // verified: the record batch's CRC-32C, checked before, covers the

@@ -9,7 +9,7 @@ import (
 
 // Fetched record sets and the records slices decoded from them are the
 // bulk of what a worker allocates: 86 % of the bytes over a run at 8
-// partitions (docs/benchmarks.md, "Fetched buffers reused"). Every byte of
+// partitions (docs/benchmarks-journal.md, "Fetched buffers reused"). Every byte of
 // it became garbage once its batch was written, so the collector ran once
 // per allowance's worth of fetches. A consumer that is done with a chunk
 // calls Chunk.Release, and the next fetch of any partition reuses its

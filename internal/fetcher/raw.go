@@ -19,7 +19,7 @@ import (
 // reference per key and per value and a header slice per record, after
 // which the fetcher copied keys and values once more into its arenas: 1.2
 // of the 2.2 GB a 64-partition run had allocated, and a quarter of the
-// CPU per event at 8 partitions (docs/benchmarks.md, "Buffers per
+// CPU per event at 8 partitions (docs/benchmarks-journal.md, "Buffers per
 // partition, and record batches decoded in place"). Here a
 // partition's record set is read into one buffer as the broker sent it, and
 // the keys, values and header values of uncompressed batches are slices of

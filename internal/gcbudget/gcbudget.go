@@ -37,7 +37,7 @@ const (
 	// the same CPU per event; at 64 partitions 224-233 against 235-239
 	// MiB for ~6 % more CPU. A fixed 4 MiB with a 5 % floor cost 80 %
 	// more CPU at 64 partitions, whose scannable heap (~50 MB of decoded
-	// records) was then marked every ~9 MB allocated (docs/benchmarks.md,
+	// records) was then marked every ~9 MB allocated (docs/benchmarks-journal.md,
 	// "Fetched buffers reused, and the allowance").
 	DefaultHeadroom = 4 << 20
 	// Interval is how often the live heap is read (a few microseconds):

@@ -126,7 +126,7 @@ func FuzzLegacyNormalizeURL(f *testing.F) {
 }
 
 // legacyDiffers reports whether in belongs to a class whose canonical form
-// changed on purpose; the README ("Keys") lists them for operators.
+// changed on purpose; docs/keys.md lists them for operators.
 func legacyDiffers(in string) bool {
 	u, err := url.Parse(strings.TrimSpace(in))
 	if err != nil {

@@ -294,7 +294,7 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 // per partition: only partitions testing a batch at that moment (about
 // one per CPU) hold one, where per partition every assigned partition
 // kept ~40 bytes per record of its largest batch (at 64 partitions 8 MB;
-// docs/benchmarks.md, "Buffers per partition").
+// docs/benchmarks-journal.md, "Buffers per partition").
 type batchScratch struct {
 	hs []bloom.Hash
 	ts []time.Time

@@ -127,7 +127,7 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 		// Not refused, but a plan change is seldom an accident to keep.
 		c.Status = Warn
 		c.Fix = "if the filter plan is meant to change, nothing to do: run carries the checkpointed generations over " +
-			"(docs/checkpoints.md, \"Settings evolution\"); else restore the checkpointed settings"
+			"(docs/checkpoints.md, \"Settings recorded in the manifest\"); else restore the checkpointed settings"
 	}
 	if len(isolation) > 0 {
 		if c.Status == OK {
@@ -139,7 +139,7 @@ func checkpoints(ctx context.Context, r *Report, cfg *config.Run, store *checkpo
 }
 
 // planChanges lists what changed in the filter plan since a checkpoint;
-// all of it is carried over (docs/checkpoints.md, "Settings evolution").
+// all of it is carried over (docs/checkpoints.md, "Settings recorded in the manifest").
 func planChanges(f checkpoint.FilterParams, cfg *config.Run, partitions int) []string {
 	var out []string
 	perPartition := cfg.Capacity

@@ -15,7 +15,7 @@ import (
 // wherever that is linked the Go linker keeps every exported method of
 // every type in the executable, used or not. Here that was the S3 client's
 // hundred-odd operations and the like: 7.8 MB of a 26 MB executable, whose
-// mapped pages count in every worker's resident memory (docs/benchmarks.md,
+// mapped pages count in every worker's resident memory (docs/benchmarks-journal.md,
 // "The worker's executable"). Every value that comes from the status goes
 // through esc; the rest is constant markup.
 

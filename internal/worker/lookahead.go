@@ -30,7 +30,7 @@ const maxArenaRetained = 1 << 20
 // not while its writes are acknowledged or while it waits for records, so
 // about one per CPU is in use where one per assigned partition was kept
 // (~100 bytes per record of the partition's largest batch; at 64
-// partitions 12 MB; docs/benchmarks.md, "Buffers per partition").
+// partitions 12 MB; docs/benchmarks-journal.md, "Buffers per partition").
 var lookaheads = sync.Pool{New: func() any { return new(lookahead) }}
 
 // releaseAhead returns the partition's lookahead buffers to the pool;

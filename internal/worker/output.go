@@ -191,7 +191,7 @@ var errNotSent = errors.New("not sent: an earlier batch of the partition failed"
 // the request as much again while it is sent. At 4 M keys over 8
 // partitions, batches cut at 256 KiB instead of the 1 MiB bound lowered
 // the peak RSS by ~6 MiB at the same throughput and CPU per event; 128
-// KiB saved 2 MiB more for ~5 % of the throughput (docs/benchmarks.md,
+// KiB saved 2 MiB more for ~5 % of the throughput (docs/benchmarks-journal.md,
 // "Output batches of 256 KiB").
 const writeBatchBytes = 256 << 10
 
@@ -264,7 +264,7 @@ func (o *output) writeRun(ctx context.Context, w *runWriter, r run, errs kafka.W
 	// One allocation for the run's batches, if the pooled buffer is short.
 	// The size is a bound, not an estimate: one that fell short by the
 	// varints (~5 %) made append regrow every run's buffer by a quarter
-	// ("Peak RSS at 4 M keys" in docs/benchmarks.md).
+	// ("Peak RSS at 4 M keys" in docs/benchmarks-journal.md).
 	est := slack
 	for k := 0; k < r.len() && est < limit; k++ {
 		rec := &recs[r.at(k)]
@@ -372,7 +372,7 @@ func targetPartition(src, n int) int { return src % n }
 // kept in one arena. The producer encodes input and headers straight into
 // the batch (producer.Batch.Append): no message with a header array is
 // built per written record, which held ~310 bytes per record of a batch
-// being written (~5 MiB at 8 partitions; docs/benchmarks.md, "Fewer
+// being written (~5 MiB at 8 partitions; docs/benchmarks-journal.md, "Fewer
 // copies").
 type recordBuilder struct {
 	// prov writes the provenance header (nil: only the src headers of a
@@ -391,7 +391,7 @@ type recordBuilder struct {
 // then bloomgate-error if set). in and the builder's arena are valid
 // while the batch is handled. It also says how the record is written: 56
 // bytes per written record, where the record, its planned write and the
-// slices of its header values took 128 (docs/benchmarks.md, "Buffers per
+// slices of its header values took 128 (docs/benchmarks-journal.md, "Buffers per
 // partition").
 type outRecord struct {
 	in *kafka.Message

@@ -399,7 +399,7 @@ func (pp *partitionProc) startReading(ctx context.Context, offset int64) (stop f
 	// handled and waits with it, so a partition holds the batch's fetches
 	// and one more. A buffered piece held a fourth fetch and its records
 	// per partition (~2 MiB of peak RSS at 8 partitions; docs/
-	// benchmarks.md, "Output batches of 256 KiB").
+	// benchmarks-journal.md, "Output batches of 256 KiB").
 	pp.pieces = make(chan piece)
 	pumpDone := make(chan struct{})
 	go func() { defer close(pumpDone); pp.pump(rctx, src, w.cfg.BatchSize, pp.pieces) }()

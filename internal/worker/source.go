@@ -72,7 +72,7 @@ func (w *Worker) newFetcher(topic string, partition int, offset int64) (*fetcher
 // against throughput. At 4 M keys over 8 partitions, 512 KiB instead of
 // 1 MiB lowered the peak RSS from 131 to 106 MiB (GC headroom 16 MiB);
 // with the fetcher's size hints and joined batches the rate was 1.04-1.81x
-// the franz-go pipe's (docs/benchmarks.md, "Peak RSS at 4 M keys").
+// the franz-go pipe's (docs/benchmarks-journal.md, "Peak RSS at 4 M keys").
 // Earlier, with kafka-go's Writer: 1 MiB measured 1.08-1.09x
 // the pass-through pipe at 163 MiB, 512 KiB 0.95x at 109 MiB, 8 MiB 1.17x
 // at 492 MiB ("Read path").
@@ -199,7 +199,7 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 // two or more fetches whenever a fetch holds fewer records than a batch
 // (at the defaults, about every batch): copying the records themselves
 // cost 152 bytes per record and ~3 MiB at 8 partitions, pointers cost 8
-// (docs/benchmarks.md, "Fewer copies").
+// (docs/benchmarks-journal.md, "Fewer copies").
 //
 // The fetches whose last piece the batch before held are released here
 // (fetcher.Chunk.Release): their buffers go to later fetches. Nothing

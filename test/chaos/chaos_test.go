@@ -307,7 +307,7 @@ func runChaos(t *testing.T, run chaosRun) {
 			v.Events, v.BadEvents, pstats.Events+pstats.Bad, pstats.Bad)
 	}
 	if c.zombies > 0 {
-		// What the zombies wrote twice is what the README states as the
+		// What the zombies wrote twice is what docs/guarantees.md states as the
 		// limit without transactions; the rest of the contract holds.
 		t.Logf("chaos: zombies                %d stopped for %v: %d input records written twice, %d repeated keys forwarded",
 			c.zombies, zombiePause, len(v.WrittenTwice), len(v.DoubleForwarded))
