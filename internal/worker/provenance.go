@@ -52,7 +52,7 @@ import (
 // predicting HMAC under an unknown key (one guess in 2^96 per forged
 // batch). One mac per batch keeps what does not compress off the other
 // records: a mac per record, 12 random bytes, was 27.5 of the 112.7 MiB a
-// zstd output took for 2.4 M records (docs/benchmarks.md, "One header").
+// zstd output took for 2.4 M records (docs/benchmarks-journal.md, "One header").
 // Group and input topic are not in clear: the pipeline digest tells
 // another pipeline's records from this one's, and the mac binds the names
 // themselves.
