@@ -651,15 +651,6 @@ func (r *Repartitioner) firstOffset(ctx context.Context, p int) (int64, error) {
 	return 0, fmt.Errorf("listing offsets of %s/%d: partition missing", r.cfg.Input, p)
 }
 
-func be128(h1, h2 uint64) []byte {
-	b := make([]byte, 16)
-	for i := range 8 {
-		b[i] = byte(h1 >> (56 - 8*i))
-		b[8+i] = byte(h2 >> (56 - 8*i))
-	}
-	return b
-}
-
 // reasonOf reads the reason of an extraction error, "other" if it has none.
 func reasonOf(err error) string {
 	if r := keys.ReasonOf(err); r != "" {

@@ -593,12 +593,12 @@ func (w *partWriter) note(rec *hopRec, outcome string) {
 		w.log.Error("record unwritable to the repartition topic; dropped", attrs...)
 		return
 	}
-	if now := time.Now(); now.Sub(w.warnAt) < unwritableLogEvery {
+	now := time.Now()
+	if now.Sub(w.warnAt) < unwritableLogEvery {
 		w.warnQuiet++
 		return
-	} else {
-		w.warnAt = now
 	}
+	w.warnAt = now
 	if w.warnQuiet > 0 {
 		attrs = append(attrs, "not_logged_since_last", w.warnQuiet)
 		w.warnQuiet = 0
