@@ -141,9 +141,11 @@ func newRepartition(ctx context.Context, cfg *config.Run, logger *slog.Logger, r
 	hop, err := repartition.New(repartition.Config{
 		Brokers: cfg.Brokers, Group: cfg.RepartitionTopic(), Input: cfg.Input, Output: cfg.RepartitionTopic(),
 		PartitionsLike: cfg.Output, Isolation: iso,
-		BatchSize: cfg.BatchSize, BatchTimeout: cfg.BatchTimeout,
-		// The hop writes the same records: the same batch bound and timings.
+		BatchSize: cfg.BatchSize,
+		// The hop writes the same records: the same batch bound, timings
+		// and placing of records the repartition topic cannot take.
 		MaxBatchBytes: cfg.MaxBatchBytes, CommitInterval: cfg.CommitInterval, WriteTimeout: cfg.WriteTimeout,
+		DeadLetter: cfg.DeadLetter, OnUnwritable: worker.UnwritablePolicy(cfg.OnUnwritable),
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: cfg.RebalanceTimeout, JoinGroupBackoff: cfg.JoinGroupBackoff,
 		InstanceID: cfg.InstanceID(), Compression: cfg.RepartitionCompression(),

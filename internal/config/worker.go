@@ -6,8 +6,6 @@ import (
 	"regexp"
 	"strconv"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -124,13 +122,12 @@ func (c *Run) InstanceID() string {
 	return c.GroupInstanceID
 }
 
-// RepartitionCompression is the codec of the repartition hop's writes:
-// --compression, or snappy for input (the hop's writer takes one codec
-// for all its batches).
-func (c *Run) RepartitionCompression() kafka.Compression {
-	var codec kafka.Compression
-	if c.Compression == worker.CompressionInput || codec.UnmarshalText([]byte(c.Compression)) != nil {
-		return kafka.Snappy
+// RepartitionCompression is the codec of the repartition hop's writes
+// (repartition.Config.Compression): "" for input (each batch with its
+// input batch's codec, as the dedup stage's), else --compression.
+func (c *Run) RepartitionCompression() string {
+	if c.Compression == worker.CompressionInput {
+		return ""
 	}
-	return codec
+	return c.Compression
 }

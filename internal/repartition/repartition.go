@@ -20,28 +20,37 @@
 // the dedup stage's on-missing-key policy then decides (its key is the Kafka
 // key, so it sees null_key).
 //
-// Cost per record: one key extraction and one 128-bit hash, then one
-// produce; the group, fetching and committing work as in the worker.
+// The hop writes as the dedup stage does, through internal/producer
+// (write.go): batches it encodes, acks=all, each partition's batches in
+// order, leader moves retried after a metadata refresh, batches bounded
+// by the repartition topic's max.message.bytes, compressed like the
+// input's batches (or with --compression), and records the repartition
+// topic cannot take placed by the dedup stage's --on-unwritable.
+//
+// Cost per record: one key extraction and one 128-bit hash, then its
+// bytes appended to a batch; the group, fetching and committing work as
+// in the worker.
 package repartition
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/murmur3"
 
 	"github.com/bloomgate/bloomgate/internal/brokercheck"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/bloomgate/bloomgate/internal/keys"
+	"github.com/bloomgate/bloomgate/internal/producer"
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // Header names added to every record written.
@@ -72,16 +81,28 @@ type Config struct {
 	PartitionsLike string
 	Isolation      fetcher.Isolation
 
-	BatchSize      int           // records per write, default 2000
-	MaxBatchBytes  int64         // default 1 MiB
-	BatchTimeout   time.Duration // default 5ms
+	BatchSize int // most records per produce batch, default 2000
+	// MaxBatchBytes bounds a produce batch (producer.Batch.Size), default
+	// 1 MiB; lowered to a written topic's max.message.bytes.
+	MaxBatchBytes  int64
 	CommitInterval time.Duration // default 1s
-	WriteTimeout   time.Duration // default 10s
-	// Compression of the written batches. The hop writes through
-	// kafka-go's Writer, one codec for all batches: with none set, snappy
-	// (as franz-go compresses by default; the dedup stage's "input" codec
-	// follows the input's batch by batch).
-	Compression kafka.Compression
+	// WriteTimeout bounds one produce request (default 10s); the writes of
+	// one fetch get three times as long before it is read again.
+	WriteTimeout time.Duration
+	// Compression of the written batches: a codec name
+	// (producer.ParseCodec); "": each batch with the codec of the input
+	// batch its records came from (fetcher.Chunk.Codec), as the dedup
+	// stage's --compression input.
+	Compression string
+	// DeadLetter is the dedup stage's dead-letter topic ("": none), and
+	// OnUnwritable its --on-unwritable (default
+	// worker.DefaultOnUnwritable): where a record the repartition topic
+	// cannot take goes (write.go).
+	DeadLetter   string
+	OnUnwritable worker.UnwritablePolicy
+	// UnwritableRetry is how often a partition stalled before an
+	// unwritable record tries it again (default worker.UnwritableRetry).
+	UnwritableRetry time.Duration
 
 	SessionTimeout    time.Duration // default 10s
 	RebalanceTimeout  time.Duration // default session timeout + 10s, as the worker's
@@ -140,6 +161,20 @@ func (c Config) Validate() error {
 	if c.BatchSize < 0 || c.Partitions < 0 {
 		errs = append(errs, errors.New("repartition: batch size and partitions must not be negative"))
 	}
+	if c.Compression != "" {
+		if _, err := producer.ParseCodec(c.Compression); err != nil {
+			errs = append(errs, fmt.Errorf("repartition: %w", err))
+		}
+	}
+	switch c.OnUnwritable {
+	case "", worker.UnwritableStall, worker.UnwritableDrop:
+	case worker.UnwritableDeadLetter:
+		if c.DeadLetter == "" {
+			errs = append(errs, errors.New("repartition: on-unwritable dead-letter needs a dead-letter topic"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("repartition: on-unwritable %q is not one of dead-letter|stall|drop", c.OnUnwritable))
+	}
 	return errors.Join(errs...)
 }
 
@@ -150,8 +185,11 @@ func (c *Config) applyDefaults() {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 1 << 20
 	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = 5 * time.Millisecond
+	if c.OnUnwritable == "" {
+		c.OnUnwritable = worker.DefaultOnUnwritable(c.DeadLetter)
+	}
+	if c.UnwritableRetry == 0 {
+		c.UnwritableRetry = worker.UnwritableRetry
 	}
 	if c.CommitInterval == 0 {
 		c.CommitInterval = time.Second
@@ -179,7 +217,23 @@ type Repartitioner struct {
 	log    *slog.Logger
 	ex     Extractor
 	client *kafka.Client
-	w      *kafka.Writer
+	// prod writes; outParts are the repartition topic's partitions,
+	// dltParts the dead-letter topic's (read at the first dead letter).
+	prod     *producer.Producer
+	balancer kafka.Murmur2Balancer
+	outParts []int
+	dltMu    sync.Mutex
+	dltParts []int
+	// codec compresses every batch; with followInput, each batch takes
+	// its input batch's instead.
+	codec       producer.Codec
+	followInput bool
+	batches     sync.Pool // *producer.Batch
+	// limits holds the written topics' max.message.bytes (0 or missing:
+	// unknown), replaced whole by readLimits.
+	limits   atomic.Pointer[map[string]int64]
+	limitsMu sync.Mutex
+	limitsAt time.Time
 	// check explains failures to reach the brokers; access applies the
 	// runtime rule to refused access, stopping Run through fail.
 	check  *brokercheck.Client
@@ -190,8 +244,8 @@ type Repartitioner struct {
 	// foreign holds the member ids of non-hop members already reported.
 	foreign sync.Map
 
-	records, badKeys *prometheus.CounterVec
-	written          prometheus.Counter
+	records, badKeys, unwritable *prometheus.CounterVec
+	written, retries             prometheus.Counter
 }
 
 // New checks cfg; it starts nothing. reg may be nil.
@@ -213,13 +267,30 @@ func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) 
 		cfg: cfg, ex: ex, log: log.With("component", "repartition", "input", cfg.Input, "output", cfg.Output),
 		fail: func(error) {},
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_records_total",
-			Help: "Input records read and written to the repartition topic by the repartition hop (re-reads after a crash included)."}, []string{"topic", "partition"}),
+			Help: "Input records the repartition hop handled: written to the repartition topic, or placed as unwritable (bloomgate_repartition_unwritable_records_total); re-reads after a crash or a failed write included."}, []string{"topic", "partition"}),
 		badKeys: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_bad_keys_total",
 			Help: "Records the repartition hop wrote with a null key because their key could not be extracted."}, []string{"reason"}),
 		written: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_writes_total",
-			Help: "Acknowledged produce calls of the repartition hop."}),
+			Help: "Acknowledged produce requests (record batches) of the repartition hop."}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_write_retries_total",
+			Help: "Produce requests of the repartition hop sent again after the broker's answer proved nothing landed (a leader move); the metadata is refreshed first."}),
+		unwritable: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "bloomgate", Name: "repartition_unwritable_records_total",
+			Help: "Input records the repartition topic cannot take (reason: record_too_large, invalid_record, ...), by where --on-unwritable placed them: dead_lettered, dead_lettered_reference, dropped, or stalled (the partition waits before it; counted once per record)."},
+			[]string{"reason", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{r.records, r.badKeys, r.written} {
+	for _, why := range worker.UnwritableReasons {
+		for _, o := range unwritableOutcomes {
+			r.unwritable.WithLabelValues(why, o)
+		}
+	}
+	if cfg.Compression != "" {
+		r.codec, _ = producer.ParseCodec(cfg.Compression) // Validate checked it
+	} else {
+		r.followInput = true
+	}
+	r.batches.New = func() any { return new(producer.Batch) }
+	r.limits.Store(&map[string]int64{})
+	for _, c := range []prometheus.Collector{r.records, r.badKeys, r.written, r.retries, r.unwritable} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("registering repartition metrics: %w", err)
 		}
@@ -236,6 +307,9 @@ func New(cfg Config, ex Extractor, log *slog.Logger, reg prometheus.Registerer) 
 	}
 	if cfg.PartitionsLike != "" {
 		r.check.Needs = append(r.check.Needs, brokercheck.Need{Resource: brokercheck.TopicResource, Name: cfg.PartitionsLike, Setting: "--output", Op: brokercheck.Describe})
+	}
+	if cfg.DeadLetter != "" && cfg.OnUnwritable == worker.UnwritableDeadLetter {
+		r.check.Needs = append(r.check.Needs, brokercheck.Need{Resource: brokercheck.TopicResource, Name: cfg.DeadLetter, Setting: "--dead-letter", Op: brokercheck.Write})
 	}
 	r.access = &brokercheck.Watch{Client: r.check, Log: r.log}
 	return r, nil
@@ -269,22 +343,17 @@ func (r *Repartitioner) Run(ctx context.Context) error {
 		}
 		return nil
 	}
-	r.w = &kafka.Writer{
-		Addr:         kafka.TCP(r.cfg.Brokers...),
-		Topic:        r.cfg.Output,
-		Balancer:     &kafka.Murmur2Balancer{},
-		RequiredAcks: kafka.RequireAll,
-		Compression:  r.cfg.Compression,
-		BatchSize:    r.cfg.BatchSize,
-		BatchBytes:   r.cfg.MaxBatchBytes,
-		BatchTimeout: r.cfg.BatchTimeout,
-		WriteTimeout: r.cfg.WriteTimeout,
-		Transport:    r.cfg.Transport,
-		// Retries are welcome here: a retried write that did land makes a
-		// copy, which the dedup stage removes.
-		MaxAttempts: 10,
+	prod, err := producer.New(producer.Config{Transport: r.cfg.Transport, Brokers: r.cfg.Brokers, Timeout: r.cfg.WriteTimeout,
+		OnRetry: func(topic string, partition int, err error) {
+			r.retries.Inc()
+			r.log.Info("repartition write refused before anything landed; metadata refreshed, sending it again",
+				"topic", topic, "partition", partition, "err", err)
+		}})
+	if err != nil {
+		return err
 	}
-	defer r.w.Close()
+	r.prod = prod
+	r.readLimits(ctx, true, false)
 	m, err := group.New(group.Config{
 		Brokers: r.cfg.Brokers, Transport: r.cfg.Transport, Group: r.cfg.Group, Topic: r.cfg.Input,
 		InstanceID: r.cfg.InstanceID, ClientID: "bloomgate-repartition",
@@ -374,6 +443,7 @@ func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
 		return fmt.Errorf("input topic %q does not exist; create it first", r.cfg.Input)
 	}
 	if out > 0 {
+		r.outParts = partitionList(out)
 		return nil
 	}
 	n := r.cfg.Partitions
@@ -398,6 +468,7 @@ func (r *Repartitioner) EnsureOutput(ctx context.Context) error {
 			"(the dedup stage reads it; it needs as many partitions as the dedup stage's output)", r.cfg.Output, n, err)
 	}
 	r.log.Info("created the repartition topic", "partitions", n)
+	r.outParts = partitionList(n)
 	return nil
 }
 
@@ -456,9 +527,19 @@ func (r *Repartitioner) runPartition(ctx context.Context, com *group.Committer, 
 		return
 	}
 	records := r.records.WithLabelValues(r.cfg.Input, strconv.Itoa(p))
-	pv := []byte(strconv.Itoa(p))
-	var kb []byte
+	pw := r.newPartWriter(p, log)
 	backoff := 100 * time.Millisecond
+	// wait sleeps d, or returns false when ctx ends.
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		}
+	}
 	for ctx.Err() == nil {
 		from := f.Offset()
 		c, err := f.Fetch(ctx)
@@ -478,10 +559,8 @@ func (r *Repartitioner) runPartition(ctx context.Context, com *group.Committer, 
 			if !r.refused(err) {
 				log.Debug("fetch failed; retrying", "err", err)
 			}
-			select {
-			case <-ctx.Done():
+			if !wait(backoff) {
 				return
-			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 5*time.Second)
 			continue
@@ -493,56 +572,66 @@ func (r *Repartitioner) runPartition(ctx context.Context, com *group.Committer, 
 			}
 			continue
 		}
-		out := make([]kafka.Message, len(c.Records))
-		for i := range c.Records {
-			m := &c.Records[i]
-			hs := make([]kafka.Header, 0, len(m.Headers)+3)
-			hs = append(hs, m.Headers...)
-			hs = append(hs,
-				kafka.Header{Key: HeaderOriginPartition, Value: pv},
-				kafka.Header{Key: HeaderOriginOffset, Value: strconv.AppendInt(nil, m.Offset, 10)})
-			var key []byte
-			kb, err = r.ex.Extract(kb[:0], m.Key, m.Value, m.Headers)
-			if err != nil {
-				reason := reasonOf(err)
-				r.badKeys.WithLabelValues(reason).Inc()
-				hs = append(hs, kafka.Header{Key: HeaderError, Value: []byte(reason)})
-			} else {
-				h1, h2 := murmur3.Sum128(kb)
-				key = hex.AppendEncode(nil, be128(h1, h2))
+		st, err := pw.build(ctx, &c)
+		if err != nil {
+			log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", err, "offset", from)
+			f.SetOffset(from)
+			if !wait(backoff) {
+				return
 			}
-			ts := m.Time
-			if ts.IsZero() {
-				ts = time.Unix(0, 0)
-			}
-			out[i] = kafka.Message{Key: key, Value: m.Value, Headers: hs, Time: ts}
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		next := c.Next
+		if st != nil {
+			next = st.offset
 		}
 		if com.PausedTooLong() {
 			// A zombie: the group has moved this partition on.
 			com.Fence(group.ErrPaused)
 			return
 		}
+		codec := r.codec
+		if r.followInput {
+			codec = producer.Codec(c.Codec)
+		}
 		// Never cancelled by a revoke: a cancelled write may land later,
 		// and a copy is harmless, but a lost acknowledgement is not.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*r.cfg.WriteTimeout)
-		err = r.w.WriteMessages(wctx, out...)
+		fail := pw.write(wctx, codec)
 		cancel()
-		if err != nil {
-			if !r.refused(err) {
-				log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", err, "offset", from)
-			}
+		if fail != nil {
 			f.SetOffset(from)
-			select {
-			case <-ctx.Done():
+			if pw.failed(fail, c.Next) {
+				// Refused for what it holds: written again at once, one
+				// record per request, or the refused record placed.
+				log.Info("repartition batch refused for its records; writing them again", "err", fail.err, "records", fail.batch, "offset", from)
+				r.readLimits(ctx, false, refusal(fail.err) == worker.ReasonRecordTooLarge)
+				continue
+			}
+			if !r.refused(fail.err) {
+				log.Warn("repartition write failed; re-reading from the last acknowledged offset", "err", fail.err, "offset", from)
+			}
+			if !wait(backoff) {
 				return
-			case <-time.After(backoff):
 			}
 			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		r.written.Inc()
-		records.Add(float64(len(out)))
-		acked(c.Next)
+		records.Add(float64(len(pw.recs)))
+		pw.acked(next)
+		acked(next)
+		if st != nil {
+			// Wait before the unwritable record, then read it again with
+			// the limits read again: a raised max.message.bytes lets it go.
+			pw.stall(st)
+			f.SetOffset(st.offset)
+			if !wait(r.cfg.UnwritableRetry) {
+				return
+			}
+			delete(pw.refused, st.offset)
+			r.readLimits(ctx, false, true)
+		}
 	}
 }
 
@@ -560,15 +649,6 @@ func (r *Repartitioner) firstOffset(ctx context.Context, p int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("listing offsets of %s/%d: partition missing", r.cfg.Input, p)
-}
-
-func be128(h1, h2 uint64) []byte {
-	b := make([]byte, 16)
-	for i := range 8 {
-		b[i] = byte(h1 >> (56 - 8*i))
-		b[8+i] = byte(h2 >> (56 - 8*i))
-	}
-	return b
 }
 
 // reasonOf reads the reason of an extraction error, "other" if it has none.
