@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 // Recovery, in short (the argument is in docs/worker.md):
@@ -59,7 +61,7 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 	w := pp.w
 	w.discards.enter()
 	defer w.discards.leave(w)
-	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	b := backoff.New(200*time.Millisecond, 10*time.Second)
 	for {
 		r, err := h.Restore(ctx, w.params)
 		switch {
@@ -82,8 +84,8 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
-		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", b.delay())
-		if !b.wait(ctx, 0) {
+		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", b.Delay())
+		if !b.Wait(ctx, 0) {
 			return nil, ctx.Err()
 		}
 	}
@@ -107,7 +109,7 @@ func (pp *partitionProc) empty(h PartitionStore) (*Restored, error) {
 // ends; ErrFenced (someone committed between Restore and Claim) ends the
 // session, whose successor restores again.
 func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
-	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	b := backoff.New(200*time.Millisecond, 10*time.Second)
 	for {
 		err := h.Claim(ctx, pp.w.cfg.Owner)
 		if err == nil || ctx.Err() != nil {
@@ -116,8 +118,8 @@ func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
 		if errors.Is(err, ErrFenced) {
 			return fmt.Errorf("claiming checkpoint: %w", err)
 		}
-		pp.log.Warn("claiming checkpoint failed; retrying", "err", err, "backoff", b.delay())
-		if !b.wait(ctx, 0) {
+		pp.log.Warn("claiming checkpoint failed; retrying", "err", err, "backoff", b.Delay())
+		if !b.Wait(ctx, 0) {
 			return ctx.Err()
 		}
 	}
