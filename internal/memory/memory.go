@@ -43,6 +43,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/errmark"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -364,19 +365,12 @@ func storeErr(err error) error {
 	case errors.Is(err, worker.ErrNoUsableCheckpoint):
 		return err // an *IncompatibleError: worded for the worker already
 	case errors.Is(err, checkpoint.ErrNoUsableCheckpoint):
-		return marked{err, worker.ErrNoUsableCheckpoint}
+		return errmark.Mark(err, worker.ErrNoUsableCheckpoint) // "no usable checkpoint" is not written twice
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		return fmt.Errorf("%w: %w", worker.ErrNoCheckpoint, err)
 	}
 	return err
 }
-
-// marked makes err match sentinel as well, keeping err's words (which
-// say the same: "no usable checkpoint" is not written twice).
-type marked struct{ err, sentinel error }
-
-func (e marked) Error() string   { return e.err.Error() }
-func (e marked) Unwrap() []error { return []error{e.sentinel, e.err} }
 
 func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
 	var k kind

@@ -148,7 +148,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 			pp.log.Info("partition revoked during recovery", "err", err)
 			return
 		}
-		if errors.Is(err, errFatal) {
+		if errors.Is(err, errWorkerStopped) {
 			// Run returns err, and its caller reports it: once.
 			pp.log.Info("partition stopped; stopping the worker")
 			w.stop(err)

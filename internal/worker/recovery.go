@@ -9,6 +9,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // Recovery, in short (the argument is in docs/worker.md):
@@ -77,10 +78,10 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 				return pp.empty(h)
 			}
 			if errors.Is(err, ErrIncompatible) {
-				return nil, fatalErr{err} // names the settings and the fix itself
+				return nil, errmark.Mark(err, errWorkerStopped) // names the settings and the fix itself
 			}
 			return nil, fmt.Errorf("%w: restoring %s/%d: %w; --on-restore-failure empty starts it empty instead, rebuilt from the retained input",
-				errFatal, w.cfg.Input, pp.p, err)
+				errWorkerStopped, w.cfg.Input, pp.p, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
@@ -100,7 +101,7 @@ func (pp *partitionProc) empty(h PartitionStore) (*Restored, error) {
 	}
 	f, err := newFilter(pp.w.params)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
+		return nil, fmt.Errorf("%w: creating filter: %w", errWorkerStopped, err)
 	}
 	return &Restored{Filter: f, InputOffset: -1}, nil
 }
