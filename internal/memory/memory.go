@@ -408,7 +408,8 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 			if err != nil {
 				return err
 			}
-			if k = (tables{fp}); !b.s.exactOn() {
+			k = tables{fp}
+			if !b.s.exactOn() {
 				return nil
 			}
 			b.s.closeOpen(b.tp, nil)
