@@ -503,7 +503,7 @@ func runCrawlerUploads(b *testing.B, kind string, rate float64, window time.Dura
 		seg := int64(perInterval*uint64(entrySize) + 100)
 		share := checkpoint.MaxLogShare
 		if kind == memory.KindFingerprint {
-			share = checkpoint.TableShare(f.Stats().Layout == "sealed")
+			share = memory.TableLogShare(f.Stats().Layout == "sealed")
 		}
 		if len(live.Log) > 0 && (float64(live.LogBytes()+seg) > share*float64(live.Bytes) || len(live.Log) == checkpoint.MaxLogSegments) {
 			b.ReportMetric(float64(len(live.Log)), "chain-segments")

@@ -1,11 +1,8 @@
 package bloom
 
 import (
-	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 )
 
@@ -48,13 +45,8 @@ func (s *LogSegment) Size() int64 {
 
 // WriteTo encodes the segment in log format v1.
 func (s *LogSegment) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	cw := &countingWriter{w: bw}
-	crc := crc32.New(castagnoli)
-	b := make([]byte, 0, logHeaderSize)
-	b = append(b, logMagic[:]...)
-	b = binary.LittleEndian.AppendUint16(b, logVersion)
-	b = binary.LittleEndian.AppendUint16(b, 0)
+	sw := newSumWriter(w, "log")
+	b := appendPreamble(make([]byte, 0, logHeaderSize), logMagic, logVersion, 0)
 	b = binary.LittleEndian.AppendUint64(b, s.ID)
 	b = binary.LittleEndian.AppendUint64(b, uint64(s.Start))
 	b = binary.LittleEndian.AppendUint64(b, uint64(s.End))
@@ -64,9 +56,8 @@ func (s *LogSegment) WriteTo(w io.Writer) (int64, error) {
 	b = binary.LittleEndian.AppendUint64(b, s.SubInserts)
 	b = binary.LittleEndian.AppendUint64(b, s.SetBits)
 	b = binary.LittleEndian.AppendUint64(b, uint64(len(s.Entries)))
-	crc.Write(b)
-	if err := cw.write(b); err != nil {
-		return cw.n, fmt.Errorf("writing log header: %w", err)
+	if err := sw.write("header", b); err != nil {
+		return sw.cw.n, err
 	}
 	var e [logEntrySize * 256]byte
 	for lo := 0; lo < len(s.Entries); lo += 256 {
@@ -75,19 +66,11 @@ func (s *LogSegment) WriteTo(w io.Writer) (int64, error) {
 			binary.LittleEndian.PutUint64(e[i*16:], h.H1)
 			binary.LittleEndian.PutUint64(e[i*16+8:], h.H2)
 		}
-		p := e[:len(chunk)*logEntrySize]
-		crc.Write(p)
-		if err := cw.write(p); err != nil {
-			return cw.n, fmt.Errorf("writing log entries: %w", err)
+		if err := sw.write("entries", e[:len(chunk)*logEntrySize]); err != nil {
+			return sw.cw.n, err
 		}
 	}
-	if err := cw.write(binary.LittleEndian.AppendUint32(nil, crc.Sum32())); err != nil {
-		return cw.n, fmt.Errorf("writing log trailer: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("writing log: %w", err)
-	}
-	return cw.n, nil
+	return sw.finish()
 }
 
 // DecodeLog reads one log segment and checks that the stream ends right
@@ -98,30 +81,19 @@ func (s *LogSegment) WriteTo(w io.Writer) (int64, error) {
 // non-nil error means a nil segment.
 func DecodeLog(r io.Reader, maxEntries int) (*LogSegment, error) {
 	d := &decoder{r: r}
-	crc := crc32.New(castagnoli)
 	var hdr [logHeaderSize]byte
-	if err := d.read("log header", hdr[:]); err != nil {
+	crc, err := d.logHeader(hdr[:], logMagic, "log segment", logVersion)
+	if err != nil {
 		return nil, err
 	}
-	crc.Write(hdr[:])
-	if [8]byte(hdr[:8]) != logMagic {
-		return nil, d.fail("log header", "bad magic: not a bloomgate log segment", ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(hdr[8:]); v != logVersion {
-		return nil, d.fail("log header", fmt.Sprintf("version %d, this build reads %d", v, logVersion), ErrUnsupportedVersion)
-	}
-	b := hdr[12:]
+	b := hdr[preambleSz:]
 	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
 	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
-	res := binary.LittleEndian.Uint16(hdr[10:])
 	s := &LogSegment{ID: u64(), Start: int64(u64()), End: int64(u64()), Sub: u32(), Subs: u32(),
 		Inserts: u64(), SubInserts: u64(), SetBits: u64()}
 	n := u64()
-	switch {
-	case n > uint64(max(maxEntries, 0)):
+	if n > uint64(max(maxEntries, 0)) {
 		return nil, d.fail("log header", fmt.Sprintf("%d entries, limit %d", n, maxEntries), ErrTooLarge)
-	case res != 0:
-		return nil, d.fail("log header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
 	}
 	// Entries are read in pieces: a count that the data does not back
 	// costs no allocation beyond what was read.
@@ -138,18 +110,8 @@ func DecodeLog(r io.Reader, maxEntries int) (*LogSegment, error) {
 		}
 		left -= m
 	}
-	var tr [4]byte
-	if err := d.read("log trailer", tr[:]); err != nil {
+	if err := d.logEnd(crc, n, "log segment"); err != nil {
 		return nil, err
-	}
-	if crc.Sum32() != binary.LittleEndian.Uint32(tr[:]) {
-		return nil, d.fail("log trailer", "checksum mismatch", ErrCorrupt)
-	}
-	var extra [1]byte
-	if k, err := io.ReadFull(r, extra[:]); k > 0 {
-		return nil, d.fail("log trailer", fmt.Sprintf("bytes after %d entries: the entry count does not match the data", n), ErrCorrupt)
-	} else if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("reading log segment end: %w", err)
 	}
 	if s.Sub >= s.Subs || s.Subs > maxStacks {
 		return nil, d.fail("log header", fmt.Sprintf("sub-filter %d of %d", s.Sub, s.Subs), ErrCorrupt)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math/bits"
 )
@@ -68,11 +67,8 @@ func (s *sealedSet) WriteTo(w io.Writer) (int64, error) {
 func (s *sealedSet) write(cw *countingWriter) error {
 	start := cw.n
 	ntags := 1 << s.a
-	hdr := make([]byte, 0, 16+sealedHdrFixed+8*ntags+4)
-	hdr = append(hdr, sealedMagic[:]...)
-	hdr = binary.LittleEndian.AppendUint16(hdr, sealedVersion)
-	hdr = binary.LittleEndian.AppendUint16(hdr, 0)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(sealedHdrFixed+8*ntags))
+	hlen := sealedHdrFixed + 8*ntags
+	hdr := appendHeader(make([]byte, 0, preambleSz+4+hlen+4), sealedMagic, sealedVersion, 0, hlen)
 	hdr = binary.LittleEndian.AppendUint64(hdr, s.nq)
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(s.r))
 	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(s.a))
@@ -82,12 +78,12 @@ func (s *sealedSet) write(cw *countingWriter) error {
 	for _, c := range s.counts {
 		hdr = binary.LittleEndian.AppendUint64(hdr, c)
 	}
-	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
+	hdr = appendSum(hdr)
 	sizes := make([]byte, 0, 4*len(s.chunks)+4)
 	for _, c := range s.chunks {
 		sizes = binary.LittleEndian.AppendUint32(sizes, uint32(c.n))
 	}
-	sizes = binary.LittleEndian.AppendUint32(sizes, crc32.Checksum(sizes, castagnoli))
+	sizes = appendSum(sizes)
 	if err := cw.write(hdr); err != nil {
 		return fmt.Errorf("writing sealed set header: %w", err)
 	}
@@ -107,12 +103,7 @@ func (s *sealedSet) write(cw *countingWriter) error {
 			words = words[n:]
 		}
 	}
-	tr := make([]byte, 0, trailerSz)
-	tr = append(tr, sealedTrailerMagic[:]...)
-	tr = binary.LittleEndian.AppendUint64(tr, pc.chunks)
-	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n-start))
-	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
-	if err := cw.write(tr); err != nil {
+	if err := cw.write(appendTrailer(make([]byte, 0, trailerSz), sealedTrailerMagic, pc.chunks, cw.n-start)); err != nil {
 		return fmt.Errorf("writing sealed set trailer: %w", err)
 	}
 	return nil
@@ -169,7 +160,7 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 	if err := d.read("sizes", sizes); err != nil {
 		return nil, err
 	}
-	if crc32.Checksum(sizes[:4*nchunks], castagnoli) != binary.LittleEndian.Uint32(sizes[4*nchunks:]) {
+	if !d.summed(sizes) {
 		return nil, d.fail("sizes", "checksum mismatch", ErrCorrupt)
 	}
 	// The memory, before any of it is allocated: each chunk's code,
@@ -219,15 +210,8 @@ func readSealedSet(d *decoder, maxBytes int64) (*sealedSet, error) {
 		}
 		set.chunks[i] = c
 	}
-	bodyLen := d.off - start
-	var tr [trailerSz]byte
-	if err := d.read("trailer", tr[:]); err != nil {
+	if err := d.trailer(sealedTrailerMagic, cr.chunks, start); err != nil {
 		return nil, err
-	}
-	if [8]byte(tr[:8]) != sealedTrailerMagic ||
-		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
-		binary.LittleEndian.Uint64(tr[8:]) != cr.chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
-		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
 	}
 	return set, nil
 }

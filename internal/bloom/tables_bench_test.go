@@ -11,9 +11,8 @@ import (
 // BenchmarkTableKinds is the measurement behind the choice of the tagged
 // table (docs/filter.md, "How the table was chosen"): at
 // the crawler plan's size (15.6 M keys per window, p = 1 %), the ring of
-// G = 4 blocked Bloom generations against a quotient table and a
-// semi-sorted cuckoo table of 3-bit-tagged fingerprints (G = 8), each at
-// three peak loads, and a live table beside a static set of the sealed
+// G = 4 blocked Bloom generations against a quotient table of 3-bit-tagged
+// fingerprints (G = 8) at three peak loads, and a live table beside a static set of the sealed
 // generations (sealed.go). Every kind first holds a full window, then takes two
 // more generations of new keys in batches of 256 (hashes precomputed
 // apart, so hashing is not counted); the tables drop the expiring tag at
@@ -27,8 +26,7 @@ import (
 func BenchmarkTableKinds(b *testing.B) {
 	const window = 15_600_000
 	per := window / 7
-	kinds := []string{"ring", "quotient/0.90", "quotient/0.93", "quotient/0.95", "cuckoo/0.90", "cuckoo/0.93", "cuckoo/0.95",
-		"sealed"}
+	kinds := []string{"ring", "quotient/0.90", "quotient/0.93", "quotient/0.95", "sealed"}
 	for _, kind := range kinds {
 		b.Run(kind, func(b *testing.B) {
 			for range b.N {
@@ -105,28 +103,6 @@ func BenchmarkTableKinds(b *testing.B) {
 					rotate = func() { gen++; q.drop(1 << (gen & 7)) }
 					test = func(h Hash) bool { return q.tags(q.quotient(h.H1), h.H2>>57) != 0 }
 					bytes = q.bytes
-					gens, keys = 8, per
-				case "cuck":
-					c := newCtable(uint64(float64(per*8)/amax/cSlots)+1, 10, 3)
-					insert = func(hs []Hash) {
-						for lo := 0; lo < len(hs); lo += batchChunk {
-							c.touch(hs[lo : lo+batchChunk])
-							for _, h := range hs[lo : lo+batchChunk] {
-								i1, fp := c.index(h)
-								i2 := c.alt(i1, fp)
-								if c.tags(i1, i2, fp)&(1<<(gen&7)) == 0 {
-									c.insert(i1, i2, fp<<3|gen&7)
-								}
-							}
-						}
-					}
-					rotate = func() {
-						gen++
-						drop := gen & 7
-						c.retain(func(e uint64) bool { return e&7 != drop })
-					}
-					test = func(h Hash) bool { i1, fp := c.index(h); return c.tags(i1, c.alt(i1, fp), fp) != 0 }
-					bytes = c.bytes
 					gens, keys = 8, per
 				}
 				// The peak: before a generation change (a full window

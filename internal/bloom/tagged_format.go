@@ -3,15 +3,11 @@ package bloom
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
-	"math/bits"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
-	"github.com/klauspost/compress/zstd"
 )
 
 // Table format v1, little-endian, streamed:
@@ -100,15 +96,12 @@ func encodeTable(w io.Writer, m *tableMeta, v *qtableView, set *sealedSet) (int6
 	if set != nil {
 		version, fixed = tableSealedVersion, tableHdrFixed+8
 	}
-	hdr := make([]byte, 0, 16+fixed+8*ntags+4)
-	hdr = append(hdr, tableMagic[:]...)
-	hdr = binary.LittleEndian.AppendUint16(hdr, version)
 	var flags uint16
 	if m.closed {
 		flags |= tableFlagClosed
 	}
-	hdr = binary.LittleEndian.AppendUint16(hdr, flags)
-	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(fixed+8*ntags))
+	hlen := fixed + 8*ntags
+	hdr := appendHeader(make([]byte, 0, preambleSz+4+hlen+4), tableMagic, version, flags, hlen)
 	for _, x := range []uint64{m.serial, m.first, m.newest, uint64(m.span)} {
 		hdr = binary.LittleEndian.AppendUint64(hdr, x)
 	}
@@ -127,8 +120,7 @@ func encodeTable(w io.Writer, m *tableMeta, v *qtableView, set *sealedSet) (int6
 	for _, c := range m.counts {
 		hdr = binary.LittleEndian.AppendUint64(hdr, c)
 	}
-	hdr = binary.LittleEndian.AppendUint32(hdr, crc32.Checksum(hdr, castagnoli))
-	if err := cw.write(hdr); err != nil {
+	if err := cw.write(appendSum(hdr)); err != nil {
 		return cw.n, fmt.Errorf("writing table header: %w", err)
 	}
 	es := m.entryBits()
@@ -150,76 +142,13 @@ func encodeTable(w io.Writer, m *tableMeta, v *qtableView, set *sealedSet) (int6
 			return cw.n, err
 		}
 	}
-	tr := make([]byte, 0, trailerSz)
-	tr = append(tr, tableTrailerMagic[:]...)
-	tr = binary.LittleEndian.AppendUint64(tr, pc.chunks)
-	tr = binary.LittleEndian.AppendUint64(tr, uint64(cw.n))
-	tr = binary.LittleEndian.AppendUint32(tr, crc32.Checksum(tr, castagnoli))
-	if err := cw.write(tr); err != nil {
+	if err := cw.write(appendTrailer(make([]byte, 0, trailerSz), tableTrailerMagic, pc.chunks, cw.n)); err != nil {
 		return cw.n, fmt.Errorf("writing table trailer: %w", err)
 	}
 	if err := bw.Flush(); err != nil {
 		return cw.n, fmt.Errorf("writing table: %w", err)
 	}
 	return cw.n, nil
-}
-
-// pageChunks writes pages as the chunks of the generation and table
-// formats.
-type pageChunks struct {
-	cw      *countingWriter
-	enc     *zstd.Encoder
-	zbuf    []byte
-	swapped []uint64
-	chunks  uint64
-}
-
-func (pc *pageChunks) close() {
-	if pc.enc != nil {
-		pc.enc.Close()
-	}
-}
-
-func (pc *pageChunks) write(p []uint64) error {
-	if !littleEndian {
-		pc.swapped = append(pc.swapped[:0], p...)
-		for i := range pc.swapped {
-			pc.swapped[i] = bits.ReverseBytes64(pc.swapped[i])
-		}
-		p = pc.swapped
-	}
-	raw := pageAsBytes(p)
-	kind, payload := byte(kindRaw), raw
-	ones := popcountWords(p)
-	switch {
-	case ones == 0:
-		kind, payload = kindZero, nil
-	case ones*5 <= uint64(len(p))*64:
-		if pc.enc == nil {
-			var err error
-			pc.enc, err = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest),
-				zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(false))
-			if err != nil {
-				return fmt.Errorf("creating zstd encoder: %w", err)
-			}
-		}
-		pc.zbuf = pc.enc.EncodeAll(raw, pc.zbuf[:0])
-		if len(pc.zbuf) <= len(raw)-len(raw)/16 {
-			kind, payload = kindZstd, pc.zbuf
-		}
-	}
-	var ch [chunkHdr]byte
-	ch[0] = kind
-	binary.LittleEndian.PutUint32(ch[1:5], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(ch[5:9], crc32.Update(crc32.Checksum(ch[:5], castagnoli), castagnoli, payload))
-	if err := pc.cw.write(ch[:]); err != nil {
-		return err
-	}
-	if err := pc.cw.write(payload); err != nil {
-		return err
-	}
-	pc.chunks++
-	return nil
 }
 
 // DecodeTable reads one table in table format v1. It checks the declared
@@ -342,15 +271,8 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		}
 		h = &hybrid{live: q, set: set, m: newLiveMap(set.nq, m.size.nblocks*qSlots), r: m.size.r}
 	}
-	bodyLen := d.off
-	var tr [trailerSz]byte
-	if err := d.read("trailer", tr[:]); err != nil {
+	if err := d.trailer(tableTrailerMagic, cr.chunks, 0); err != nil {
 		return nil, err
-	}
-	if [8]byte(tr[:8]) != tableTrailerMagic ||
-		crc32.Checksum(tr[:trailerSz-4], castagnoli) != binary.LittleEndian.Uint32(tr[trailerSz-4:]) ||
-		binary.LittleEndian.Uint64(tr[8:]) != cr.chunks || binary.LittleEndian.Uint64(tr[16:]) != uint64(bodyLen) {
-		return nil, d.fail("trailer", "bad trailer", ErrCorrupt)
 	}
 	q.entries = m.entries
 	if err := q.checkLayout(); err != nil {
@@ -394,19 +316,13 @@ func (l *TableLog) Size() int64 {
 
 // WriteTo encodes the segment in table log format v1.
 func (l *TableLog) WriteTo(w io.Writer) (int64, error) {
-	bw := bufio.NewWriterSize(w, 64<<10)
-	cw := &countingWriter{w: bw}
-	crc := crc32.New(castagnoli)
-	b := make([]byte, 0, tableLogHeaderSize)
-	b = append(b, tableLogMagic[:]...)
-	b = binary.LittleEndian.AppendUint16(b, tableLogVersion)
-	b = binary.LittleEndian.AppendUint16(b, 0)
+	sw := newSumWriter(w, "table log")
+	b := appendPreamble(make([]byte, 0, tableLogHeaderSize), tableLogMagic, tableLogVersion, 0)
 	for _, x := range []uint64{l.Serial, l.First, l.Newest, l.Entries, l.Adds, uint64(len(l.Added))} {
 		b = binary.LittleEndian.AppendUint64(b, x)
 	}
-	crc.Write(b)
-	if err := cw.write(b); err != nil {
-		return cw.n, fmt.Errorf("writing table log header: %w", err)
+	if err := sw.write("header", b); err != nil {
+		return sw.cw.n, err
 	}
 	var e [8 * 512]byte
 	for lo := 0; lo < len(l.Added); lo += 512 {
@@ -414,19 +330,11 @@ func (l *TableLog) WriteTo(w io.Writer) (int64, error) {
 		for i, x := range chunk {
 			binary.LittleEndian.PutUint64(e[8*i:], x)
 		}
-		p := e[:8*len(chunk)]
-		crc.Write(p)
-		if err := cw.write(p); err != nil {
-			return cw.n, fmt.Errorf("writing table log entries: %w", err)
+		if err := sw.write("entries", e[:8*len(chunk)]); err != nil {
+			return sw.cw.n, err
 		}
 	}
-	if err := cw.write(binary.LittleEndian.AppendUint32(nil, crc.Sum32())); err != nil {
-		return cw.n, fmt.Errorf("writing table log trailer: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		return cw.n, fmt.Errorf("writing table log: %w", err)
-	}
-	return cw.n, nil
+	return sw.finish()
 }
 
 // DecodeTableLog reads one table log segment and checks that the stream
@@ -435,22 +343,12 @@ func (l *TableLog) WriteTo(w io.Writer) (int64, error) {
 // non-nil error means a nil segment.
 func DecodeTableLog(r io.Reader, maxEntries int) (*TableLog, error) {
 	d := &decoder{r: r}
-	crc := crc32.New(castagnoli)
 	var hdr [tableLogHeaderSize]byte
-	if err := d.read("log header", hdr[:]); err != nil {
+	crc, err := d.logHeader(hdr[:], tableLogMagic, "table log", tableLogVersion)
+	if err != nil {
 		return nil, err
 	}
-	crc.Write(hdr[:])
-	if [8]byte(hdr[:8]) != tableLogMagic {
-		return nil, d.fail("log header", "bad magic: not a bloomgate table log", ErrCorrupt)
-	}
-	if v := binary.LittleEndian.Uint16(hdr[8:]); v != tableLogVersion {
-		return nil, d.fail("log header", fmt.Sprintf("version %d, this build reads %d", v, tableLogVersion), ErrUnsupportedVersion)
-	}
-	if res := binary.LittleEndian.Uint16(hdr[10:]); res != 0 {
-		return nil, d.fail("log header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
-	}
-	b := hdr[12:]
+	b := hdr[preambleSz:]
 	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
 	l := &TableLog{Serial: u64(), First: u64(), Newest: u64(), Entries: u64(), Adds: u64()}
 	n := u64()
@@ -470,18 +368,8 @@ func DecodeTableLog(r io.Reader, maxEntries int) (*TableLog, error) {
 		}
 		left -= k
 	}
-	var tr [4]byte
-	if err := d.read("log trailer", tr[:]); err != nil {
+	if err := d.logEnd(crc, n, "table log"); err != nil {
 		return nil, err
-	}
-	if crc.Sum32() != binary.LittleEndian.Uint32(tr[:]) {
-		return nil, d.fail("log trailer", "checksum mismatch", ErrCorrupt)
-	}
-	var extra [1]byte
-	if k, err := io.ReadFull(r, extra[:]); k > 0 {
-		return nil, d.fail("log trailer", fmt.Sprintf("bytes after %d entries: the entry count does not match the data", n), ErrCorrupt)
-	} else if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("reading table log end: %w", err)
 	}
 	return l, nil
 }

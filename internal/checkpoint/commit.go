@@ -46,7 +46,8 @@ type Generation struct {
 	// generations (GenerationRef.ExactGens).
 	ExactGens []ExactSpan
 	// LogShare, when set, replaces MaxLogShare for this generation's
-	// chain (a fingerprint table's: TableShare).
+	// chain (the filter's policy for what it stores: a share of the
+	// base's stored size).
 	LogShare float64
 	// Source streams the bytes. Commit skips it for a sealed generation
 	// that an earlier manifest of this handle already stored, and for an
@@ -97,37 +98,10 @@ type GenerationLog struct {
 // every 256 minutes and the manifests' growth then cost about the same per
 // day, near the least total (docs/benchmarks-journal.md, "Uploads per day").
 const (
-	MaxLogShare = 0.25
-	// TableLogShare is the share for the tables of the fingerprint
-	// filter: a table holds the whole window (about three times the
-	// ring's live generation), so at the ring's share a restore at the
-	// chain's limit would replay three times the entries; at an eighth it
-	// replays as many as the ring's while the table is still uploaded
-	// whole less often than the ring's live generation
-	// (docs/benchmarks-journal.md, "Crawler scale").
-	TableLogShare = 0.125
-	// SealedTableLogShare is the share for a fingerprint table laid out
-	// sealed: its log replays into the live table only (the set is read
-	// whole), at ~190 ns per entry near the live table's peak load, and
-	// its base is small for its entries (13.9 bits each at 1 %), so at
-	// an eighth its chain held 4.2 times the ring's entries and restored
-	// in 2.07 times the ring's time; at a sixteenth it holds about twice
-	// the ring's entries, and the table is still uploaded whole less often
-	// than the ring's live generation (docs/benchmarks-journal.md, "The
-	// fingerprint filter's sealed layout").
-	SealedTableLogShare = 0.0625
-	MaxLogEntries       = 10_000_000
-	MaxLogSegments      = 256
+	MaxLogShare    = 0.25
+	MaxLogEntries  = 10_000_000
+	MaxLogSegments = 256
 )
-
-// TableShare is the log share of a fingerprint table: SealedTableLogShare
-// for a table laid out sealed, TableLogShare for a tagged one.
-func TableShare(sealed bool) float64 {
-	if sealed {
-		return SealedTableLogShare
-	}
-	return TableLogShare
-}
 
 // ExactCheckpoint is the partition's exact store handed to Commit, cut at
 // the same input offset as the generations (Manifest.Exact).

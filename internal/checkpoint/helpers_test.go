@@ -78,9 +78,6 @@ func digest(t testing.TB, src GenerationSource) [32]byte {
 type backend struct {
 	name string
 	url  func(t *testing.T) string
-	// corrupt rewrites a stored object (relative to the location) in place.
-	server *s3test.Server
-	dir    string
 }
 
 var memSeq atomic.Int64

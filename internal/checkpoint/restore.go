@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // Restore loads the partition's newest usable checkpoint, whole: it walks
@@ -168,18 +170,12 @@ func abortRestore(ctx context.Context, seq uint64, err error) error {
 		return fmt.Errorf("restoring checkpoint %d: %w", seq, err)
 	}
 	if errors.Is(err, ErrIncompatible) {
-		return noUsable{err}
+		// The refusal says what is wrong and what to do: marked, not
+		// prefixed.
+		return errmark.Mark(err, ErrNoUsableCheckpoint)
 	}
 	return nil
 }
-
-// noUsable marks a loader's refusal (ErrIncompatible) as
-// ErrNoUsableCheckpoint without adding to its words: the refusal says
-// what is wrong and what to do, and a prefix would only repeat it.
-type noUsable struct{ err error }
-
-func (e noUsable) Error() string   { return e.err.Error() }
-func (e noUsable) Unwrap() []error { return []error{ErrNoUsableCheckpoint, e.err} }
 
 // dataFailure reports whether err is a fault of the stored data (or of
 // the loader's reading of it), as opposed to the store being unreachable

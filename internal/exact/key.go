@@ -29,8 +29,6 @@ func makeEntry(gen uint64, h Hash) entry {
 	return entry{gen, binary.BigEndian.Uint64(h[:8]), binary.BigEndian.Uint64(h[8:])}
 }
 
-func (e entry) hash() Hash { return HashOf(e.hi, e.lo) }
-
 func cmpEntry(a, b entry) int {
 	switch {
 	case a.gen < b.gen:

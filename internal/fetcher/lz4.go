@@ -157,7 +157,7 @@ func decodeLZ4Frame(out, src []byte, limit int) ([]byte, []byte, error) {
 		} else {
 			var dict []byte
 			if !indep {
-				dict = out[max(frameStart, len(out)-lz4WindowSize):len(out)]
+				dict = out[max(frameStart, len(out)-lz4WindowSize):]
 			}
 			got, err := lz4.UncompressBlockWithDict(block, dst, dict)
 			if err != nil {

@@ -15,17 +15,17 @@ import (
 )
 
 // offsetCommitter commits offsets for the current generation of the
-// group member (membership.go's memberCommitter; a fake in tests).
+// group member (Member.CommitOffsets; a fake in tests).
 type offsetCommitter interface {
 	CommitOffsets(offsets map[string]map[int]int64) error
 }
 
-// committer is the worker's only caller of OffsetCommit. Partitions hand
+// Committer is the worker's only caller of OffsetCommit. Partitions hand
 // it offsets whose output writes are acknowledged; it commits them every
 // interval, and at once when a partition flushes on revoke. It outlives
 // generations: a cooperative rebalance keeps partitions running, and their
-// commits go on in the next generation (group.Member.Commit uses the
-// current one; during a rebalance a commit waits for it to end).
+// commits go on in the next generation (Member.Commit uses the current
+// one; during a rebalance a commit waits for it to end).
 //
 // Its state is owned by the run goroutine (the fields below reqs); other
 // goroutines talk to it through channels, and read committed under mu.
@@ -36,22 +36,23 @@ type Committer struct {
 	log      *slog.Logger
 	// failures counts failed commits (nil: not counted).
 	failures prometheus.Counter
-	// fence is called when a commit shows that this member lost its
+	// Fence is called when a commit shows that this member lost its
 	// generation: its partitions must stop writing at once.
 	Fence func(error)
-	// halted, when true, suppresses commits (tests simulate kill -9).
+	// Halted, when true, suppresses commits (tests simulate kill -9).
 	Halted func() bool
-	// denied, if set, takes a failed commit and reports whether it was
-	// refused access, which it then reports itself (access.go).
+	// Denied, if set, takes a failed commit and reports whether it was
+	// refused access, which it then reports itself (the worker's
+	// accessFailed).
 	Denied func(error) bool
-	// maxGap, if set, is the session timeout: a process that did not run
+	// MaxGap, if set, is the session timeout: a process that did not run
 	// for longer (SIGSTOP, a long pause) has lost its membership, and its
 	// partitions must not write what they fetched before (a zombie). The
 	// same holds for a member whose offset commits have kept failing for
 	// that long (cut off from the coordinator, not from the partition
 	// leaders): its heartbeats fail too, so the coordinator has expired
 	// it. While there is nothing new to commit, the committer re-commits
-	// the last offsets every maxGap/4, so that the time of the last
+	// the last offsets every MaxGap/4, so that the time of the last
 	// successful commit stays a measure of the coordinator's contact.
 	MaxGap  time.Duration
 	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
@@ -102,7 +103,8 @@ func NewCommitter(gen offsetCommitter, topic string, interval time.Duration, log
 // to someone else now.
 var ErrStaleGeneration = errors.New("offset commit rejected: generation is stale")
 
-// isStaleGeneration: the coordinator says the member's generation is gone.
+// IsStaleGeneration reports whether err says the member's generation is
+// gone.
 // A rebalance in progress is not: a cooperative member keeps its
 // partitions through it, and the commit is retried after it.
 func IsStaleGeneration(err error) bool {
@@ -110,7 +112,7 @@ func IsStaleGeneration(err error) bool {
 		errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.FencedInstanceID)
 }
 
-// run commits until stop is closed, then commits what is pending and returns.
+// Run commits until Close, then commits what is pending and returns.
 func (c *Committer) Run() {
 	defer close(c.done)
 	t := time.NewTicker(c.interval)
@@ -271,7 +273,7 @@ func (c *Committer) drop(ps []int) {
 }
 
 // keepAlive notices a pause of the process and, while nothing is pending,
-// re-commits the last offsets (the contact clock, see maxGap).
+// re-commits the last offsets (the contact clock, see MaxGap).
 func (c *Committer) keepAlive() {
 	now := time.Now()
 	if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.MaxGap && c.paused.CompareAndSwap(false, true) {
@@ -295,6 +297,7 @@ func (c *Committer) keepAlive() {
 	}
 }
 
+// Offer hands offset of partition to the next commit, without waiting.
 func (c *Committer) Offer(ctx context.Context, partition int, offset int64) {
 	select {
 	case c.reqs <- commitReq{partition: partition, offset: offset}:
@@ -347,6 +350,7 @@ func (c *Committer) LastCommitted(p int) (int64, bool) {
 	return o, ok
 }
 
+// Close stops Run, after it committed what is pending, and waits for it.
 func (c *Committer) Close() {
 	close(c.stop)
 	<-c.done

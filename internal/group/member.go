@@ -20,6 +20,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 	"github.com/segmentio/kafka-go/protocol/offsetfetch"
 	"github.com/segmentio/kafka-go/protocol/syncgroup"
+
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 // Protocol names offered in JoinGroup, preferred first. A group whose
@@ -209,7 +211,7 @@ const (
 // error that ends the membership (another member with the same
 // InstanceID, refused access, settings the coordinator rejects).
 func (m *Member) Run(ctx context.Context, h Handler) error {
-	b := newBackoff(m.cfg.RetryBackoff, maxRetryBackoff)
+	b := backoff.New(m.cfg.RetryBackoff, maxRetryBackoff)
 	var err error
 	everJoined := false
 	for ctx.Err() == nil {
@@ -230,11 +232,11 @@ func (m *Member) Run(ctx context.Context, h Handler) error {
 					break
 				}
 			}
-			m.log.Debug("joining the group failed; retrying", "err", err, "backoff", b.delay())
-			b.wait(ctx)
+			m.log.Debug("joining the group failed; retrying", "err", err, "backoff", b.Delay())
+			b.Wait(ctx, 0)
 			continue
 		}
-		b.reset()
+		b.Reset()
 		everJoined = true
 		out, ferr := m.stable(ctx, h, gen, assigned)
 		if ferr != nil {
@@ -979,24 +981,6 @@ func summarize(ps []int) string {
 		return fmt.Sprint(ps)
 	}
 	return fmt.Sprintf("[%d %d %d … %d %d] (%d)", ps[0], ps[1], ps[2], ps[len(ps)-2], ps[len(ps)-1], len(ps))
-}
-
-// backoff doubles a wait up to a bound.
-type backoff struct{ first, max, cur time.Duration }
-
-func newBackoff(first, max time.Duration) *backoff {
-	return &backoff{first: first, max: max, cur: first}
-}
-func (b *backoff) delay() time.Duration { return b.cur }
-func (b *backoff) reset()               { b.cur = b.first }
-func (b *backoff) wait(ctx context.Context) {
-	t := time.NewTimer(b.cur)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	b.cur = min(2*b.cur, b.max)
 }
 
 // CommitOffsets commits the member's topic's offsets in offsets (the

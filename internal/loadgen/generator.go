@@ -119,16 +119,15 @@ type Event struct {
 
 // Generator yields the event sequence of a GenConfig.
 type Generator struct {
-	cfg       GenConfig
-	rng       *rand.Rand
-	perm      affinePerm
-	emitted   []uint64 // key IDs in order of first occurrence
-	recent    []uint64 // ring of the last keys written (new or repeated)
-	next      int
-	remNew    int
-	remDup    int
-	newKeys   int
-	timestamp func(i int) time.Time
+	cfg     GenConfig
+	rng     *rand.Rand
+	perm    affinePerm
+	emitted []uint64 // key IDs in order of first occurrence
+	recent  []uint64 // ring of the last keys written (new or repeated)
+	next    int
+	remNew  int
+	remDup  int
+	newKeys int
 }
 
 // NewGenerator validates cfg and returns its generator.

@@ -35,7 +35,7 @@ func evolveName(t *testing.T) string {
 // filterGenerations encodes every generation of f's current state.
 func filterGenerations(t *testing.T, f worker.Filter) [][]byte {
 	t.Helper()
-	sn := f.(*filter).s.Snapshot()
+	sn := f.(*filter).shard().Snapshot()
 	defer sn.Release()
 	var out [][]byte
 	for _, g := range sn.Generations {
@@ -51,7 +51,7 @@ func filterGenerations(t *testing.T, f worker.Filter) [][]byte {
 // remembers reports whether f holds key, without changing it.
 func remembers(f worker.Filter, key string) bool {
 	bf := f.(*filter)
-	return bf.s.Test(bf.seed.Hash([]byte(key)))
+	return bf.shard().Test(bf.seed.Hash([]byte(key)))
 }
 
 // TestEvolve goes through the Store and a mem:// store the way a

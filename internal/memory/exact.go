@@ -147,12 +147,26 @@ type generations interface {
 	Span() time.Duration
 }
 
-// gens is the filter's generations, whichever its kind.
-func (f *filter) gens() generations {
-	if f.fp != nil {
-		return f.fp
+// exactKind is exact mode's wrapper around a filter of either kind: every
+// positive of the filter is checked against the exact store x.
+type exactKind struct {
+	kind
+	x *exactState
+}
+
+func (k *exactKind) stats() worker.FilterStats {
+	fs := k.kind.stats()
+	if k.x.st != nil {
+		fs.Exact = k.x.stats()
 	}
-	return f.s
+	return fs
+}
+
+// snapshot cuts the exact store at the filter's snapshot: both describe
+// the same input offset.
+func (k *exactKind) snapshot() (kindSnapshot, *exactSnapshot) {
+	sn, _ := k.kind.snapshot()
+	return sn, k.x.snapshot()
 }
 
 // exactState is a filter's exact store and the store generation of each of
@@ -316,9 +330,9 @@ func (x *exactState) flush() error {
 	return nil
 }
 
-// testAndAdd is TestAndAdd of one filed hash in exact mode.
-func (f *filter) exactTestAndAdd(h bloom.Hash, ts time.Time) bool {
-	x, g := f.x, f.gens()
+// TestAndAdd is TestAndAdd of one filed hash in exact mode.
+func (k *exactKind) TestAndAdd(h bloom.Hash, ts time.Time) bool {
+	x, g := k.x, k.kind
 	changes := g.Changes(ts)
 	seen := g.TestAndAdd(h, ts)
 	if changes && x.err == nil {
@@ -329,14 +343,14 @@ func (f *filter) exactTestAndAdd(h bloom.Hash, ts time.Time) bool {
 	return seen
 }
 
-// exactBatch is TestAndAddBatch of filed hashes in exact mode: runs of
-// records that change no generation go through the shard's batch, the
+// TestAndAddBatch is TestAndAddBatch of filed hashes in exact mode: runs
+// of records that change no generation go through the shard's batch, the
 // others one by one.
-func (f *filter) exactBatch(hs []bloom.Hash, ts []time.Time, seen []bool) {
-	x, g := f.x, f.gens()
+func (k *exactKind) TestAndAddBatch(hs []bloom.Hash, ts []time.Time, seen []bool) {
+	x, g := k.x, k.kind
 	for i := 0; i < len(hs); {
 		if g.Changes(ts[i]) {
-			seen[i] = f.exactTestAndAdd(hs[i], ts[i])
+			seen[i] = k.TestAndAdd(hs[i], ts[i])
 			i++
 			continue
 		}

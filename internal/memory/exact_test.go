@@ -135,7 +135,7 @@ func newTruth() *truth { return &truth{in: map[bloom.Span]map[string]bool{}} }
 // answer is the true answer to the TestAndAdd of key that f just made, and
 // records key in f's newest generation.
 func (tr *truth) answer(f *filter, key string) bool {
-	spans := f.gens().Spans(nil)
+	spans := f.k.Spans(nil)
 	held := map[bloom.Span]bool{}
 	seen := false
 	for _, sp := range spans {
@@ -595,7 +595,7 @@ func testExactFromFilterOnlyCheckpoint(t *testing.T, kind string) {
 		t.Fatalf("restored offset %d", r.InputOffset)
 	}
 	restored := map[bloom.Span]bool{}
-	for _, sp := range g.gens().Spans(nil) {
+	for _, sp := range g.k.Spans(nil) {
 		restored[sp] = true
 	}
 	// Positives that match only the restored generations are the
@@ -605,7 +605,7 @@ func testExactFromFilterOnlyCheckpoint(t *testing.T, kind string) {
 		got := g.TestAndAdd([]byte(rec.key), rec.ts)
 		want := tr.answer(g, rec.key)
 		old := false
-		for _, sp := range g.gens().Spans(nil) {
+		for _, sp := range g.k.Spans(nil) {
 			old = old || restored[sp]
 		}
 		switch {
@@ -620,7 +620,7 @@ func testExactFromFilterOnlyCheckpoint(t *testing.T, kind string) {
 	if n := counterValue(t, reg, "bloomgate_exact_positives_total", map[string]string{"result": "unverified"}); n == 0 || int(n) < fpBefore {
 		t.Errorf("%v unverified positives, %d false positives while restored generations were held", n, fpBefore)
 	}
-	for _, sp := range g.gens().Spans(nil) {
+	for _, sp := range g.k.Spans(nil) {
 		if restored[sp] {
 			t.Fatalf("the stream did not outlast the restored generations")
 		}
@@ -663,7 +663,7 @@ func TestExactPlanChange(t *testing.T) {
 				h2, g, _ := take(t, b, c.new)
 				// A ring keeps generations of the same span as its own.
 				sameSpan := span(c.old.Window, c.old.Generations) == span(c.new.Window, c.new.Generations)
-				if legacy, _, _ := g.legacy(); legacy == 0 && (kind == KindFingerprint || !sameSpan) {
+				if legacy, _, _ := g.k.legacy(); legacy == 0 && (kind == KindFingerprint || !sameSpan) {
 					t.Fatalf("no legacy generations after the change")
 				}
 				tr2 := tr.clone()
@@ -678,7 +678,7 @@ func TestExactPlanChange(t *testing.T) {
 					t.Fatalf("restored offset %d", r.InputOffset)
 				}
 				feed(t, k, trAt, recs[9000:])
-				if legacy, _, _ := g.legacy(); legacy != 0 {
+				if legacy, _, _ := g.k.legacy(); legacy != 0 {
 					t.Errorf("the stream did not outlast the legacy generations")
 				}
 			})
@@ -787,11 +787,11 @@ func TestPlanBackDoesNotReuseStaleGeneration(t *testing.T) {
 	c, _ := exactMemory(t, url, t.TempDir(), 200, nil)
 	h, f, _ = take(t, c, p1)
 	// Records until the newest ring generation rotates, no commit between.
-	first := f.s.Spans(nil)[len(f.s.Spans(nil))-1]
+	first := f.shard().Spans(nil)[len(f.shard().Spans(nil))-1]
 	i := 8100
 	for ; i < len(recs); i++ {
 		feed(t, f, tr, recs[i:i+1])
-		if sp := f.s.Spans(nil); sp[len(sp)-1] != first {
+		if sp := f.shard().Spans(nil); sp[len(sp)-1] != first {
 			break
 		}
 	}
@@ -801,7 +801,7 @@ func TestPlanBackDoesNotReuseStaleGeneration(t *testing.T) {
 	}
 	commitT(t, h, f, p1, int64(i))
 	live := map[uint64]uint64{}
-	for _, g := range f.s.Stats().Generations {
+	for _, g := range f.shard().Stats().Generations {
 		live[g.ID] = g.Inserts
 	}
 	for _, g := range newestManifest(t, c).Generations {

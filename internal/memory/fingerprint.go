@@ -62,41 +62,67 @@ func objectsName(k string) string {
 	return "generations"
 }
 
-// config is the filter's plan.
-func (f *filter) config() bloom.Config {
-	if f.fp != nil {
-		return f.fp.Config()
+// How a table's log chain grows (checkpoint.Generation.LogShare, in place
+// of checkpoint.MaxLogShare, the ring's): a table is stored whole again
+// once its log segments add up to this share of its base.
+const (
+	// tableLogShare is the share for a table laid out tagged: a table
+	// holds the whole window (about three times the ring's live
+	// generation), so at the ring's share a restore at the chain's limit
+	// would replay three times the entries; at an eighth it replays as
+	// many as the ring's while the table is still uploaded whole less
+	// often than the ring's live generation (docs/benchmarks-journal.md, "Crawler
+	// scale").
+	tableLogShare = 0.125
+	// sealedTableLogShare is the share for a table laid out sealed: its
+	// log replays into the live table only (the set is read whole), at
+	// ~190 ns per entry near the live table's peak load, and its base is
+	// small for its entries (13.9 bits each at 1 %), so at an eighth its
+	// chain held 4.2 times the ring's entries and restored in 2.07 times
+	// the ring's time; at a sixteenth it holds about twice the ring's
+	// entries, and the table is still uploaded whole less often than the
+	// ring's live generation (docs/benchmarks-journal.md, "The fingerprint
+	// filter's sealed layout").
+	sealedTableLogShare = 0.0625
+)
+
+// TableLogShare is the log share of a table: sealedTableLogShare for a
+// table laid out sealed, tableLogShare for a tagged one.
+func TableLogShare(sealed bool) float64 {
+	if sealed {
+		return sealedTableLogShare
 	}
-	return f.s.Config()
+	return tableLogShare
 }
 
-// legacy reports the generations (tables) of another plan the filter
-// still holds, the end of the last one, and what they are.
-func (f *filter) legacy() (n int, last time.Time, what string) {
-	if f.fp != nil {
-		for _, t := range f.fp.Stats().Tables {
-			if t.Legacy {
-				n++
-				if t.End.After(last) {
-					last = t.End
-				}
+// tables is the fingerprint kind: a bloom.FingerprintShard, checkpointed
+// as one object per table (plus log segments of the one taking inserts).
+type tables struct{ *bloom.FingerprintShard }
+
+func (t tables) legacy() (n int, last time.Time, what string) {
+	for _, tb := range t.Stats().Tables {
+		if tb.Legacy {
+			n++
+			if tb.End.After(last) {
+				last = tb.End
 			}
 		}
-		return n, last, "tables"
 	}
-	st := f.s.Stats()
-	for _, g := range st.Generations {
-		if g.Legacy && g.End.After(last) {
-			last = g.End
-		}
-	}
-	return st.Legacy, last, "generations"
+	return n, last, "tables"
 }
 
-func (f *filter) fingerprintStats() worker.FilterStats {
-	st := f.fp.Stats()
+// keysFrom is nil: the fingerprint kind does not record where its
+// generations' keys come from (it has no partial restores to rebuild).
+func (tables) keysFrom(offset, frontier int64) *checkpoint.KeysFrom { return nil }
+
+func (t tables) snapshot() (kindSnapshot, *exactSnapshot) {
+	return &tablesSnapshot{sn: t.Snapshot()}, nil
+}
+
+func (t tables) stats() worker.FilterStats {
+	st := t.Stats()
 	fs := worker.FilterStats{Bytes: st.Bytes, Fill: st.Load, EstFPR: st.EstFPR, EstKeys: st.Live,
-		Generations: st.Generations, OverflowStacks: st.Overflow, ClampedTimestamps: f.clamped, Ages: planAges(st)}
+		Generations: st.Generations, OverflowStacks: st.Overflow, Ages: planAges(st)}
 	if n := len(st.Tables); n > 0 && !st.Tables[n-1].Legacy {
 		fs.Layout = "tagged"
 		if st.Tables[n-1].SealedSet {
@@ -131,40 +157,44 @@ func planAges(st bloom.FingerprintStats) []uint64 {
 	return ages
 }
 
-// snapshotGenerations lists a ring snapshot's generations (none for nil).
-func snapshotGenerations(sn *bloom.Snapshot) []*bloom.GenerationSnapshot {
-	if sn == nil {
-		return nil
-	}
-	return sn.Generations
-}
-
 // mergeEvery is how many log segments a table's chain takes after its
 // last merge point before the next log replaces them (what they added and
 // what is new, in one segment). Each entry is then uploaded about twice,
 // and a chain holds its base, one segment per mergeEvery checkpoints and
-// at most mergeEvery more: it reaches TableLogShare of the base (a whole
+// at most mergeEvery more: it reaches tableLogShare of the base (a whole
 // upload) long before checkpoint.MaxLogSegments, so that the table, three
 // times the ring's live generation, is uploaded whole as rarely as the
 // share allows (docs/checkpoints.md, "Log segments").
 const mergeEvery = 16
 
-// tablesOf is what a commit stores of a fingerprint snapshot: one
+// tablesSnapshot is a fingerprint snapshot, and which of its tables the
+// commit stores with a merged log segment.
+type tablesSnapshot struct {
+	sn     *bloom.FingerprintSnapshot
+	merged []bool
+}
+
+func (ts *tablesSnapshot) Release() { ts.sn.Release() }
+
+func (*tablesSnapshot) keysFrom(offset, frontier int64) *checkpoint.KeysFrom { return nil }
+
+// stored is what a commit stores of a fingerprint snapshot: one
 // generation entry per table, identified by its serial and the range of
 // generations it holds (which moves on at every generation change of the
 // table taking inserts: it is then stored whole), with its age histogram;
 // the table taking inserts with the log of what it added since its stored
 // state, when its journal has it, or since its last merge point every
 // mergeEvery segments. merged[i] is set for the latter.
-func tablesOf(sn *bloom.FingerprintSnapshot, ex *exactSnapshot) (gens []checkpoint.Generation, merged []bool) {
-	gens = make([]checkpoint.Generation, 0, len(sn.Tables))
-	merged = make([]bool, len(sn.Tables))
+func (ts *tablesSnapshot) stored(ex *exactSnapshot) []checkpoint.Generation {
+	sn := ts.sn
+	gens := make([]checkpoint.Generation, 0, len(sn.Tables))
+	merged := make([]bool, len(sn.Tables))
 	for i, t := range sn.Tables {
 		st := t.Stats
 		cg := checkpoint.Generation{
 			ID: t.Serial, Sealed: t.Sealed, Start: st.Start, End: st.End,
 			Inserts: st.Adds, EstKeys: st.Live, Fill: st.Load, EstFPR: st.EstFPR, Stacks: st.Level,
-			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: checkpoint.TableShare(st.SealedSet), Source: t,
+			Capacity: st.Capacity, FPR: st.FPR, Ages: st.Ages, LogShare: TableLogShare(st.SealedSet), Source: t,
 		}
 		if ex != nil {
 			for _, sp := range st.GenerationSpans() {
@@ -186,15 +216,16 @@ func tablesOf(sn *bloom.FingerprintSnapshot, ex *exactSnapshot) (gens []checkpoi
 		}
 		gens = append(gens, cg)
 	}
-	return gens, merged
+	ts.merged = merged
+	return gens
 }
 
-// markTables records what the manifest m stores of each table of sn: the
+// committed records what the manifest m stores of each table: the
 // journal of the table taking inserts may drop what it need not keep, and
 // its next log continues the stored chain (a whole upload, or a merged
 // segment, is a merge point).
-func markTables(sn *bloom.FingerprintSnapshot, merged []bool, m *checkpoint.Manifest) {
-	for i, t := range sn.Tables {
+func (ts *tablesSnapshot) committed(m *checkpoint.Manifest) {
+	for i, t := range ts.sn.Tables {
 		ref := m.Generations[i]
 		n := len(ref.Log)
 		from := -1
@@ -204,7 +235,7 @@ func markTables(sn *bloom.FingerprintSnapshot, merged []bool, m *checkpoint.Mani
 		switch {
 		case n == 0:
 			t.MarkMerged(ref.Key, 0)
-		case merged[i] && n == from+1:
+		case ts.merged[i] && n == from+1:
 			t.MarkMerged(ref.Tail(), n)
 		default:
 			t.Mark(ref.Tail(), n)
@@ -233,7 +264,7 @@ func (b *handle) loadTables(ctx context.Context, l *checkpoint.Loading, params w
 		return nil, err
 	}
 	// The open table's next log continues the chain it was read from.
-	fp.EnableJournalShares(checkpoint.TableLogShare, checkpoint.SealedTableLogShare, checkpoint.MaxLogEntries)
+	fp.EnableJournalShares(tableLogShare, sealedTableLogShare, checkpoint.MaxLogEntries)
 	for i, tb := range tables {
 		tb.SetJournalMark(m.Generations[i].Tail(), len(m.Generations[i].Log))
 	}

@@ -18,7 +18,7 @@ import (
 // encodeTables encodes every table of a fingerprint filter, legacy first.
 func encodeTables(t *testing.T, f worker.Filter) [][]byte {
 	t.Helper()
-	sn := f.(*filter).fp.Snapshot()
+	sn := f.(*filter).fpShard().Snapshot()
 	defer sn.Release()
 	var out [][]byte
 	for _, tb := range sn.Tables {
@@ -220,7 +220,7 @@ func TestFingerprintPlanChange(t *testing.T) {
 	if err := h2.Commit(ctx, worker.Checkpoint{InputOffset: 20_000, Params: params, Snapshot: r.Filter.Snapshot(), Owner: "t2"}); err != nil {
 		t.Fatal(err)
 	}
-	if st := r.Filter.(*filter).fp.Stats(); st.Legacy != 1 {
+	if st := r.Filter.(*filter).fpShard().Stats(); st.Legacy != 1 {
 		t.Fatalf("%d legacy tables, want 1", st.Legacy)
 	}
 	want := encodeTables(t, r.Filter)
@@ -247,8 +247,8 @@ func TestFingerprintLogMerges(t *testing.T) {
 		// chains stay within an eighth and a sixteenth of the base (the
 		// sealed one reaches it after ~50 segments: a whole upload, then
 		// merges again).
-		{"tagged", 180_000, checkpoint.TableLogShare, 5},
-		{"sealed", 200_000, checkpoint.SealedTableLogShare, 2},
+		{"tagged", 180_000, tableLogShare, 5},
+		{"sealed", 200_000, sealedTableLogShare, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

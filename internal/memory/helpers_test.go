@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 )
 
@@ -37,3 +38,17 @@ func openState(t *testing.T, url string, log *slog.Logger) *Store {
 
 // realState opens a file:// checkpoint store in dir.
 func realState(t *testing.T, dir string) *Store { return openState(t, "file://"+dir, testLogger(t)) }
+
+// shard is the filter's bloom.Shard (the ring kind, in exact mode or not).
+func (f *filter) shard() *bloom.Shard { return unwrap(f.k).(ring).Shard }
+
+// fpShard is the filter's bloom.FingerprintShard (the fingerprint kind).
+func (f *filter) fpShard() *bloom.FingerprintShard { return unwrap(f.k).(tables).FingerprintShard }
+
+// unwrap is k without exact mode's wrapper.
+func unwrap(k kind) kind {
+	if x, ok := k.(*exactKind); ok {
+		return x.kind
+	}
+	return k
+}

@@ -17,7 +17,7 @@ import (
 // first.
 func encodeFilter(t *testing.T, f worker.Filter) [][]byte {
 	t.Helper()
-	sn := f.(*filter).s.Snapshot()
+	sn := f.(*filter).shard().Snapshot()
 	defer sn.Release()
 	var out [][]byte
 	for _, g := range sn.Generations {

@@ -92,23 +92,26 @@ type restoredLoss struct {
 	exactGens map[int]uint64            // manifest index → its exact generation before the loss
 }
 
-// lost lists, for the worker, the generations of m (as RestoreWith
-// returned it) that the shard holds empty or without their exact store,
+// lostFrom lists, for the worker, the generations of m (as RestoreWith
+// returned it) that the filter holds empty or without their exact store,
 // and keeps the empty ones on f for the rebuild.
 func (f *filter) lostFrom(m *checkpoint.Manifest, loss restoredLoss) []worker.LostGeneration {
-	if f.fp != nil {
-		return f.lostTables(m, loss)
-	}
+	out, lost := f.k.lostFrom(m, loss, f.frontier)
+	f.lost = append(f.lost, lost...)
+	return out
+}
+
+// lostFrom is filter.lostFrom for the ring.
+func (r ring) lostFrom(m *checkpoint.Manifest, loss restoredLoss, _ int64) (out []worker.LostGeneration, lost []*lostGen) {
 	held := map[bloom.Span]bool{}
-	for _, sp := range f.s.Spans(nil) {
+	for _, sp := range r.Spans(nil) {
 		held[sp] = true
 	}
-	var out []worker.LostGeneration
 	for i, ref := range m.Generations {
 		if !held[bloom.Span{Start: ref.Start.UnixNano(), End: ref.End.UnixNano()}] {
 			continue // dropped at the restore: gone from the window anyway
 		}
-		lg := worker.LostGeneration{ID: ref.ID, Start: ref.Start, End: ref.End, Until: until(f.s, ref.Start, ref.End),
+		lg := worker.LostGeneration{ID: ref.ID, Start: ref.Start, End: ref.End, Until: until(r.Shard, ref.Start, ref.End),
 			Keys: ref.Inserts, KeysFrom: -1, Checkpoint: m.Seq}
 		if ref.KeysFrom != nil {
 			lg.KeysFrom = ref.KeysFrom.Offset
@@ -116,7 +119,7 @@ func (f *filter) lostFrom(m *checkpoint.Manifest, loss restoredLoss) []worker.Lo
 		switch g := loss.gens[i]; {
 		case g != nil:
 			lg.Reason = ref.Lost
-			f.lost = append(f.lost, &lostGen{g: g, ref: ref, span: ref.End.Sub(ref.Start).Nanoseconds()})
+			lost = append(lost, &lostGen{g: g, ref: ref, span: ref.End.Sub(ref.Start).Nanoseconds()})
 		case loss.exactLost != "" && loss.exactGens[i] != 0:
 			lg.ExactOnly, lg.Reason = true, "exact store: "+loss.exactLost
 		default:
@@ -124,7 +127,7 @@ func (f *filter) lostFrom(m *checkpoint.Manifest, loss restoredLoss) []worker.Lo
 		}
 		out = append(out, lg)
 	}
-	return out
+	return out, lost
 }
 
 // StartRebuild begins refilling the lost generations from input offset
@@ -200,11 +203,11 @@ func (f *filter) FinishRebuild() uint64 {
 // keys of input records from offset on, unless foreign keys come first.
 func (f *filter) ReadingFrom(offset int64, foreign bool) {
 	f.committed.Store(nil)
-	if foreign || offset < 0 || f.s == nil {
+	if foreign || offset < 0 {
 		f.from = nil
 		return
 	}
-	f.from = position(offset, f.frontier, f.s)
+	f.from = f.k.keysFrom(offset, f.frontier)
 }
 
 // position is the input point at offset with the filter's frontier and
@@ -250,24 +253,23 @@ func describe(ref checkpoint.GenerationRef) string {
 	return fmt.Sprintf("generation %d [%s, %s)", ref.ID, ref.Start.Format(time.RFC3339), ref.End.Format(time.RFC3339))
 }
 
-// lostTables is lostFrom for the fingerprint kind, whose tables restore
+// lostFrom is filter.lostFrom for the fingerprint kind, whose tables restore
 // whole or not at all: only a lost exact store is reported, per table
 // whose generations it had verified. Their positives are unverified until
 // the table's newest generation leaves the window: (G−1) spans after its
 // end at the latest (a legacy table's leave earlier, at their end + the
 // window).
-func (f *filter) lostTables(m *checkpoint.Manifest, loss restoredLoss) []worker.LostGeneration {
+func (t tables) lostFrom(m *checkpoint.Manifest, loss restoredLoss, frontier int64) (out []worker.LostGeneration, _ []*lostGen) {
 	if loss.exactLost == "" {
-		return nil
+		return nil, nil
 	}
-	stay := time.Duration(f.fp.Config().Generations-1) * f.fp.Span()
-	var out []worker.LostGeneration
+	stay := time.Duration(t.Config().Generations-1) * t.Span()
 	for i, ref := range m.Generations {
-		if loss.exactGens[i] == 0 || !ref.End.Add(stay).After(time.Unix(0, f.frontier)) {
+		if loss.exactGens[i] == 0 || !ref.End.Add(stay).After(time.Unix(0, frontier)) {
 			continue
 		}
 		out = append(out, worker.LostGeneration{ID: ref.ID, Start: ref.Start, End: ref.End, Until: ref.End.Add(stay),
 			Keys: ref.Inserts, KeysFrom: -1, Checkpoint: m.Seq, ExactOnly: true, Reason: "exact store: " + loss.exactLost})
 	}
-	return out
+	return out, nil
 }

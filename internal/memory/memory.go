@@ -43,6 +43,7 @@ import (
 
 	"github.com/bloomgate/bloomgate/internal/bloom"
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
+	"github.com/bloomgate/bloomgate/internal/errmark"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -193,15 +194,15 @@ func (s *Store) newFilter(p worker.FilterParams) (*filter, error) {
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
-		fp.EnableJournalShares(checkpoint.TableLogShare, checkpoint.SealedTableLogShare, checkpoint.MaxLogEntries)
-		f.fp = fp
+		fp.EnableJournalShares(tableLogShare, sealedTableLogShare, checkpoint.MaxLogEntries)
+		f.k = tables{fp}
 	} else {
 		sh, err := bloom.NewShard(bloom.Config(p))
 		if err != nil {
 			return nil, fmt.Errorf("creating filter: %w", err)
 		}
 		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
-		f.s = sh
+		f.k = ring{sh}
 	}
 	if !s.UnkeyedHash {
 		var err error
@@ -224,10 +225,11 @@ func (b *handle) NewFilter(p worker.FilterParams) (worker.Filter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating exact store: %w", err)
 	}
-	if f.x, err = b.s.newExactState(b.tp, st, f.gens(), nil, 1); err != nil {
+	if f.x, err = b.s.newExactState(b.tp, st, f.k, nil, 1); err != nil {
 		st.Close()
 		return nil, err
 	}
+	f.k = &exactKind{f.k, f.x}
 	b.s.track(b.tp, f)
 	return f, nil
 }
@@ -238,16 +240,15 @@ func (s *Store) Partition(topic string, partition int) worker.PartitionStore {
 }
 
 type filter struct {
-	s       *bloom.Shard            // the ring; nil for the fingerprint kind
-	fp      *bloom.FingerprintShard // the fingerprint kind; nil for the ring
-	seed    bloom.Seed              // the memory's hash seed, checkpointed with it
-	inserts uint64                  // TestAndAdd calls, to tell whether the filter changed
+	k       kind       // the filter of the Store's kind (kind.go), in exact mode wrapped
+	seed    bloom.Seed // the memory's hash seed, checkpointed with it
+	inserts uint64     // TestAndAdd calls, to tell whether the filter changed
 
 	maxJump  time.Duration
 	frontier int64  // newest event time filed, Unix ns; 0: none yet
 	clamped  uint64 // records filed earlier than their timestamp
 
-	x *exactState // exact mode; nil: filter only
+	x *exactState // exact mode's store (k is its exactKind); nil: filter only
 
 	// from is where the keys of generations opened since the last
 	// committed state begin (lost.go); nil: not known. committed is the
@@ -260,13 +261,7 @@ type filter struct {
 
 func (f *filter) TestAndAdd(key []byte, ts time.Time) bool {
 	f.inserts++
-	if f.x != nil {
-		return f.exactTestAndAdd(f.seed.Hash(key), f.file(ts))
-	}
-	if f.fp != nil {
-		return f.fp.TestAndAdd(f.seed.Hash(key), f.file(ts))
-	}
-	return f.s.TestAndAdd(f.seed.Hash(key), f.file(ts))
+	return f.k.TestAndAdd(f.seed.Hash(key), f.file(ts))
 }
 
 func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
@@ -279,14 +274,7 @@ func (f *filter) TestAndAddBatch(keys [][]byte, ts []time.Time, seen []bool) {
 		fts = append(fts, f.file(ts[i]))
 	}
 	sc.hs, sc.ts = hs, fts
-	switch {
-	case f.x != nil:
-		f.exactBatch(hs, fts, seen)
-	case f.fp != nil:
-		f.fp.TestAndAddBatch(hs, fts, seen)
-	default:
-		f.s.TestAndAddBatch(hs, fts, seen)
-	}
+	f.k.TestAndAddBatch(hs, fts, seen)
 }
 
 // batchScratch holds a TestAndAddBatch call's hashes and filed times.
@@ -314,20 +302,8 @@ func (f *filter) file(ts time.Time) time.Time {
 }
 
 func (f *filter) Stats() worker.FilterStats {
-	var fs worker.FilterStats
-	if f.fp != nil {
-		fs = f.fingerprintStats()
-	} else {
-		st := f.s.Stats()
-		fs = worker.FilterStats{Bytes: st.Bytes, EstFPR: st.EstFPR, EstKeys: st.EstKeys,
-			Generations: len(st.Generations), OverflowStacks: st.Stacks, ClampedTimestamps: f.clamped}
-		if n := len(st.Generations); n > 0 {
-			fs.Fill = st.Generations[n-1].Fill
-		}
-	}
-	if f.x != nil && f.x.st != nil {
-		fs.Exact = f.x.stats()
-	}
+	fs := f.k.stats()
+	fs.ClampedTimestamps = f.clamped
 	return fs
 }
 
@@ -338,14 +314,7 @@ func (f *filter) Snapshot() worker.Snapshot {
 		f.from = kf
 	}
 	sn := &snapshot{from: f, inserts: f.inserts, frontier: f.frontier, keysFrom: f.from}
-	if f.fp != nil {
-		sn.fsn = f.fp.Snapshot()
-	} else {
-		sn.sn = f.s.Snapshot()
-	}
-	if f.x != nil {
-		sn.exact = f.x.snapshot()
-	}
+	sn.k, sn.exact = f.k.snapshot()
 	return sn
 }
 
@@ -367,8 +336,7 @@ func (f *filter) ProvenanceKey() []byte {
 }
 
 type snapshot struct {
-	sn       *bloom.Snapshot            // the ring's
-	fsn      *bloom.FingerprintSnapshot // the fingerprint kind's
+	k        kindSnapshot
 	from     *filter
 	inserts  uint64
 	frontier int64
@@ -377,12 +345,7 @@ type snapshot struct {
 }
 
 func (b *snapshot) Release() {
-	if b.sn != nil {
-		b.sn.Release()
-	}
-	if b.fsn != nil {
-		b.fsn.Release()
-	}
+	b.k.Release()
 	b.exact.release()
 }
 
@@ -402,23 +365,15 @@ func storeErr(err error) error {
 	case errors.Is(err, worker.ErrNoUsableCheckpoint):
 		return err // an *IncompatibleError: worded for the worker already
 	case errors.Is(err, checkpoint.ErrNoUsableCheckpoint):
-		return marked{err, worker.ErrNoUsableCheckpoint}
+		return errmark.Mark(err, worker.ErrNoUsableCheckpoint) // "no usable checkpoint" is not written twice
 	case errors.Is(err, checkpoint.ErrNoCheckpoint):
 		return fmt.Errorf("%w: %w", worker.ErrNoCheckpoint, err)
 	}
 	return err
 }
 
-// marked makes err match sentinel as well, keeping err's words (which
-// say the same: "no usable checkpoint" is not written twice).
-type marked struct{ err, sentinel error }
-
-func (e marked) Error() string   { return e.err.Error() }
-func (e marked) Unwrap() []error { return []error{e.sentinel, e.err} }
-
 func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
-	var shard *bloom.Shard
-	var fp *bloom.FingerprintShard
+	var k kind
 	var seed bloom.Seed
 	var reused *filter
 	var x *exactState // the exact store of the manifest being loaded
@@ -433,7 +388,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error {
 		m := l.Manifest
 		dropX() // an earlier manifest's, that failed verification after loading
-		shard, fp, reused, loss = nil, nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
+		k, reused, loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
 		if err := b.s.compatible(m); err != nil {
 			return err
 		}
@@ -444,13 +399,18 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		// The newest manifest is the last one this process wrote, and the
 		// filter is unchanged since: it is that manifest's state.
 		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
-			kept.filter.config() == bloom.Config(params) && kept.filter.Err() == nil {
+			kept.filter.k.Config() == bloom.Config(params) && kept.filter.Err() == nil {
 			reused = kept.filter
 			return nil
 		}
 		if b.s.fingerprint() {
-			if fp, err = b.loadTables(ctx, l, params); err != nil || !b.s.exactOn() {
+			fp, err := b.loadTables(ctx, l, params)
+			if err != nil {
 				return err
+			}
+			k = tables{fp}
+			if !b.s.exactOn() {
+				return nil
 			}
 			b.s.closeOpen(b.tp, nil)
 			for i, ref := range m.Generations {
@@ -490,7 +450,7 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 				g.SetJournalMark(m.Generations[i].Tail())
 			}
 		}
-		shard = sh
+		k = ring{sh}
 		if b.s.exactOn() {
 			// The directory is this partition's: close whatever store of
 			// an earlier session still has it open.
@@ -510,7 +470,10 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		b.s.closeOpen(b.tp, reused)
 		return restoredOf(m, reused), nil
 	}
-	f := &filter{s: shard, fp: fp, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
+	if x != nil {
+		k = &exactKind{k, x}
+	}
+	f := &filter{k: k, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
 	b.notice(m, params, f)
 	if x != nil {
 		b.s.track(b.tp, f)
@@ -647,7 +610,7 @@ func (b *handle) notice(m *checkpoint.Manifest, params worker.FilterParams, f *f
 	}
 	msg := fmt.Sprintf("filter settings changed since checkpoint %d (%s): new generations follow the new settings",
 		m.Seq, strings.Join(changes, ", "))
-	legacy, last, what := f.legacy()
+	legacy, last, what := f.k.legacy()
 	if legacy > 0 {
 		newOnes := "new ones"
 		if what != "generations" {
@@ -676,29 +639,7 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 			return err
 		}
 	}
-	var gens []checkpoint.Generation
-	var merged []bool
-	if sn.fsn != nil {
-		gens, merged = tablesOf(sn.fsn, sn.exact)
-	}
-	for _, g := range snapshotGenerations(sn.sn) {
-		cg := checkpoint.Generation{
-			ID: g.ID, Sealed: g.Sealed, Start: g.Stats.Start, End: g.Stats.End,
-			Inserts: g.Stats.Inserts, EstKeys: g.Stats.EstKeys, Fill: g.Stats.Fill, EstFPR: g.Stats.EstFPR,
-			Stacks: g.Stats.Stacks, Capacity: g.Stats.Capacity, FPR: g.Stats.FPR, Source: g,
-		}
-		// What the generation added since the state its journal was
-		// marked with (the last commit, or the restored chain).
-		if mark, ok := g.JournalMark(); ok && !g.Sealed {
-			if seg, ok := g.LogSince(mark.Pos); ok {
-				cg.Log = &checkpoint.GenerationLog{After: mark.Token, Entries: int64(len(seg.Entries)), Source: seg}
-			}
-		}
-		if sn.exact != nil {
-			cg.ExactGen = sn.exact.ids[bloom.Span{Start: g.Stats.Start.UnixNano(), End: g.Stats.End.UnixNano()}]
-		}
-		gens = append(gens, cg)
-	}
+	gens := sn.k.stored(sn.exact)
 	m, err := b.p.Commit(ctx, checkpoint.Checkpoint{
 		InputOffset:   cp.InputOffset,
 		OutputOffsets: cp.OutputOffsets,
@@ -721,19 +662,14 @@ func (b *handle) Commit(ctx context.Context, cp worker.Checkpoint) error {
 	if err != nil {
 		return storeErr(err)
 	}
-	if cp.Seed == nil && sn.sn != nil {
+	if cp.Seed == nil {
 		// Generations opened from here on get this point; while a seed
 		// topic is read, keys of another topic keep coming.
-		sn.from.committed.Store(position(cp.InputOffset, sn.frontier, snapshotNewest{sn.sn}))
+		if kf := sn.k.keysFrom(cp.InputOffset, sn.frontier); kf != nil {
+			sn.from.committed.Store(kf)
+		}
 	}
-	// The journals may drop what this manifest stores; the next log of
-	// each generation (table) continues its chain here.
-	for i, g := range snapshotGenerations(sn.sn) {
-		g.Mark(m.Generations[i].Tail())
-	}
-	if sn.fsn != nil {
-		markTables(sn.fsn, merged, m)
-	}
+	sn.k.committed(m)
 	b.s.mu.Lock()
 	b.s.kept[b.tp] = keptFilter{seq: m.Seq, filter: sn.from, inserts: sn.inserts}
 	b.s.mu.Unlock()

@@ -70,7 +70,7 @@ func runHistory(t *testing.T, url string) *history {
 			commitAt(i)
 		}
 		f.TestAndAdd([]byte(r.key), r.ts)
-		_, id, _ := f.s.Newest()
+		_, id, _ := f.shard().Newest()
 		hist.filed = append(hist.filed, id)
 	}
 	commitAt(len(hist.recs))
@@ -268,14 +268,14 @@ func TestPartialRestoreRetentionRemovedStart(t *testing.T) {
 	}
 	rebuild(t, r, hist.recs, logStart)
 	sp := bloom.Span{Start: victim.Start.UnixNano(), End: victim.End.UnixNano()}
-	pos := slices.Index(f.s.Spans(nil), sp)
+	pos := slices.Index(f.shard().Spans(nil), sp)
 	held, missing := 0, 0
 	for o := logStart; o < r.InputOffset; o++ {
 		if hist.filed[o] != victim.ID {
 			continue
 		}
 		held++
-		if !slices.Contains(f.s.Matching(f.seed.Hash([]byte(hist.recs[o].key)), nil), pos) {
+		if !slices.Contains(f.shard().Matching(f.seed.Hash([]byte(hist.recs[o].key)), nil), pos) {
 			missing++
 		}
 	}
@@ -552,7 +552,7 @@ func TestRebuildProperty(t *testing.T) {
 		for _, cut := range cuts {
 			for i := from; i < cut; i++ {
 				f.TestAndAdd([]byte(recs[i].key), recs[i].ts)
-				_, filed[i], _ = f.s.Newest()
+				_, filed[i], _ = f.shard().Newest()
 			}
 			commitT(t, h, f, params, int64(cut))
 			from = cut
@@ -599,9 +599,9 @@ func TestRebuildProperty(t *testing.T) {
 		_, g3, r3 := take(t, st3, params)
 		logStart := r3.Lost[0].KeysFrom + 1 + r.Int64N(r3.InputOffset-r3.Lost[0].KeysFrom-1)
 		rebuild(t, r3, recs, logStart)
-		pos := slices.Index(g3.s.Spans(nil), bloom.Span{Start: victim.Start.UnixNano(), End: victim.End.UnixNano()})
+		pos := slices.Index(g3.shard().Spans(nil), bloom.Span{Start: victim.Start.UnixNano(), End: victim.End.UnixNano()})
 		for o := logStart; o < r3.InputOffset; o++ {
-			if filed[o] == victim.ID && !slices.Contains(g3.s.Matching(g3.seed.Hash([]byte(recs[o].key)), nil), pos) {
+			if filed[o] == victim.ID && !slices.Contains(g3.shard().Matching(g3.seed.Hash([]byte(recs[o].key)), nil), pos) {
 				t.Fatalf("trial %d: record %d, filed into lost generation %d, missing after a rebuild from %d", trial, o, victim.ID, logStart)
 			}
 		}

@@ -118,7 +118,7 @@ func TestBatchMatchesOneByOne(t *testing.T) {
 		t.Fatalf("stats one by one %+v, batched %+v (%d duplicates); want equal, with clamped timestamps and duplicates", a, b, dups)
 	}
 	encode := func(f worker.Filter) [][]byte {
-		sn := f.(*filter).s.Snapshot()
+		sn := f.(*filter).shard().Snapshot()
 		defer sn.Release()
 		var out [][]byte
 		for _, g := range sn.Generations {

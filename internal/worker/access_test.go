@@ -91,9 +91,9 @@ func certFor127(t *testing.T) (tls.Certificate, *x509.CertPool) {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, pool
 }
 
-// runUntilStopped runs a worker on cfg and returns Run's error and how
-// long it took; Run must end by itself within limit.
-func runUntilStopped(t *testing.T, cfg Config, logger *slog.Logger, tweak func(*Worker), limit time.Duration) (error, time.Duration) {
+// runUntilStopped runs a worker on cfg and returns how long it took and
+// Run's error; Run must end by itself within limit.
+func runUntilStopped(t *testing.T, cfg Config, logger *slog.Logger, tweak func(*Worker), limit time.Duration) (time.Duration, error) {
 	t.Helper()
 	if logger == nil {
 		logger = testLogger(t)
@@ -113,7 +113,7 @@ func runUntilStopped(t *testing.T, cfg Config, logger *slog.Logger, tweak func(*
 	if ctx.Err() != nil {
 		t.Fatalf("Run did not stop by itself within %s (err %v)", limit, err)
 	}
-	return err, took
+	return took, err
 }
 
 // TestStartupRefused: at start a wrong password, a missing topic or group
@@ -168,7 +168,7 @@ func TestStartupRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := logins.Load()
-			err, took := runUntilStopped(t, tc.cfg, nil, nil, 45*time.Second)
+			took, err := runUntilStopped(t, tc.cfg, nil, nil, 45*time.Second)
 			var e *brokercheck.Error
 			if !errors.As(err, &e) || e.Kind != tc.kind {
 				t.Fatalf("Run = %v, want a %s error", err, tc.kind)

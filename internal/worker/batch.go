@@ -84,7 +84,7 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 				t.drop(reason)
 			default: // fail: stop before this record
 				fatal = fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
-					errFatal, w.cfg.Input, pp.p, m.Offset, reason)
+					errWorkerStopped, w.cfg.Input, pp.p, m.Offset, reason)
 			}
 			if fatal != nil || stalled != nil {
 				break
@@ -240,7 +240,7 @@ func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord) error {
 	if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
 		return fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
 			"stopping so that it cannot land after the recovery scan",
-			errFatal, w.cfg.Input, pp.p, 2*w.cfg.WriteTimeout+5*time.Second, err)
+			errWorkerStopped, w.cfg.Input, pp.p, 2*w.cfg.WriteTimeout+5*time.Second, err)
 	}
 	if pp.isolate != nil {
 		return fmt.Errorf("writing %d records: %w; writing input offsets %d to %d one record per request after recovery",

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // --on-restore-failure empty is an escape hatch: it lets a memory that
@@ -48,7 +50,7 @@ func (w *Worker) checkMemory(ctx context.Context) error {
 	}
 	if w.cfg.OnRestoreFailure != RestoreEmpty {
 		if refused != nil {
-			return fatalErr{refused}
+			return errmark.Mark(refused, errWorkerStopped)
 		}
 		return nil
 	}

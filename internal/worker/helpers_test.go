@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"testing"
@@ -142,19 +141,6 @@ func (rw *runningWorker) consumed() uint64 {
 	}
 	return n
 }
-
-func sumStatus(s Status) (consumed, forwarded, dups, dead, dropped uint64) {
-	for _, p := range s.Partitions {
-		consumed += p.Consumed
-		forwarded += p.Forwarded
-		dups += p.Duplicates
-		dead += p.DeadLettered
-		dropped += p.Dropped
-	}
-	return
-}
-
-var errTest = errors.New("test")
 
 // metricSum sums every series of a counter or gauge in the worker's registry.
 func (rw *runningWorker) metricSum(t *testing.T, name string) float64 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/group"
 )
@@ -135,7 +136,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 		pp.pm.setFilter(FilterStats{})
 	}()
 	w.startPartitionStatus(p, gen, -1)
-	b := newBackoff(200*time.Millisecond, 5*time.Second)
+	b := backoff.New(200*time.Millisecond, 5*time.Second)
 	var failing failureLog
 	for {
 		began := w.deps.Now()
@@ -147,7 +148,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 			pp.log.Info("partition revoked during recovery", "err", err)
 			return
 		}
-		if errors.Is(err, errFatal) {
+		if errors.Is(err, errWorkerStopped) {
 			// Run returns err, and its caller reports it: once.
 			pp.log.Info("partition stopped; stopping the worker")
 			w.stop(err)
@@ -163,19 +164,19 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 					"offset", st.offset, "topic", st.topic, "reason", st.why, "size", st.size, "err", st)
 			}
 			pp.showStall(w.deps.Now().Add(w.unwritableRetry))
-			b.reset()
+			b.Reset()
 			continue
 		}
 		if w.deps.Now().Sub(began) > time.Minute {
-			b.reset() // a session that ran a while is a new failure
+			b.Reset() // a session that ran a while is a new failure
 		}
 		if w.accessFailed(err) {
 			// Logged at ERROR by the access rule; the status shows it.
-			pp.failed(err, &failureLog{last: err.Error(), at: w.deps.Now()}, b.delay())
+			pp.failed(err, &failureLog{last: err.Error(), at: w.deps.Now()}, b.Delay())
 		} else {
-			pp.failed(err, &failing, b.delay())
+			pp.failed(err, &failing, b.Delay())
 		}
-		if !b.wait(ctx, 0) {
+		if !b.Wait(ctx, 0) {
 			return
 		}
 	}

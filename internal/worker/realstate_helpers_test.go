@@ -61,10 +61,9 @@ func startWorkerWith(t *testing.T, cfg worker.Config, store worker.StateStore, e
 	return &runningWorker{RunningWorker: rw, w: rw.Worker(), done: rw.Done()}
 }
 
-func (rw *runningWorker) cancel()                   { rw.Cancel() }
-func (rw *runningWorker) stop(t *testing.T) error   { return rw.Stop(t) }
-func (rw *runningWorker) consumed() uint64          { return rw.Consumed() }
-func (rw *runningWorker) conservation(t *testing.T) { rw.Conservation(t) }
+func (rw *runningWorker) cancel()                 { rw.Cancel() }
+func (rw *runningWorker) stop(t *testing.T) error { return rw.Stop(t) }
+func (rw *runningWorker) consumed() uint64        { return rw.Consumed() }
 func (rw *runningWorker) metricSum(t *testing.T, name string) float64 {
 	return rw.MetricSum(t, name)
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/bloomgate/bloomgate/internal/backoff"
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // Recovery, in short (the argument is in docs/worker.md):
@@ -59,7 +62,7 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 	w := pp.w
 	w.discards.enter()
 	defer w.discards.leave(w)
-	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	b := backoff.New(200*time.Millisecond, 10*time.Second)
 	for {
 		r, err := h.Restore(ctx, w.params)
 		switch {
@@ -75,15 +78,15 @@ func (pp *partitionProc) restore(ctx context.Context, h PartitionStore) (*Restor
 				return pp.empty(h)
 			}
 			if errors.Is(err, ErrIncompatible) {
-				return nil, fatalErr{err} // names the settings and the fix itself
+				return nil, errmark.Mark(err, errWorkerStopped) // names the settings and the fix itself
 			}
 			return nil, fmt.Errorf("%w: restoring %s/%d: %w; --on-restore-failure empty starts it empty instead, rebuilt from the retained input",
-				errFatal, w.cfg.Input, pp.p, err)
+				errWorkerStopped, w.cfg.Input, pp.p, err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
-		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", b.delay())
-		if !b.wait(ctx, 0) {
+		pp.log.Warn("restoring checkpoint failed; retrying", "err", err, "backoff", b.Delay())
+		if !b.Wait(ctx, 0) {
 			return nil, ctx.Err()
 		}
 	}
@@ -98,7 +101,7 @@ func (pp *partitionProc) empty(h PartitionStore) (*Restored, error) {
 	}
 	f, err := newFilter(pp.w.params)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating filter: %w", errFatal, err)
+		return nil, fmt.Errorf("%w: creating filter: %w", errWorkerStopped, err)
 	}
 	return &Restored{Filter: f, InputOffset: -1}, nil
 }
@@ -107,7 +110,7 @@ func (pp *partitionProc) empty(h PartitionStore) (*Restored, error) {
 // ends; ErrFenced (someone committed between Restore and Claim) ends the
 // session, whose successor restores again.
 func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
-	b := newBackoff(200*time.Millisecond, 10*time.Second)
+	b := backoff.New(200*time.Millisecond, 10*time.Second)
 	for {
 		err := h.Claim(ctx, pp.w.cfg.Owner)
 		if err == nil || ctx.Err() != nil {
@@ -116,8 +119,8 @@ func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
 		if errors.Is(err, ErrFenced) {
 			return fmt.Errorf("claiming checkpoint: %w", err)
 		}
-		pp.log.Warn("claiming checkpoint failed; retrying", "err", err, "backoff", b.delay())
-		if !b.wait(ctx, 0) {
+		pp.log.Warn("claiming checkpoint failed; retrying", "err", err, "backoff", b.Delay())
+		if !b.Wait(ctx, 0) {
 			return ctx.Err()
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/leaders"
 )
@@ -112,7 +113,7 @@ const (
 // or a failure lasting fetchGiveUp is handed over as an error, after which
 // the pump stops.
 func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
-	b := newBackoff(100*time.Millisecond, fetchRetryBackoff)
+	b := backoff.New(100*time.Millisecond, fetchRetryBackoff)
 	var failingSince time.Time
 	leaderMoved := false // logged for the current run of failures
 	for ctx.Err() == nil {
@@ -150,15 +151,15 @@ func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size in
 				}
 				_ = pp.w.leaders.Refresh(ctx)
 			} else {
-				pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.delay())
+				pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.Delay())
 			}
-			if !b.wait(ctx, 0) {
+			if !b.Wait(ctx, 0) {
 				return
 			}
 			continue
 		}
 		failingSince, leaderMoved = time.Time{}, false
-		b.reset()
+		b.Reset()
 		fetched := &c
 		if c.Next == from && len(c.Records) == 0 {
 			// Nothing new: only the offsets are news (an open transaction

@@ -138,15 +138,10 @@ type Hooks struct {
 	TextHeaders atomic.Bool
 }
 
-// errFatal marks errors that end Run.
-var errFatal = errors.New("worker stopped")
-
-// fatalErr marks err as errFatal without adding to its words, for errors
-// that say themselves what stopped the worker and what to do.
-type fatalErr struct{ err error }
-
-func (e fatalErr) Error() string   { return e.err.Error() }
-func (e fatalErr) Unwrap() []error { return []error{errFatal, e.err} }
+// errWorkerStopped marks errors that end Run (an error that says itself
+// what stopped the worker and what to do is marked with errmark.Mark
+// rather than prefixed).
+var errWorkerStopped = errors.New("worker stopped")
 
 // New checks cfg and deps; it starts nothing.
 func New(cfg Config, deps Deps) (*Worker, error) {

@@ -1,4 +1,4 @@
-package worker
+package backoff
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
-	b := newBackoff(time.Millisecond, 4*time.Millisecond)
+	b := New(time.Millisecond, 4*time.Millisecond)
 	var got []time.Duration
 	for range 4 {
-		got = append(got, b.delay())
-		if !b.wait(context.Background(), 0) {
+		got = append(got, b.Delay())
+		if !b.Wait(context.Background(), 0) {
 			t.Fatal("wait returned false without a cancelled context")
 		}
 	}
@@ -21,18 +21,18 @@ func TestBackoff(t *testing.T) {
 			t.Fatalf("delays %v, want %v", got, want)
 		}
 	}
-	b.reset()
-	if b.delay() != time.Millisecond {
-		t.Fatalf("after reset the delay is %v, want the first", b.delay())
+	b.Reset()
+	if b.Delay() != time.Millisecond {
+		t.Fatalf("after reset the delay is %v, want the first", b.Delay())
 	}
 	start := time.Now()
-	b = newBackoff(time.Hour, time.Hour)
-	if !b.wait(context.Background(), time.Millisecond) || time.Since(start) > time.Minute {
+	b = New(time.Hour, time.Hour)
+	if !b.Wait(context.Background(), time.Millisecond) || time.Since(start) > time.Minute {
 		t.Fatal("a limit below the delay was not honoured")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if b.wait(ctx, 0) {
+	if b.Wait(ctx, 0) {
 		t.Fatal("wait returned true with a cancelled context")
 	}
 }
