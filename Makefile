@@ -66,8 +66,9 @@ test:
 	  $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	@# all 3000 random record sets (300 under the race detector, where lz4's blocks are slow)
 	$(GO) test -count=1 -run '^TestDecodeRawAsKafkaGo$$' ./internal/fetcher
-	@# go.mod and go.sum say what the code imports, no more, no less
+	@# go.mod and go.sum say what the code imports, no more, no less (bench/ too)
 	$(GO) mod tidy -diff
+	cd bench && $(GO) mod tidy -diff
 	@# the release module (release/): the image, built by make release for
 	@# linux/amd64, opened and run; the Helm chart rendered and decoded
 	cd release && $(GO) mod tidy -diff && BLOOMGATE_REQUIRE_TOOLS=1 PATH="$(TOOLS_PATH)" $(GO) test -count=1 -timeout 15m ./...
