@@ -225,7 +225,9 @@ func (o *output) writeRun(ctx context.Context, w *runWriter, r run, errs kafka.W
 	if seal {
 		slack = sealSlack
 	}
-	var scratch [originMaxLen]byte
+	// scratch holds the header values of the record being appended;
+	// flush, called between sizing it and appending it, has its own.
+	var scratch, sealScratch [originMaxLen]byte
 	start := 0 // first index into the run of the batch being built
 	flush := func(end int) error {
 		if seal {
@@ -235,7 +237,7 @@ func (o *output) writeRun(ctx context.Context, w *runWriter, r run, errs kafka.W
 			sv := w.prov.appendSeal(make([]byte, 0, sealMaxLen), r.tp.topic, end-start, func(i int) int64 {
 				return recs[r.at(start+i)].in.Offset
 			})
-			hs, n := last.headers(arena, w.p, &scratch, sv)
+			hs, n := last.headers(arena, w.p, &sealScratch, sv)
 			b.Append(last.in, hs[:n]...)
 		}
 		base, err := o.prod.Produce(ctx, r.tp.topic, r.tp.partition, b)

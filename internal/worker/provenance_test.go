@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/bloomgate/bloomgate/internal/producer"
 )
@@ -477,5 +479,57 @@ func TestAddedBytesPerRecord(t *testing.T) {
 	t.Logf("bytes added per record: format 2 %.1f, format 1 %.1f (group %q, input %q)", v2, v1, pv.group, pv.topic)
 	if v2 > 20 || v1 < 6*v2 {
 		t.Errorf("format 2 adds %.1f bytes per record, format 1 %.1f: want at most 20 and a sixth of format 1", v2, v1)
+	}
+}
+
+// TestSealedBatchesAsWritten: a write cut into many batches (a small
+// bound) reads back with every record naming its own input offset, and
+// every batch sealed on its last record: each seal verifies over the
+// records before it up to the previous seal, and no record is left
+// uncovered.
+func TestSealedBatchesAsWritten(t *testing.T) {
+	t.Parallel()
+	brokers := newClusterWith(t, kfake.SeedTopics(4, tOut))
+	o := testOutput(t, brokers)
+	o.limit = func(string) int64 { return 4096 }
+	pv := testProvenance(1)
+	var rb recordBuilder
+	rb.reset(1, pv, false)
+	in := make([]kafka.Message, 2000)
+	for i := range in {
+		in[i] = kafka.Message{Offset: int64(1000 + 2*i), Key: []byte(fmt.Sprint(1000 + 2*i)), Value: bytes.Repeat([]byte("v"), i%300)}
+		rb.add(tOut, &in[i], "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := o.write(ctx, 1, producer.Zstd, pv, rb.recs, rb.arena); err != nil {
+		t.Fatal(err)
+	}
+	got := readTopic(t, brokers, tOut, 4)[1]
+	if len(got) != len(in) {
+		t.Fatalf("%d records read back, want %d", len(got), len(in))
+	}
+	var pending []int64
+	seals := 0
+	for _, m := range got {
+		org := originOf(m.Headers)
+		if !org.srcOK || org.partition != 1 || fmt.Sprint(org.offset) != string(m.Key) {
+			t.Fatalf("record at %d (key %s) names %d/%d (%v)", m.Offset, m.Key, org.partition, org.offset, org.srcOK)
+		}
+		pending = append(pending, org.offset)
+		if !org.sealed {
+			continue
+		}
+		seals++
+		if org.n != len(pending) {
+			t.Fatalf("seal at %d covers %d records, %d since the last seal", m.Offset, org.n, len(pending))
+		}
+		if v, _ := pv.verifySeal(org, tOut, func(i int) int64 { return pending[i] }); v != provOurs {
+			t.Fatalf("seal at %d: verdict %d", m.Offset, v)
+		}
+		pending = pending[:0]
+	}
+	if len(pending) != 0 || seals < 10 {
+		t.Errorf("%d records after the last seal, %d seals: want 0 and a write cut into many batches", len(pending), seals)
 	}
 }
