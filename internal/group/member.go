@@ -209,7 +209,7 @@ const (
 // error that ends the membership (another member with the same
 // InstanceID, refused access, settings the coordinator rejects).
 func (m *Member) Run(ctx context.Context, h Handler) error {
-	b := newBackoff(m.cfg.RetryBackoff, maxRetryBackoff)
+	b := joinBackoff(m.cfg.RetryBackoff)
 	var err error
 	everJoined := false
 	for ctx.Err() == nil {
@@ -981,6 +981,12 @@ func summarize(ps []int) string {
 	return fmt.Sprintf("[%d %d %d … %d %d] (%d)", ps[0], ps[1], ps[2], ps[len(ps)-2], ps[len(ps)-1], len(ps))
 }
 
+// joinBackoff is the wait between failed joins: first, doubled up to
+// maxRetryBackoff (first itself when longer).
+func joinBackoff(first time.Duration) *backoff {
+	return newBackoff(first, max(first, maxRetryBackoff))
+}
+
 // backoff doubles a wait up to a bound.
 type backoff struct{ first, max, cur time.Duration }
 
@@ -996,8 +1002,11 @@ func (b *backoff) wait(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	b.cur = min(2*b.cur, b.max)
+	b.grow()
 }
+
+// grow doubles the next wait, up to the bound.
+func (b *backoff) grow() { b.cur = min(2*b.cur, b.max) }
 
 // CommitOffsets commits the member's topic's offsets in offsets (the
 // Committer's view of a member), within 30 s.
