@@ -157,11 +157,12 @@ func parseValue(v []byte) (p, seq int, ok bool) {
 
 // healed reports, for each partition in ps, how long after at the output
 // held the first unique record acknowledged at or after at (false while
-// some partition's has not been seen yet), and the longest of those.
-func (tr *traffic) healed(at time.Time, ps []int) (time.Duration, bool) {
+// some partition's has not been seen yet): the longest of those, and how
+// long after at that partition's record was acknowledged (the test
+// producer's share).
+func (tr *traffic) healed(at time.Time, ps []int) (worst, acked time.Duration, ok bool) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
-	var worst time.Duration
 	for _, p := range ps {
 		first := -1
 		for seq, a := range tr.acked[p] {
@@ -171,15 +172,17 @@ func (tr *traffic) healed(at time.Time, ps []int) (time.Duration, bool) {
 			}
 		}
 		if first < 0 {
-			return 0, false
+			return 0, 0, false
 		}
-		s, ok := tr.seen[[2]int{p, first}]
-		if !ok {
-			return 0, false
+		s, seen := tr.seen[[2]int{p, first}]
+		if !seen {
+			return 0, 0, false
 		}
-		worst = max(worst, s.Sub(at))
+		if d := s.Sub(at); d >= worst {
+			worst, acked = d, tr.acked[p][first].Sub(at)
+		}
 	}
-	return worst, true
+	return worst, acked, true
 }
 
 // inStep reports whether every unique record acknowledged before the given
