@@ -149,8 +149,8 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// launcherCtx bounds a helper's Kafka calls.
-func launcherCtx(t *testing.T, d time.Duration) context.Context {
+// boundedCtx bounds a helper's Kafka calls.
+func boundedCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -220,11 +220,9 @@ func readAll(ctx context.Context, brokers []string, topic string) ([]*kgo.Record
 		return nil, err
 	}
 	offsets := map[int32]kgo.Offset{}
-	want := 0
 	for p, end := range ends {
 		if end > 0 {
 			offsets[p] = kgo.NewOffset().AtStart()
-			want += int(end)
 		}
 	}
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{topic: offsets})
@@ -249,6 +247,5 @@ func readAll(ctx context.Context, brokers []string, topic string) ([]*kgo.Record
 			}
 		})
 	}
-	_ = want
 	return recs, nil
 }
