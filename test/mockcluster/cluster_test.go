@@ -68,7 +68,16 @@ func startCluster(t *testing.T, launcher string, brokers int, topics ...string) 
 	t.Helper()
 	c := &cluster{}
 	cmd := exec.Command(launcher, append([]string{fmt.Sprint(brokers)}, topics...)...)
-	cmd.Stderr = &syncWriter{w: &c.stderr, mu: &c.mu}
+	var stderr io.Writer = &c.stderr
+	if *flagLogs != "" {
+		f, err := os.Create(filepath.Join(*flagLogs, "mockcluster.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		stderr = io.MultiWriter(stderr, f)
+	}
+	cmd.Stderr = &syncWriter{w: stderr, mu: &c.mu}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ import (
 var binary string
 
 var (
-	flagLogs   = flag.String("mock.logs", "", "directory to write each worker's log to (kept after the test)")
+	flagLogs   = flag.String("mock.logs", "", "directory to write each worker's log and the mock cluster's (MOCK_DEBUG=mock: what its brokers receive) to, kept after the test")
 	flagDown   = flag.Duration("mock.down", group.DefaultSessionTimeout/2, "how long a broker stays down in the broker phase")
 	flagPhases = flag.String("mock.phases", "leader,broker,kill", "the failures to run, comma-separated: leader (partition-leader moves), broker (a broker down and back), kill (kill -9 and restart)")
 )
@@ -77,10 +77,11 @@ const (
 	// the first generation still lists the dead member, and its expiry
 	// starts a second rebalance (~19-20 s in all; librdkafka's own
 	// consumer, kcat -G, takes as long). And the mock refuses a follower's
-	// SyncGroup that arrives after the leader's (INVALID_REQUEST: the
-	// leader's assignment completed the sync), which a restarted worker
-	// loses to the warm leader about two times in five (14 of 34 syncs in
-	// 20 kills), a further rebalance each time. So on this broker the goal
+	// SyncGroup that it handles after the leader's (INVALID_REQUEST: the
+	// leader's assignment completed the sync); both arrive in the same
+	// poll round of its I/O thread, which serves the survivor's older
+	// connection first: a restarted worker loses about two times in five
+	// (14 of 34 syncs in 20 kills), a further rebalance each time. So on this broker the goal
 	// of Apache Kafka and kfake — the victim's partitions back within the
 	// session timeout + 5 s — is out of reach; the test bounds the heal at
 	// the expiry plus eight of the mock's rebalances (a group that heals

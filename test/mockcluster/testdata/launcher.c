@@ -13,7 +13,8 @@
  *   up BROKER                       accept connections again
  *   coordinator GROUP BROKER        make BROKER the group's coordinator
  *
- * It exits at the end of stdin. Built by the test with
+ * It exits at the end of stdin. MOCK_DEBUG (librdkafka's debug contexts,
+ * e.g. mock) logs what the brokers receive to stderr. Built by the test with
  * gcc launcher.c -lrdkafka (Debian librdkafka-dev).
  */
 #include <librdkafka/rdkafka.h>
@@ -45,6 +46,12 @@ int main(int argc, char **argv) {
          * never connects anywhere (no bootstrap servers). */
         conf = rd_kafka_conf_new();
         if (rd_kafka_conf_set(conf, "log_level", "3", errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
+                fprintf(stderr, "%s\n", errstr);
+                return 1;
+        }
+        /* MOCK_DEBUG=mock logs what the brokers receive, to stderr. */
+        if (getenv("MOCK_DEBUG") &&
+            rd_kafka_conf_set(conf, "debug", getenv("MOCK_DEBUG"), errstr, sizeof(errstr)) != RD_KAFKA_CONF_OK) {
                 fprintf(stderr, "%s\n", errstr);
                 return 1;
         }
