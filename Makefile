@@ -2,8 +2,8 @@
 #
 #   make run    the embedded default: in-process broker, worker, demo producer,
 #               checkpoints in ./.bloomgate (no other infrastructure)
-#   make test   installs what the tests need (kcat, chromium, prometheus,
-#               versitygw, helm, cyclonedx-gomod; cached)
+#   make test   installs what the tests need (kcat, librdkafka-dev, chromium,
+#               prometheus, versitygw, helm, cyclonedx-gomod; cached)
 #               and runs the whole suite with -race
 #   make release  the release named by VERSION into dist/: executables,
 #               the container image (OCI layout and archive), SBOM, checksums
@@ -85,8 +85,8 @@ fuzz:
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg; \
 	done
 
-# Without installing anything: tests that need kcat, chromium, prometheus or
-# versitygw skip with the reason.
+# Without installing anything: tests that need kcat, librdkafka-dev (and gcc),
+# chromium, prometheus or versitygw skip with the reason.
 test-short:
 	$(GO) test -short -count=1 ./...
 

@@ -2,6 +2,8 @@
 # Installs what the test suite needs on a fresh machine, pinned, and caches it:
 #   - kcat (Debian package; a librdkafka client for end-to-end tests)
 #   - versitygw (a real S3-compatible server, built from the Go module proxy)
+#   - librdkafka-dev (Debian package; test/mockcluster compiles a launcher of
+#     librdkafka's mock cluster against it, with gcc)
 #   - prometheus and promtool (Debian package; the alert rules' unit tests and
 #     the end-to-end alert test), unpacked into $TOOLS_DIR/prometheus rather
 #     than installed: installing the package would start a Prometheus service
@@ -48,6 +50,14 @@ if ! command -v kcat >/dev/null 2>&1; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq >&2
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq kcat >&2
+fi
+
+if [ ! -f /usr/include/librdkafka/rdkafka_mock.h ] || ! command -v gcc >/dev/null 2>&1; then
+  echo "deps: installing librdkafka-dev and gcc (Debian packages; librdkafka's mock cluster test)" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq librdkafka-dev gcc >&2
 fi
 
 if ! command -v chromium >/dev/null 2>&1; then

@@ -137,8 +137,15 @@ func (c *Committer) Run() {
 		case ps := <-c.forget:
 			c.drop(ps)
 		case <-c.revive:
+			// The member joined a generation: the coordinator answered
+			// it, which restarts the contact clock whether or not a
+			// commit noticed the loss (the heartbeats may have been
+			// first, with nothing pending to commit). Otherwise the
+			// failures of an outage before the join would fence the new
+			// generation at its first failed commit.
+			c.failingSince, c.lastOK = time.Time{}, time.Now()
 			if c.stale {
-				c.stale, c.failingSince, c.lastOK = false, time.Time{}, time.Now()
+				c.stale = false
 				c.paused.Store(false)
 				c.lastRun.Store(time.Now().UnixNano())
 			}
@@ -364,8 +371,9 @@ func (c *Committer) ForgetPartitions(ps []int) {
 	}
 }
 
-// ReviveAfterLoss lets a committer that found its generation lost commit
-// again: the member joined a new generation.
+// ReviveAfterLoss tells the committer that the member joined a new
+// generation: one that found its generation lost commits again, and the
+// contact clock (MaxGap) restarts.
 func (c *Committer) ReviveAfterLoss() {
 	select {
 	case c.revive <- struct{}{}:

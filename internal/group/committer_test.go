@@ -299,3 +299,48 @@ func TestCommitterForgetsAndRevives(t *testing.T) {
 		}
 	})
 }
+
+// TestCommitterRejoinRestartsContactClock: the coordinator away for longer
+// than the session timeout, the member lost its partitions through its
+// heartbeats before a commit noticed, and joined a new generation once the
+// coordinator was back. The join is contact with the coordinator: the
+// first commit of the new generation that fails (a connection the outage
+// left broken) must not count the outage against it and fence the new
+// partitions at once.
+func TestCommitterRejoinRestartsContactClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := &fakeGen{}
+		var fenced atomic.Pointer[error]
+		c := NewCommitter(g, "in", 10*time.Millisecond, slog.New(slog.DiscardHandler), nil, func(err error) { fenced.Store(&err) })
+		c.MaxGap = 10 * time.Second
+		go c.Run()
+		defer c.Close()
+		ctx := context.Background()
+		if err := c.CommitNow(ctx, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+		outage := errors.New("dial tcp 127.0.0.1:9092: connection refused")
+		g.setErr(outage)
+		for o := int64(2); o <= 40; o++ { // 4 s of failed commits
+			c.Offer(ctx, 0, o)
+			time.Sleep(100 * time.Millisecond)
+		}
+		c.ForgetPartitions([]int{0}) // lost through the heartbeats
+		time.Sleep(8 * time.Second)  // the rest of the outage and the rejoin
+		if p := fenced.Load(); p != nil {
+			t.Fatalf("fenced with nothing to commit: %v", *p)
+		}
+		c.ReviveAfterLoss() // joined a new generation
+		time.Sleep(10 * time.Millisecond)
+		g.setErr(errors.New("unexpected EOF"))
+		c.Offer(ctx, 0, 41)
+		time.Sleep(50 * time.Millisecond)
+		if p := fenced.Load(); p != nil {
+			t.Fatalf("the new generation's first failed commit fenced it: %v", *p)
+		}
+		g.setErr(nil)
+		if err := c.CommitNow(ctx, 0, 42); err != nil {
+			t.Fatalf("commit after the rejoin: %v", err)
+		}
+	})
+}

@@ -31,8 +31,8 @@ type Config struct {
 	SessionTimeout    time.Duration // default 10s
 	RebalanceTimeout  time.Duration // default SessionTimeout + 10s
 	HeartbeatInterval time.Duration // default SessionTimeout / 10, at most 3s
-	// RetryBackoff is the first wait after a failed join or sync (doubled
-	// up to 5s). Default 200ms.
+	// RetryBackoff is the first wait after a failed join or sync, doubled
+	// up to 1s (maxRetryBackoff) or kept when longer. Default 200ms.
 	RetryBackoff time.Duration
 
 	// UserData is announced in the member's subscription (the group
@@ -67,7 +67,11 @@ type Config struct {
 const (
 	DefaultSessionTimeout = 10 * time.Second
 	DefaultRetryBackoff   = 200 * time.Millisecond
-	maxRetryBackoff       = 5 * time.Second
+	// maxRetryBackoff bounds the wait between join attempts, as Java
+	// clients' retry.backoff.max.ms (1 s, KIP-580): a longer one delays the
+	// rejoin after the coordinator's broker is back by up to that wait
+	// (8.7 s on librdkafka's mock cluster with 5 s; docs/worker.md).
+	maxRetryBackoff = time.Second
 )
 
 // Validate checks the settings a Member cannot work without.

@@ -211,7 +211,7 @@ const (
 // error that ends the membership (another member with the same
 // InstanceID, refused access, settings the coordinator rejects).
 func (m *Member) Run(ctx context.Context, h Handler) error {
-	b := backoff.New(m.cfg.RetryBackoff, maxRetryBackoff)
+	b := joinBackoff(m.cfg.RetryBackoff)
 	var err error
 	everJoined := false
 	for ctx.Err() == nil {
@@ -981,6 +981,12 @@ func summarize(ps []int) string {
 		return fmt.Sprint(ps)
 	}
 	return fmt.Sprintf("[%d %d %d … %d %d] (%d)", ps[0], ps[1], ps[2], ps[len(ps)-2], ps[len(ps)-1], len(ps))
+}
+
+// joinBackoff is the wait between failed joins: first, doubled up to
+// maxRetryBackoff (first itself when longer).
+func joinBackoff(first time.Duration) *backoff.Backoff {
+	return backoff.New(first, max(first, maxRetryBackoff))
 }
 
 // CommitOffsets commits the member's topic's offsets in offsets (the

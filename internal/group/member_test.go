@@ -215,3 +215,27 @@ func TestCommitAndFetch(t *testing.T) {
 		t.Errorf("fetched %v, %v", got, err)
 	}
 }
+
+// TestJoinBackoff: failed joins are retried after the first wait, doubled
+// up to a second (Java clients' retry.backoff.max.ms), or after the first
+// wait throughout when it is longer.
+func TestJoinBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		first time.Duration
+		want  []time.Duration
+	}{
+		{200 * time.Millisecond, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}},
+		{time.Second, []time.Duration{time.Second, time.Second, time.Second}},
+		{3 * time.Second, []time.Duration{3 * time.Second, 3 * time.Second}},
+	} {
+		b := joinBackoff(tc.first)
+		canceled, cancel := context.WithCancel(context.Background())
+		cancel()
+		for i, w := range tc.want {
+			if got := b.Delay(); got != w {
+				t.Errorf("first %v: wait %d is %v, want %v", tc.first, i+1, got, w)
+			}
+			b.Wait(canceled, 0) // doubles the delay; returns at once
+		}
+	}
+}

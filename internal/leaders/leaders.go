@@ -6,26 +6,35 @@
 // (Transport.MetadataTTL) and not when a broker answers that it no longer
 // leads a partition: after a leader move, requests keep going to the old
 // leader until the next refresh. The Transport refreshes at once only after
-// it created topics (it then waits for the new topics to show in the
-// metadata). A Refresher uses that: it sends a CreateTopics request that
-// creates nothing, which makes the Transport fetch the metadata again and
-// return once it has it. Such a request needs no permission (there is no
-// topic to authorize) and changes nothing on the cluster.
+// a CreateTopics answer (it then waits for the new topics to show in the
+// metadata). A Refresher uses that without asking a broker to create
+// anything: it hands the Transport a request that the Transport takes for
+// a CreateTopics request, but that is never written to the connection and
+// answers itself with an empty CreateTopics response (a
+// protocol.RawExchanger); the Transport then fetches the metadata again and
+// returns once it has it. Nothing is sent besides that Metadata request, so
+// it works alike on every broker: those that do not implement CreateTopics
+// (librdkafka's mock cluster, where a real CreateTopics request made the
+// broker close the connection and the refresh fail, so that leader moves
+// were found only by the periodic refresh), and those that would log it or
+// check it against ACLs.
 //
-// Cost: one CreateTopics and one Metadata round trip per refresh; concurrent
-// callers share one refresh, and a refresh is never repeated within
-// MinInterval of the last one.
+// Cost: one Metadata round trip per refresh; concurrent callers share one
+// refresh, and a refresh is never repeated within MinInterval of the last
+// one.
 package leaders
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/createtopics"
 )
 
@@ -84,14 +93,30 @@ func (r *Refresher) Refresh(ctx context.Context) error {
 func (r *Refresher) refresh(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// The Transport refreshes after every successful CreateTopics answer
-	// and waits for the metadata to name the topics created: none here,
-	// so it returns after one refresh.
-	_, err := r.transport.RoundTrip(rctx, r.addr, &createtopics.Request{TimeoutMs: 1000})
+	// The Transport refreshes after every CreateTopics answer and waits
+	// for the metadata to name the topics created: none here, so it
+	// returns after one refresh.
+	_, err := r.transport.RoundTrip(rctx, r.addr, refreshRequest{})
 	if err != nil {
 		return fmt.Errorf("refreshing metadata: %w", err)
 	}
 	return nil
+}
+
+// refreshRequest is what the Transport takes for a CreateTopics request
+// (its ApiKey) and sends to a connection of the cluster; there it answers
+// itself (RawExchange: nothing is written or read) with a CreateTopics
+// response that names no topic.
+type refreshRequest struct{}
+
+func (refreshRequest) ApiKey() protocol.ApiKey { return protocol.CreateTopics }
+
+// Required makes the connection call RawExchange instead of encoding the
+// request.
+func (refreshRequest) Required(map[protocol.ApiKey]int16) bool { return true }
+
+func (refreshRequest) RawExchange(io.ReadWriter) (protocol.Message, error) {
+	return &createtopics.Response{}, nil
 }
 
 // Stale reports whether err is a broker's answer that the metadata used

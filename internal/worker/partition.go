@@ -12,6 +12,7 @@ import (
 	"github.com/bloomgate/bloomgate/internal/backoff"
 	"github.com/bloomgate/bloomgate/internal/fetcher"
 	"github.com/bloomgate/bloomgate/internal/group"
+	"github.com/bloomgate/bloomgate/internal/leaders"
 )
 
 // partitionProc owns one assigned input partition: its filter, its reader,
@@ -175,6 +176,14 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 			pp.failed(err, &failureLog{last: err.Error(), at: w.deps.Now()}, b.Delay())
 		} else {
 			pp.failed(err, &failing, b.Delay())
+		}
+		if leaders.Stale(err) && w.leaders != nil {
+			// A request of the session (listing offsets, reading the
+			// output back) went to a broker that no longer leads the
+			// partition: without a refresh, kafka-go's Transport sends
+			// the next session's requests there too until its periodic
+			// refresh (0-6 s).
+			_ = w.leaders.Refresh(ctx)
 		}
 		if !b.Wait(ctx, 0) {
 			return

@@ -100,11 +100,13 @@ func (w *Worker) assignedCount() int {
 	return len(w.status.Assigned)
 }
 
-// fetchRetryBackoff bounds the wait between failed fetches; failures are
-// retried until this long has passed without a successful fetch, then the
-// error ends the session (which re-runs recovery and starts over).
+// fetchRetryBackoff bounds the wait between failed fetches (as Java
+// clients' reconnect.backoff.max.ms: a broker that is back is fetched from
+// within a second); failures are retried until fetchGiveUp has passed
+// without a successful fetch, then the error ends the session (which
+// re-runs recovery and starts over).
 const (
-	fetchRetryBackoff = 5 * time.Second
+	fetchRetryBackoff = time.Second
 	fetchGiveUp       = time.Minute
 )
 
