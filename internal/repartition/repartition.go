@@ -55,8 +55,8 @@ import (
 
 // Header names added to every record written.
 const (
-	HeaderOriginPartition = "bloomgate-origin-partition"
-	HeaderOriginOffset    = "bloomgate-origin-offset"
+	HeaderOriginPartition = worker.HeaderOriginPartition
+	HeaderOriginOffset    = worker.HeaderOriginOffset
 	HeaderError           = "bloomgate-error"
 )
 

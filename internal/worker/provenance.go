@@ -81,6 +81,16 @@ import (
 // writes (format 2).
 const HeaderProvenance = "bloomgate"
 
+// HeaderOriginPartition names the header the repartition hop adds to the
+// records it writes (the input partition; with HeaderOriginOffset, the
+// input offset). A record with it and none of the worker's headers is the
+// hop's dead letter: the recovery scan of a dead-letter topic the hop and
+// the dedup stage share skips it without counting it foreign.
+const (
+	HeaderOriginPartition = "bloomgate-origin-partition"
+	HeaderOriginOffset    = "bloomgate-origin-offset"
+)
+
 // The headers of format 1 and of builds from before provenance, read
 // during a rolling upgrade.
 const (
@@ -373,6 +383,7 @@ const (
 	provOtherPartition                          // this memory's group and topic, another src partition (hash partitioning)
 	provMalformed                               // a provenance header that does not parse
 	provNoHeaders                               // no bloomgate headers at all
+	provHop                                     // the repartition hop's dead letter (its own headers only): its metrics count it
 	provenanceVerdicts                          // count
 )
 

@@ -188,3 +188,34 @@ func TestGroupsSharingTopics(t *testing.T) {
 		})
 	}
 }
+
+// TestHopDeadLettersNotForeign: the repartition hop writes its dead
+// letters (records the repartition topic cannot take) to the dead-letter
+// topic the dedup stage writes too, with its own headers only. The dedup
+// stage's recovery scan skips them: not written by this memory, and not
+// another producer's (the hop's metrics count them).
+func TestHopDeadLettersNotForeign(t *testing.T) {
+	t.Parallel()
+	brokers := newCluster(t, 1)
+	var hop []*kgo.Record
+	for i := range 100 {
+		hop = append(hop, &kgo.Record{Partition: 0, Value: []byte("too large for the hop"), Headers: []kgo.RecordHeader{
+			{Key: worker.HeaderOriginPartition, Value: []byte("3")},
+			{Key: worker.HeaderOriginOffset, Value: []byte(strconv.Itoa(i))},
+			{Key: worker.HeaderError, Value: []byte("record_too_large")},
+		}})
+	}
+	kgoProduce(t, brokers, tDLQ, hop)
+	evs := genEvents(200, 1, 0, 74, base)
+	produce(t, brokers, evs)
+	rw := startWorkerWith(t, realConfig(brokers), realState(t, t.TempDir()), realExtractor(t), nil)
+	waitFor(t, 60*time.Second, "every event consumed", func() bool { return rw.consumed() == 200 })
+	if err := rw.stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	wantOut, _, _ := expectation(evs, time.Hour)
+	checkKeys(t, "output", readTopic(t, brokers, tOut, 1), wantOut)
+	if n := rw.metricSum(t, "bloomgate_foreign_records_total"); n != 0 {
+		t.Errorf("bloomgate_foreign_records_total = %v, want 0: the hop's dead letters are not another producer's", n)
+	}
+}

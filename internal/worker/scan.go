@@ -232,7 +232,7 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 		apply := func(verdict provenanceVerdict, sp int, so int64, reason func() string, who string) {
 			switch verdict {
 			case provOurs:
-			case provOtherPartition:
+			case provOtherPartition, provHop:
 				return
 			case provOtherGroup:
 				res.foreign[foreignKey{tp.topic, verdict}]++
@@ -282,6 +282,9 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 				}
 				if verdict == provNone && legacy && m.Offset < legacyTo {
 					verdict = provOurs
+				}
+				if _, hop := lastHeader(m.Headers, HeaderOriginPartition); verdict == provNoHeaders && hop {
+					verdict = provHop
 				}
 				apply(verdict, o.partition, o.offset, func() string { return headerValue(m.Headers, HeaderError) }, who)
 				return
