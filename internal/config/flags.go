@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/bloomgate/bloomgate/internal/keys"
 	"github.com/bloomgate/bloomgate/internal/saslauth"
 )
@@ -57,7 +58,7 @@ func (c *Run) FlagSet(name string) *flag.FlagSet {
 	DurationVar(fs, &c.WriteTimeout, "write-timeout", c.WriteTimeout, "bound of one produce request; a batch write that fails, or is unanswered after twice this, is followed by an exact recovery of the partition")
 	DurationVar(fs, &c.CommitInterval, "commit-interval", c.CommitInterval, "time between offset commits of the records whose output writes are acknowledged")
 	DurationVar(fs, &c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout: how long the partitions of a crashed worker wait before moving")
-	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + 10s)")
+	DurationVar(fs, &c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, fmt.Sprintf("how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + %v)", group.RebalanceOverSession))
 	DurationVar(fs, &c.JoinGroupBackoff, "join-group-backoff", c.JoinGroupBackoff, "wait before re-joining the group after an error")
 	fs.StringVar(&c.GroupInstanceID, "group-instance-id", c.GroupInstanceID, "static group membership: a restart within --session-timeout keeps the member's partitions, no rebalance; "+
 		"auto: the pod name where it is stable (a StatefulSet's NAME-N, from POD_NAME, or from HOSTNAME inside Kubernetes), else a dynamic member; none: always dynamic; else the id, unique per member")

@@ -28,9 +28,10 @@ type Config struct {
 	// ClientID names the member in the coordinator's view (DescribeGroups).
 	ClientID string
 
-	SessionTimeout    time.Duration // default 10s
-	RebalanceTimeout  time.Duration // default SessionTimeout + 10s
-	HeartbeatInterval time.Duration // default SessionTimeout / 10, at most 3s
+	// Zero timings take the defaults of Timings.
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
+	HeartbeatInterval time.Duration
 	// RetryBackoff is the first wait after a failed join or sync, doubled
 	// up to 1s (maxRetryBackoff) or kept when longer. Default 200ms.
 	RetryBackoff time.Duration
@@ -63,16 +64,43 @@ type Config struct {
 	Now func() time.Time
 }
 
-// Defaults.
+// Defaults. The group timings' are the only ones: the worker, the
+// repartition hop and `bloomgate run`'s flags take them from here.
 const (
 	DefaultSessionTimeout = 10 * time.Second
-	DefaultRetryBackoff   = 200 * time.Millisecond
+	// DefaultHeartbeatInterval is the heartbeat interval's default, at
+	// most a third of the session timeout (Timings).
+	DefaultHeartbeatInterval = time.Second
+	// RebalanceOverSession is the rebalance timeout's default above the
+	// session timeout: members revoke within the session timeout (no
+	// heartbeats while they do), and the rebalance waits for them a
+	// little longer.
+	RebalanceOverSession = 10 * time.Second
+	DefaultRetryBackoff  = 200 * time.Millisecond
 	// maxRetryBackoff bounds the wait between join attempts, as Java
 	// clients' retry.backoff.max.ms (1 s, KIP-580): a longer one delays the
 	// rejoin after the coordinator's broker is back by up to that wait
 	// (8.7 s on librdkafka's mock cluster with 5 s; docs/worker.md).
 	maxRetryBackoff = time.Second
 )
+
+// Timings fills in the group timings left zero: the session timeout
+// DefaultSessionTimeout, the rebalance timeout RebalanceOverSession above
+// the session timeout, the heartbeat interval DefaultHeartbeatInterval but
+// at most a third of the session timeout (so that two heartbeats can be
+// lost without the member expiring).
+func Timings(session, rebalance, heartbeat time.Duration) (time.Duration, time.Duration, time.Duration) {
+	if session == 0 {
+		session = DefaultSessionTimeout
+	}
+	if rebalance == 0 {
+		rebalance = session + RebalanceOverSession
+	}
+	if heartbeat == 0 {
+		heartbeat = min(DefaultHeartbeatInterval, session/3)
+	}
+	return session, rebalance, heartbeat
+}
 
 // Validate checks the settings a Member cannot work without.
 func (c Config) Validate() error {
@@ -92,15 +120,7 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = c.SessionTimeout + 10*time.Second
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = min(c.SessionTimeout/10, 3*time.Second)
-	}
+	c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
 	if c.RetryBackoff == 0 {
 		c.RetryBackoff = DefaultRetryBackoff
 	}

@@ -239,3 +239,20 @@ func TestJoinBackoff(t *testing.T) {
 		}
 	}
 }
+
+// TestTimings: zero group timings take the defaults; the heartbeat
+// interval's is at most a third of the session timeout, and the rebalance
+// timeout's lies RebalanceOverSession above it.
+func TestTimings(t *testing.T) {
+	for _, c := range []struct{ in, want [3]time.Duration }{
+		{[3]time.Duration{}, [3]time.Duration{DefaultSessionTimeout, DefaultSessionTimeout + RebalanceOverSession, DefaultHeartbeatInterval}},
+		{[3]time.Duration{30 * time.Second}, [3]time.Duration{30 * time.Second, 40 * time.Second, time.Second}},
+		{[3]time.Duration{time.Second}, [3]time.Duration{time.Second, 11 * time.Second, time.Second / 3}},
+		{[3]time.Duration{6 * time.Second, 7 * time.Second, 2 * time.Second}, [3]time.Duration{6 * time.Second, 7 * time.Second, 2 * time.Second}},
+	} {
+		s, r, h := Timings(c.in[0], c.in[1], c.in[2])
+		if got := [3]time.Duration{s, r, h}; got != c.want {
+			t.Errorf("Timings(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}

@@ -104,8 +104,9 @@ type Config struct {
 	// unwritable record tries it again (default worker.UnwritableRetry).
 	UnwritableRetry time.Duration
 
-	SessionTimeout    time.Duration // default 10s
-	RebalanceTimeout  time.Duration // default session timeout + 10s, as the worker's
+	// Zero timings take group.Timings' defaults, as the worker's.
+	SessionTimeout    time.Duration
+	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
 	JoinGroupBackoff  time.Duration
 	// InstanceID makes the hop a static member of its group (as the
@@ -197,12 +198,7 @@ func (c *Config) applyDefaults() {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 10 * time.Second
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = c.SessionTimeout + 10*time.Second
-	}
+	c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
 	if c.Dialer == nil {
 		c.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
 	}

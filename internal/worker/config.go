@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/bloomgate/bloomgate/internal/producer"
 	"github.com/bloomgate/bloomgate/internal/quantity"
 )
@@ -206,9 +207,9 @@ type Config struct {
 	ShutdownTimeout time.Duration // revoke and shutdown: flush, commit, checkpoint; default DefaultShutdownTimeout
 	WriteTimeout    time.Duration // one output write; default DefaultWriteTimeout
 
-	// Group timings: defaults DefaultSessionTimeout, DefaultHeartbeatInterval
-	// (below the session timeout), DefaultJoinGroupBackoff, and for
-	// RebalanceTimeout SessionTimeout + 10s (above the session timeout).
+	// Group timings: zero ones take group.Timings' defaults (session
+	// timeout, rebalance timeout above it, heartbeat interval below it),
+	// JoinGroupBackoff DefaultJoinGroupBackoff.
 	// kafka-go sends no heartbeats while a member revokes, so a revoke must
 	// end within the session timeout: it flushes and commits, and leaves the
 	// final checkpoint to the next owner's recovery (docs/worker.md, "Group
@@ -256,8 +257,8 @@ const (
 	// DefaultMaxCheckpointStaleness is the staleness bound at the default
 	// checkpoint interval: ten intervals.
 	DefaultMaxCheckpointStaleness = stalenessIntervals * DefaultCheckpointInterval
-	DefaultSessionTimeout         = 10 * time.Second
-	DefaultHeartbeatInterval      = time.Second
+	DefaultSessionTimeout         = group.DefaultSessionTimeout
+	DefaultHeartbeatInterval      = group.DefaultHeartbeatInterval
 	DefaultJoinGroupBackoff       = time.Second
 	DefaultDialTimeout            = 10 * time.Second
 )
@@ -274,10 +275,6 @@ const (
 	// large generations take a while, and a short interval must not make
 	// them fail.
 	minCheckpointTimeout = 2 * time.Minute
-	// rebalanceOverSession is RebalanceTimeout's default above the session
-	// timeout: members revoke within the session timeout (no heartbeats
-	// while they do), and the rebalance waits for them a little longer.
-	rebalanceOverSession = 10 * time.Second
 )
 
 // Ranges of the settings. internal/config checks the settings of
@@ -387,17 +384,9 @@ func (c Config) WithDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout
 	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = DefaultSessionTimeout
-	}
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = DefaultHeartbeatInterval
-	}
+	c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
 	if c.JoinGroupBackoff == 0 {
 		c.JoinGroupBackoff = DefaultJoinGroupBackoff
-	}
-	if c.RebalanceTimeout == 0 {
-		c.RebalanceTimeout = c.SessionTimeout + rebalanceOverSession
 	}
 	if c.Dialer == nil {
 		c.Dialer = &kafka.Dialer{Timeout: DefaultDialTimeout, DualStack: true}

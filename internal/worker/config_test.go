@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/filterplan"
+	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -226,4 +227,22 @@ func TestStalenessNoBound(t *testing.T) {
 		t.Errorf("%d checkpoints succeeded after the initial one; the test needs all of them to fail", n)
 	}
 	rw.stop(t)
+}
+
+// TestGroupTimingsFromGroup: the worker's group timings are group's, one
+// set of defaults (the heartbeat default of the worker and of the group
+// engine used to differ).
+func TestGroupTimingsFromGroup(t *testing.T) {
+	for _, session := range []time.Duration{0, 2 * time.Second, 45 * time.Second} {
+		c := validConfig()
+		c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = session, 0, 0
+		c = c.WithDefaults()
+		s, r, h := group.Timings(session, 0, 0)
+		if c.SessionTimeout != s || c.RebalanceTimeout != r || c.HeartbeatInterval != h {
+			t.Errorf("session %v: worker %v/%v/%v, group %v/%v/%v", session, c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval, s, r, h)
+		}
+		if c.sessionTimeout() != s || c.rebalanceTimeout() != r {
+			t.Errorf("session %v: liveness timings %v/%v", session, c.sessionTimeout(), c.rebalanceTimeout())
+		}
+	}
 }

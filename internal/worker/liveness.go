@@ -21,18 +21,14 @@ import (
 
 // rebalanceTimeout is the rebalance timeout the group runs with.
 func (c Config) rebalanceTimeout() time.Duration {
-	if c.RebalanceTimeout > 0 {
-		return c.RebalanceTimeout
-	}
-	return c.sessionTimeout() + 10*time.Second
+	_, r, _ := group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
+	return r
 }
 
 // sessionTimeout is the session timeout the group runs with.
 func (c Config) sessionTimeout() time.Duration {
-	if c.SessionTimeout > 0 {
-		return c.SessionTimeout
-	}
-	return DefaultSessionTimeout
+	s, _, _ := group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
+	return s
 }
 
 // coordinatorTimeout is kafka-go's ConsumerGroupConfig.Timeout: the deadline

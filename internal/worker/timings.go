@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/bloomgate/bloomgate/internal/group"
 	"github.com/bloomgate/bloomgate/internal/quantity"
 )
 
@@ -52,7 +53,7 @@ func CheckRebalanceTimeout(rebalance, session time.Duration) error {
 		return nil
 	}
 	return fmt.Errorf("%s: must exceed --session-timeout (%s), since members revoke within the session timeout and the rebalance waits for them; or 0 for session-timeout + %s",
-		quantity.Duration(rebalance), quantity.Duration(session), quantity.Duration(rebalanceOverSession))
+		quantity.Duration(rebalance), quantity.Duration(session), quantity.Duration(group.RebalanceOverSession))
 }
 
 // CheckCheckpointStaleness returns nil when a positive staleness bound is
