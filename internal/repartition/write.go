@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -370,46 +369,11 @@ func (w *partWriter) place(ctx context.Context, rec *hopRec, why string) (stall 
 	return true, nil
 }
 
-// refValue is the value of a reference record: the dedup stage's format
-// (README, "Records the output refuses").
-type refValue struct {
-	Topic      string `json:"topic"`
-	Partition  int    `json:"partition"`
-	Offset     int64  `json:"offset"`
-	Size       int64  `json:"size"`
-	KeyBytes   int    `json:"key_bytes"`   // -1: null
-	ValueBytes int    `json:"value_bytes"` // -1: null
-	Headers    int    `json:"headers"`
-	Reason     string `json:"reason"`
-	Timestamp  string `json:"timestamp"`
-}
-
 // reference is the record written to the dead-letter topic in place of
-// input m when that topic cannot take it whole (why; size is the size
-// that did not fit): key <input topic>/<partition>/<offset>, a small JSON
-// value, the bloomgate-ref-* headers.
+// input m when that topic cannot take it whole: the dedup stage's
+// reference record (worker.ReferenceRecord).
 func (w *partWriter) reference(m *kafka.Message, why string, size int64) kafka.Message {
-	in := w.r.cfg.Input
-	lenOrNull := func(b []byte) int {
-		if b == nil {
-			return -1
-		}
-		return len(b)
-	}
-	v, _ := json.Marshal(refValue{Topic: in, Partition: w.p, Offset: m.Offset, Size: size,
-		KeyBytes: lenOrNull(m.Key), ValueBytes: lenOrNull(m.Value), Headers: len(m.Headers), Reason: why,
-		Timestamp: m.Time.UTC().Format(time.RFC3339Nano)})
-	return kafka.Message{
-		Offset: m.Offset,
-		Key:    fmt.Appendf(nil, "%s/%d/%d", in, w.p, m.Offset),
-		Value:  v,
-		Time:   m.Time,
-		Headers: []kafka.Header{
-			{Key: worker.HeaderRefTopic, Value: []byte(in)},
-			{Key: worker.HeaderRefSize, Value: strconv.AppendInt(nil, size, 10)},
-			{Key: worker.HeaderRefReason, Value: []byte(why)},
-		},
-	}
+	return worker.ReferenceRecord(w.r.cfg.Input, w.p, m, why, size)
 }
 
 // writeFailure is why a write of the built records failed: err, and the

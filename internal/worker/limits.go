@@ -2,9 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,47 +85,12 @@ func (w *Worker) readLimits(ctx context.Context) (map[string]int64, map[string]e
 }
 
 // maxMessageBytes reads the effective max.message.bytes of topics (a
-// broker default counts), as readLimits.
+// broker default counts), as readLimits (producer.MaxMessageBytes, within
+// 30 s).
 func (w *Worker) maxMessageBytes(ctx context.Context, topics []string) (map[string]int64, map[string]error) {
-	errs := map[string]error{}
-	req := &kafka.DescribeConfigsRequest{}
-	for _, t := range topics {
-		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{
-			ResourceType: kafka.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{"max.message.bytes"}})
-	}
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	res, err := w.client.DescribeConfigs(rctx, req)
-	if err != nil {
-		for _, t := range topics {
-			errs[t] = err
-		}
-		return nil, errs
-	}
-	out := map[string]int64{}
-	for _, r := range res.Resources {
-		if r.Error != nil {
-			errs[r.ResourceName] = r.Error
-			continue
-		}
-		for _, e := range r.ConfigEntries {
-			if e.ConfigName != "max.message.bytes" {
-				continue
-			}
-			v, err := strconv.ParseInt(e.ConfigValue, 10, 64)
-			if err != nil || v <= 0 {
-				errs[r.ResourceName] = fmt.Errorf("max.message.bytes %q is not a positive number", e.ConfigValue)
-				break
-			}
-			out[r.ResourceName] = v
-		}
-	}
-	for _, t := range topics {
-		if _, ok := out[t]; !ok && errs[t] == nil {
-			errs[t] = errors.New("max.message.bytes missing from the answer")
-		}
-	}
-	return out, errs
+	return producer.MaxMessageBytes(rctx, w.client, topics)
 }
 
 // startLimits reads the limits at start. It never fails the start: a

@@ -275,24 +275,31 @@ type refValue struct {
 }
 
 // reference is the record written to the dead-letter topic in place of
-// input m when that topic cannot take m whole (why; size is the size that
-// did not fit). Its key names the input record (a compacted dead-letter
-// topic takes it); its value is a small JSON document (refValue), never
-// null, so that compaction does not take it for a tombstone.
+// input m when that topic cannot take m whole (ReferenceRecord).
 func (pp *partitionProc) reference(m *kafka.Message, why string, size int64) kafka.Message {
-	in := pp.w.cfg.Input
+	return ReferenceRecord(pp.w.cfg.Input, pp.p, m, why, size)
+}
+
+// ReferenceRecord is the record written to a dead-letter topic in place
+// of record m of input topic in, partition p, when that topic cannot take
+// m whole (why; size is the size that did not fit); the dedup stage and
+// the repartition hop write it alike. Its key names the input record (a
+// compacted dead-letter topic takes it); its value is a small JSON
+// document (refValue), never null, so that compaction does not take it
+// for a tombstone; the bloomgate-ref-* headers say what it stands for.
+func ReferenceRecord(in string, p int, m *kafka.Message, why string, size int64) kafka.Message {
 	lenOrNull := func(b []byte) int {
 		if b == nil {
 			return -1
 		}
 		return len(b)
 	}
-	v, _ := json.Marshal(refValue{Topic: in, Partition: pp.p, Offset: m.Offset, Size: size,
+	v, _ := json.Marshal(refValue{Topic: in, Partition: p, Offset: m.Offset, Size: size,
 		KeyBytes: lenOrNull(m.Key), ValueBytes: lenOrNull(m.Value), Headers: len(m.Headers), Reason: why,
 		Timestamp: m.Time.UTC().Format(time.RFC3339Nano)})
 	return kafka.Message{
 		Offset: m.Offset,
-		Key:    fmt.Appendf(nil, "%s/%d/%d", in, pp.p, m.Offset),
+		Key:    fmt.Appendf(nil, "%s/%d/%d", in, p, m.Offset),
 		Value:  v,
 		Time:   m.Time,
 		Headers: []kafka.Header{
