@@ -10,9 +10,14 @@
 //	seams.go        what the worker needs from outside: Filter, StateStore,
 //	                PartitionStore, Planner, Extractor; Checkpoint, Restored
 //	worker.go       New, Run: topic checks, the group member (internal/group), shutdown
+//	preflight.go    Preflight: what the start finds on the Kafka side, for check
+//	access.go       authentication and authorization failures: stop at start,
+//	                give up after brokercheck.DefaultGiveUp while running
+//	timings.go      the rules of the worker's durations, in the words run shows
 //	membership.go   the member's partitions (group.Partitions): what joining a
 //	                generation and a stopped partition change for the worker
 //	agreement.go    settings members of one group must agree on
+//	crosspartition.go keys met in two partitions: an input not keyed by the dedup key
 //	provenance.go   the bloomgate header of written records: written, read, verified
 //	scan.go         the recovery scan of the written topics
 //	inputlog.go     a re-created, truncated or retention-shortened input
@@ -21,10 +26,13 @@
 //	                run), housekeeping, checkpoint, finish on revoke or shutdown
 //	recovery.go     exact recovery: restore and claim, C/A/R, the output scan
 //	                (recoveryPlan)
+//	rebuild.go      rebuilding generations a partial restore lost
+//	discards.go     memories discarded once to be rebuilt from the input
 //	skipset.go      records written but not committed, found by the scan
 //	start.go        --start-from / --seed-from positions of a new group
 //	seed.go         seeding a new memory from another topic
 //	source.go       the partition's reader: the fetcher pump, batches
+//	catchup.go      the log line once the input that waited is worked off
 //	batch.go        the per-batch path: handle, route, write, count, commit offer
 //	lookahead.go    a batch's keys extracted and looked up in one filter call
 //	output.go       writes: records per topic partition in bounded batches
@@ -37,7 +45,6 @@
 //	writeerr.go     write failures summarised for logs and errors
 //	checkpointer.go the background checkpoint upload of one partition
 //	progress.go     progress of seeding, replay and scans; the minute log line
-//	backoff.go      the wait between retries
 //	metrics.go      Prometheus metrics
 //	status.go       Status, the HTTP handler (/metrics, /healthz, /readyz, /status.json)
 //
