@@ -163,113 +163,22 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 		maxBytes = MaxFilterBytes
 	}
 	d := &decoder{r: r}
-	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, newest: tableSealedVersion,
-		minLen: tableHdrFixed + 8*2, maxLen: tableHdrFixed + 8 + 8*filterplan.MaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
+	th, err := d.tableHeader(maxBytes)
 	if err != nil {
 		return nil, err
 	}
-	sealed := d.version == tableSealedVersion
-	hlen := uint32(len(b))
-	fixed := uint32(tableHdrFixed)
-	if sealed {
-		fixed += 8
-	}
-	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
-	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
-	m := tableMeta{serial: u64(), first: u64(), newest: u64(), span: int64(u64()), closed: flags&tableFlagClosed != 0}
-	m.gens, m.size.level, m.size.r, m.a = int(u32()), int(u32()), uint(u32()), uint(u32())
-	m.size.nblocks, m.size.capacity, m.size.fpr = u64(), u64(), math.Float64frombits(u64())
-	m.entries, m.adds = u64(), u64()
-	pb, mpages, epages, res := u32(), u32(), u32(), u32()
-	if sealed {
-		m.size.nq = u64()
-	}
-	switch {
-	case pb != pageBytes:
-		return nil, d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
-	case res != 0:
-		return nil, d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
-	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != fixed+8<<m.a:
-		return nil, d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
-	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
-		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):
-		return nil, d.fail("header", fmt.Sprintf("remainder %d bits, %d blocks, level %d, fpr %v", m.size.r, m.size.nblocks, m.size.level, m.size.fpr), ErrCorrupt)
-	case m.serial == 0 || m.span <= 0 || m.first > m.newest || m.newest >= math.MaxInt64/uint64(m.span):
-		return nil, d.fail("header", fmt.Sprintf("table %d: generations %d … %d of %d ns", m.serial, m.first, m.newest, m.span), ErrCorrupt)
-	case sealed && (m.size.nq == 0 || m.size.nq%ssChunkQ != 0 || m.size.nq > uint64(maxBytes)*8 || m.size.level != 0 || m.size.r+m.a >= ssMaxS ||
-		m.entryBits() >= qMaxBits):
-		return nil, d.fail("header", fmt.Sprintf("sealed table of %d quotients, level %d, remainder %d bits", m.size.nq, m.size.level, m.size.r), ErrCorrupt)
-	}
-	es := m.entryBits()
-	pblocks, bpp, mp, ep := qGeometry(m.size.nblocks, es)
-	switch {
-	case uint64(mpages) != mp || uint64(epages) != ep:
-		return nil, d.fail("header", fmt.Sprintf("%d+%d pages for %d blocks", mpages, epages, m.size.nblocks), ErrCorrupt)
-	case (mp+ep)*pageBytes > uint64(maxBytes):
-		return nil, d.fail("header", fmt.Sprintf("table of %d bytes, limit %d", (mp+ep)*pageBytes, maxBytes), ErrTooLarge)
-	case (!sealed && m.size.capacity > pblocks*qSlots) || m.entries > pblocks*qSlots:
-		return nil, d.fail("header", fmt.Sprintf("capacity %d, %d entries in %d slots", m.size.capacity, m.entries, pblocks*qSlots), ErrCorrupt)
-	}
-	// Entries only of the generations the table can hold.
-	lo := m.first
-	if m.newest+1 > uint64(m.gens) {
-		lo = max(lo, m.newest+1-uint64(m.gens))
-	}
-	m.counts = make([]uint64, 1<<m.a)
-	var sum uint64
-	held := (&Table{a: m.a, first: m.first, newest: m.newest}).tagMask(lo, m.newest)
-	for t := range m.counts {
-		m.counts[t] = u64()
-		if m.counts[t] != 0 && held>>t&1 == 0 {
-			return nil, d.fail("header", fmt.Sprintf("entries with tag %d, of no generation the table holds", t), ErrCorrupt)
-		}
-		sum += m.counts[t]
-		if sum < m.counts[t] {
-			return nil, d.fail("header", "tag counts overflow", ErrCorrupt)
-		}
-	}
-	if !sealed && sum != m.entries {
-		return nil, d.fail("header", fmt.Sprintf("%d entries, tags count %d", m.entries, sum), ErrCorrupt)
-	}
-
-	var q *qtable
-	if sealed {
-		q = newQtable(m.size.nblocks, es, 0)
-	} else {
-		q = newQtable(m.size.nblocks, m.size.r, m.a)
-	}
+	m := &th.m
 	cr := &chunkReader{d: d}
 	defer cr.Close()
-	for i, p := range append(append([]*[pageWords]uint64(nil), q.meta...), q.ents...) {
-		isMeta := i < len(q.meta)
-		pi := uint64(i)
-		if !isMeta {
-			pi -= uint64(len(q.meta))
-		}
-		if err := cr.words(p[:tableUsed(pblocks, bpp, es, isMeta, pi)], "page"); err != nil {
-			return nil, err
-		}
+	q, err := th.readPages(cr)
+	if err != nil {
+		return nil, err
 	}
 	var h *hybrid
-	if sealed {
-		set, err := readSealedSet(d, maxBytes-int64((mp+ep)*pageBytes))
-		if err != nil {
+	if th.sealed {
+		if h, err = th.readSealed(d, q, maxBytes-int64((th.mp+th.ep)*pageBytes)); err != nil {
 			return nil, err
 		}
-		tnew := (&Table{a: m.a}).tag(m.newest)
-		if set.nq != m.size.nq || set.r != m.size.r || set.a != m.a {
-			return nil, d.fail("table", fmt.Sprintf("set of %d quotients, %d+%d bits in a table of %d, %d+%d", set.nq, set.r, set.a, m.size.nq, m.size.r, m.a), ErrCorrupt)
-		}
-		for t := range m.counts {
-			want := set.counts[t]
-			if uint64(t) == tnew {
-				want += m.entries // the live table's, all of the newest generation
-			}
-			if m.counts[t] != want {
-				return nil, d.fail("table", fmt.Sprintf("tag %d: %d entries, the set and live table hold %d", t, m.counts[t], want), ErrCorrupt)
-			}
-		}
-		h = &hybrid{live: q, set: set, m: newLiveMap(set.nq, m.size.nblocks*qSlots), r: m.size.r}
 	}
 	if err := d.trailer(tableTrailerMagic, cr.chunks, 0); err != nil {
 		return nil, err
@@ -280,8 +189,161 @@ func DecodeTable(r io.Reader, maxBytes int64) (*Table, error) {
 	}
 	tb := &Table{q: q, h: h, a: m.a, serial: m.serial, first: m.first, newest: m.newest, span: m.span, gens: m.gens,
 		size: m.size, closed: m.closed, counts: m.counts, adds: m.adds}
-	tb.setLive(lo)
+	tb.setLive(oldestHeld(m))
 	return tb, nil
+}
+
+// tableHeader is a table's header as DecodeTable checked it: its metadata
+// and the geometry of its pages.
+type tableHeader struct {
+	m                    tableMeta
+	sealed               bool
+	pblocks, bpp, mp, ep uint64
+}
+
+// oldestHeld is the oldest generation whose entries the table can hold.
+func oldestHeld(m *tableMeta) uint64 {
+	lo := m.first
+	if m.newest+1 > uint64(m.gens) {
+		lo = max(lo, m.newest+1-uint64(m.gens))
+	}
+	return lo
+}
+
+// tableHeader reads and checks a table's header (format v1 or v2).
+func (d *decoder) tableHeader(maxBytes int64) (*tableHeader, error) {
+	flags, b, err := d.header(header{magic: tableMagic, noun: "table", version: tableVersion, newest: tableSealedVersion,
+		minLen: tableHdrFixed + 8*2, maxLen: tableHdrFixed + 8 + 8*filterplan.MaxGenerations, unit: 8, fixed: tableHdrFixed, flags: tableFlagClosed})
+	if err != nil {
+		return nil, err
+	}
+	th := &tableHeader{sealed: d.version == tableSealedVersion}
+	hlen := uint32(len(b))
+	fixed := uint32(tableHdrFixed)
+	if th.sealed {
+		fixed += 8
+	}
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
+	m := &th.m
+	*m = tableMeta{serial: u64(), first: u64(), newest: u64(), span: int64(u64()), closed: flags&tableFlagClosed != 0}
+	m.gens, m.size.level, m.size.r, m.a = int(u32()), int(u32()), uint(u32()), uint(u32())
+	m.size.nblocks, m.size.capacity, m.size.fpr = u64(), u64(), math.Float64frombits(u64())
+	m.entries, m.adds = u64(), u64()
+	pb, mpages, epages, res := u32(), u32(), u32(), u32()
+	if th.sealed {
+		m.size.nq = u64()
+	}
+	if err := d.checkTableMeta(m, th.sealed, pb, res, hlen, fixed, maxBytes); err != nil {
+		return nil, err
+	}
+	th.pblocks, th.bpp, th.mp, th.ep = qGeometry(m.size.nblocks, m.entryBits())
+	switch {
+	case uint64(mpages) != th.mp || uint64(epages) != th.ep:
+		return nil, d.fail("header", fmt.Sprintf("%d+%d pages for %d blocks", mpages, epages, m.size.nblocks), ErrCorrupt)
+	case (th.mp+th.ep)*pageBytes > uint64(maxBytes):
+		return nil, d.fail("header", fmt.Sprintf("table of %d bytes, limit %d", (th.mp+th.ep)*pageBytes, maxBytes), ErrTooLarge)
+	case (!th.sealed && m.size.capacity > th.pblocks*qSlots) || m.entries > th.pblocks*qSlots:
+		return nil, d.fail("header", fmt.Sprintf("capacity %d, %d entries in %d slots", m.size.capacity, m.entries, th.pblocks*qSlots), ErrCorrupt)
+	}
+	if err := d.tableCounts(m, th.sealed, b); err != nil {
+		return nil, err
+	}
+	return th, nil
+}
+
+// checkTableMeta checks the fixed fields of a table's header: pb is its
+// page size, res its reserved field, hlen its length (fixed without the
+// counts). One case per error message: its complexity is the list of
+// checks, read top to bottom.
+func (d *decoder) checkTableMeta(m *tableMeta, sealed bool, pb, res, hlen, fixed uint32, maxBytes int64) error {
+	switch {
+	case pb != pageBytes:
+		return d.fail("header", fmt.Sprintf("page size %d", pb), ErrUnsupportedVersion)
+	case res != 0:
+		return d.fail("header", fmt.Sprintf("reserved field %#x", res), ErrUnsupportedVersion)
+	case m.gens < 2 || m.gens > filterplan.MaxGenerations || m.a != tagBits(m.gens) || hlen != fixed+8<<m.a:
+		return d.fail("header", fmt.Sprintf("%d generations, %d tag bits in a %d-byte header", m.gens, m.a, hlen), ErrCorrupt)
+	case m.size.r < 1 || m.size.r+m.a >= qMaxBits || m.size.nblocks == 0 || m.size.nblocks >= qMaxBlocks ||
+		m.size.level < 0 || m.size.level > maxTableLevels || !(m.size.fpr > 0 && m.size.fpr < 1):
+		return d.fail("header", fmt.Sprintf("remainder %d bits, %d blocks, level %d, fpr %v", m.size.r, m.size.nblocks, m.size.level, m.size.fpr), ErrCorrupt)
+	case m.serial == 0 || m.span <= 0 || m.first > m.newest || m.newest >= math.MaxInt64/uint64(m.span):
+		return d.fail("header", fmt.Sprintf("table %d: generations %d … %d of %d ns", m.serial, m.first, m.newest, m.span), ErrCorrupt)
+	case sealed && (m.size.nq == 0 || m.size.nq%ssChunkQ != 0 || m.size.nq > uint64(maxBytes)*8 || m.size.level != 0 || m.size.r+m.a >= ssMaxS ||
+		m.entryBits() >= qMaxBits):
+		return d.fail("header", fmt.Sprintf("sealed table of %d quotients, level %d, remainder %d bits", m.size.nq, m.size.level, m.size.r), ErrCorrupt)
+	}
+	return nil
+}
+
+// tableCounts reads the header's entries per tag (b) into m.counts: only
+// of generations the table can hold, and (v1) summing to its entries.
+func (d *decoder) tableCounts(m *tableMeta, sealed bool, b []byte) error {
+	m.counts = make([]uint64, 1<<m.a)
+	var sum uint64
+	held := (&Table{a: m.a, first: m.first, newest: m.newest}).tagMask(oldestHeld(m), m.newest)
+	for t := range m.counts {
+		m.counts[t] = binary.LittleEndian.Uint64(b[8*t:])
+		if m.counts[t] != 0 && held>>t&1 == 0 {
+			return d.fail("header", fmt.Sprintf("entries with tag %d, of no generation the table holds", t), ErrCorrupt)
+		}
+		sum += m.counts[t]
+		if sum < m.counts[t] {
+			return d.fail("header", "tag counts overflow", ErrCorrupt)
+		}
+	}
+	if !sealed && sum != m.entries {
+		return d.fail("header", fmt.Sprintf("%d entries, tags count %d", m.entries, sum), ErrCorrupt)
+	}
+	return nil
+}
+
+// readPages reads the table's pages, metadata pages first: the live table
+// of a sealed table (whose entries are d + remainder bits), else the table.
+func (th *tableHeader) readPages(cr *chunkReader) (*qtable, error) {
+	m := &th.m
+	es := m.entryBits()
+	var q *qtable
+	if th.sealed {
+		q = newQtable(m.size.nblocks, es, 0)
+	} else {
+		q = newQtable(m.size.nblocks, m.size.r, m.a)
+	}
+	for i, p := range append(append([]*[pageWords]uint64(nil), q.meta...), q.ents...) {
+		isMeta := i < len(q.meta)
+		pi := uint64(i)
+		if !isMeta {
+			pi -= uint64(len(q.meta))
+		}
+		if err := cr.words(p[:tableUsed(th.pblocks, th.bpp, es, isMeta, pi)], "page"); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// readSealed reads a sealed table's set, after its live table q, and
+// checks the counts per tag against the two.
+func (th *tableHeader) readSealed(d *decoder, q *qtable, maxBytes int64) (*hybrid, error) {
+	m := &th.m
+	set, err := readSealedSet(d, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	tnew := (&Table{a: m.a}).tag(m.newest)
+	if set.nq != m.size.nq || set.r != m.size.r || set.a != m.a {
+		return nil, d.fail("table", fmt.Sprintf("set of %d quotients, %d+%d bits in a table of %d, %d+%d", set.nq, set.r, set.a, m.size.nq, m.size.r, m.a), ErrCorrupt)
+	}
+	for t := range m.counts {
+		want := set.counts[t]
+		if uint64(t) == tnew {
+			want += m.entries // the live table's, all of the newest generation
+		}
+		if m.counts[t] != want {
+			return nil, d.fail("table", fmt.Sprintf("tag %d: %d entries, the set and live table hold %d", t, m.counts[t], want), ErrCorrupt)
+		}
+	}
+	return &hybrid{live: q, set: set, m: newLiveMap(set.nq, m.size.nblocks*qSlots), r: m.size.r}, nil
 }
 
 // Table log format v1, little-endian: the entries one table added between
