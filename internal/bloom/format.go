@@ -142,64 +142,84 @@ func DecodeGeneration(r io.Reader, maxBytes int64) (*Generation, error) {
 	case g.capacity == 0 || !(g.fpr > 0 && g.fpr < 1):
 		return nil, d.fail("header", fmt.Sprintf("capacity %d, fpr %v", g.capacity, g.fpr), ErrCorrupt)
 	}
+	if err := d.subFilters(g, int(nsub), b, maxBytes); err != nil {
+		return nil, err
+	}
+	cr := &chunkReader{d: d}
+	defer cr.Close()
+	for _, f := range g.subs {
+		if err := f.readPages(cr); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.trailer(trailerMagic, cr.chunks, 0); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// subFilters reads the header's nsub sub-filter entries (b) into g: their
+// sizes (allocated in whole pages, at most maxBytes in all), set bits and
+// inserts, which sum to the generation's.
+func (d *decoder) subFilters(g *Generation, nsub int, b []byte, maxBytes int64) error {
+	u64 := func() uint64 { x := binary.LittleEndian.Uint64(b); b = b[8:]; return x }
+	u32 := func() uint32 { x := binary.LittleEndian.Uint32(b); b = b[4:]; return x }
 	var total, sumInserts uint64
-	for i := range int(nsub) {
+	for i := range nsub {
 		capacity, fpr, ins, nb, ones, k, res := u64(), math.Float64frombits(u64()), u64(), u64(), u64(), u32(), u32()
 		if capacity == 0 || !(fpr > 0 && fpr < 1) || k < 1 || k > maxK || nb == 0 || nb > MaxFilterBytes/64 ||
 			ones > nb*blockBits || res != 0 || ins > math.MaxUint64-sumInserts {
-			return nil, d.fail("header", fmt.Sprintf("sub-filter %d: capacity %d, fpr %v, k %d, blocks %d, set bits %d",
+			return d.fail("header", fmt.Sprintf("sub-filter %d: capacity %d, fpr %v, k %d, blocks %d, set bits %d",
 				i, capacity, fpr, k, nb, ones), ErrCorrupt)
 		}
 		total += (nb + pageBlocks - 1) / pageBlocks * pageBytes // allocated in whole pages
 		sumInserts += ins
 		if total > uint64(maxBytes) {
-			return nil, d.fail("header", fmt.Sprintf("bitsets of %d+ bytes, limit %d", total, maxBytes), ErrTooLarge)
+			return d.fail("header", fmt.Sprintf("bitsets of %d+ bytes, limit %d", total, maxBytes), ErrTooLarge)
 		}
 		g.subs = append(g.subs, &Filter{nblocks: nb, k: k, capacity: capacity, fpr: fpr, ones: ones})
 		g.subInserts = append(g.subInserts, ins)
 	}
 	if sumInserts != g.inserts {
-		return nil, d.fail("header", fmt.Sprintf("inserts %d, sub-filters sum to %d", g.inserts, sumInserts), ErrCorrupt)
+		return d.fail("header", fmt.Sprintf("inserts %d, sub-filters sum to %d", g.inserts, sumInserts), ErrCorrupt)
 	}
+	return nil
+}
 
-	cr := &chunkReader{d: d}
-	defer cr.Close()
-	for _, f := range g.subs {
-		npages := (f.nblocks + pageBlocks - 1) / pageBlocks
-		f.pageEpoch = make([]uint32, npages)
-		f.initPages(npages) // declared size, checked against maxBytes above
-		for i := range npages {
-			kind, n, err := cr.next()
-			if err != nil {
-				return nil, err
+// readPages reads the sub-filter's pages, one chunk each (an all-zero page
+// stays the shared zero page), and checks its set bits against its header.
+func (f *Filter) readPages(cr *chunkReader) error {
+	d := cr.d
+	npages := (f.nblocks + pageBlocks - 1) / pageBlocks
+	f.pageEpoch = make([]uint32, npages)
+	f.initPages(npages) // declared size, checked against maxBytes by subFilters
+	for i := range npages {
+		kind, n, err := cr.next()
+		if err != nil {
+			return err
+		}
+		size := len(pageSlice(f.pages, int(i), f.nblocks)) * 8
+		switch {
+		case kind == kindRaw && int(n) == size, kind == kindZstd && n > 0 && int(n) < size:
+			if f.pages[i] == zeroPage {
+				f.allocSlab(i)
 			}
-			size := len(pageSlice(f.pages, int(i), f.nblocks)) * 8
-			switch {
-			case kind == kindRaw && int(n) == size, kind == kindZstd && n > 0 && int(n) < size:
-				if f.pages[i] == zeroPage {
-					f.allocSlab(i)
-				}
-			case kind == kindZero && n == 0:
-			default:
-				return nil, d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, size), ErrCorrupt)
-			}
-			p := pageSlice(f.pages, int(i), f.nblocks)
-			if err := cr.fill(kind, n, pageAsBytes(p)); err != nil {
-				return nil, err
-			}
-			if !littleEndian && kind != kindZero { // p may be zeroPage
-				for j := range p {
-					p[j] = bits.ReverseBytes64(p[j])
-				}
+		case kind == kindZero && n == 0:
+		default:
+			return d.fail("chunk", fmt.Sprintf("kind %d with %d bytes for a %d-byte page", kind, n, size), ErrCorrupt)
+		}
+		p := pageSlice(f.pages, int(i), f.nblocks)
+		if err := cr.fill(kind, n, pageAsBytes(p)); err != nil {
+			return err
+		}
+		if !littleEndian && kind != kindZero { // p may be zeroPage
+			for j := range p {
+				p[j] = bits.ReverseBytes64(p[j])
 			}
 		}
-		if popcountPages(f.pages, f.nblocks) != f.ones {
-			return nil, d.fail("chunk", "set-bit count differs from header", ErrCorrupt)
-		}
 	}
-
-	if err := d.trailer(trailerMagic, cr.chunks, 0); err != nil {
-		return nil, err
+	if popcountPages(f.pages, f.nblocks) != f.ones {
+		return d.fail("chunk", "set-bit count differs from header", ErrCorrupt)
 	}
-	return g, nil
+	return nil
 }
