@@ -1,6 +1,7 @@
 // Package backoff is the wait between retries of one failing operation:
 // it doubles from a first delay up to a bound, and a success resets it.
-// The worker's partitions and the group member's join loop retry with it.
+// The worker's partitions, the group member's join loop, the repartition
+// hop and the checkpoint store's retries wait with it.
 //
 // Cost: a timer per wait.
 package backoff
@@ -29,6 +30,11 @@ func (b *Backoff) Wait(ctx context.Context, limit time.Duration) bool {
 		d = min(d, limit)
 	}
 	b.next = min(2*b.next, b.most)
+	return Sleep(ctx, d)
+}
+
+// Sleep waits for d; it returns false if ctx ended first.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

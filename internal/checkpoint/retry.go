@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/backoff"
 )
 
 // retrier runs one storage request with a per-attempt timeout and retries
@@ -75,12 +77,8 @@ func (r retrier) backoff(attempt int) time.Duration {
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
+	if !backoff.Sleep(ctx, d) {
 		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
+	return nil
 }
