@@ -373,107 +373,23 @@ func storeErr(err error) error {
 }
 
 func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*worker.Restored, error) {
-	var k kind
-	var seed bloom.Seed
-	var reused *filter
-	var x *exactState // the exact store of the manifest being loaded
-	var loss restoredLoss
-	dropX := func() {
-		if x != nil {
-			x.st.Close()
-			x = nil
-		}
-	}
-	kept, haveKept := b.s.take(b.tp)
-	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error {
-		m := l.Manifest
-		dropX() // an earlier manifest's, that failed verification after loading
-		k, reused, loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
-		if err := b.s.compatible(m); err != nil {
-			return err
-		}
-		var err error
-		if seed, err = bloom.ParseSeed(m.HashSeed); err != nil {
-			return fmt.Errorf("%w: %w", checkpoint.ErrCorrupt, err)
-		}
-		// The newest manifest is the last one this process wrote, and the
-		// filter is unchanged since: it is that manifest's state.
-		if !l.Partial && haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
-			kept.filter.k.Config() == bloom.Config(params) && kept.filter.Err() == nil {
-			reused = kept.filter
-			return nil
-		}
-		if b.s.fingerprint() {
-			fp, err := b.loadTables(ctx, l, params)
-			if err != nil {
-				return err
-			}
-			k = tables{fp}
-			if !b.s.exactOn() {
-				return nil
-			}
-			b.s.closeOpen(b.tp, nil)
-			for i, ref := range m.Generations {
-				if len(ref.ExactGens) > 0 {
-					loss.exactGens[i] = ref.ExactGens[len(ref.ExactGens)-1].Gen
-				}
-			}
-			x, err = b.restoreExact(ctx, l, fp, &loss)
-			return err
-		}
-		gens := make([]*bloom.Generation, 0, len(m.Generations))
-		for i, ref := range m.Generations {
-			var g *bloom.Generation
-			if !ref.IsLost() {
-				if g, err = b.loadGeneration(ctx, ref, l.Open); err != nil && (!corrupt(err) || l.Lose(i, err) != nil) {
-					return err
-				}
-			}
-			if g == nil { // lost now, or at an earlier restore
-				if g, err = emptyGeneration(ref, m, params); err != nil {
-					return fmt.Errorf("%w: %s: %w", checkpoint.ErrCorrupt, describe(ref), err)
-				}
-				loss.gens[i] = g
-			}
-			loss.exactGens[i] = ref.ExactGen
-			gens = append(gens, g)
-		}
-		sh, err := bloom.RestoreShard(bloom.Config(params), gens)
-		if err != nil {
-			return err
-		}
-		// The newest generation's next log continues the chain it was
-		// read from; an empty one has no chain, and is stored whole.
-		sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
-		for i, g := range gens {
-			if loss.gens[i] == nil {
-				g.SetJournalMark(m.Generations[i].Tail())
-			}
-		}
-		k = ring{sh}
-		if b.s.exactOn() {
-			// The directory is this partition's: close whatever store of
-			// an earlier session still has it open.
-			b.s.closeOpen(b.tp, nil)
-			if x, err = b.restoreExact(ctx, l, sh, &loss); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	rs := &restoring{b: b, params: params}
+	rs.kept, rs.haveKept = b.s.take(b.tp)
+	m, err := b.p.RestoreWith(ctx, func(l *checkpoint.Loading) error { return rs.load(ctx, l) })
 	if err != nil {
-		dropX()
+		rs.dropExact()
 		return nil, storeErr(err)
 	}
-	if reused != nil {
+	if rs.reused != nil {
 		b.s.reuse.Add(1)
-		b.s.closeOpen(b.tp, reused)
-		return restoredOf(m, reused), nil
+		b.s.closeOpen(b.tp, rs.reused)
+		return restoredOf(m, rs.reused), nil
 	}
+	k, x := rs.k, rs.x
 	if x != nil {
 		k = &exactKind{k, x}
 	}
-	f := &filter{k: k, seed: seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
+	f := &filter{k: k, seed: rs.seed, maxJump: b.s.MaxTimeJump, frontier: m.EventTime, x: x}
 	b.notice(m, params, f)
 	if x != nil {
 		b.s.track(b.tp, f)
@@ -481,15 +397,132 @@ func (b *handle) Restore(ctx context.Context, params worker.FilterParams) (*work
 		b.p.Logger().Info(fmt.Sprintf("checkpoint %d of %s/%d holds an exact store, and exact mode is off: it is not restored, and the next checkpoint does not carry it "+
 			"(turning exact mode on again later starts an empty store)", m.Seq, m.Topic, m.Partition), "seq", m.Seq)
 	}
-	if seed.IsZero() && b.s.first(b.tp, "unkeyed-provenance") {
+	if rs.seed.IsZero() && b.s.first(b.tp, "unkeyed-provenance") {
 		b.p.Logger().Warn(fmt.Sprintf("checkpoint %d of %s/%d is a memory with the unkeyed hash (from before hash seeds): "+
 			"the provenance of the records it writes is not secret, so another writer of the output, duplicates or dead-letter "+
 			"topics could forge records that recovery takes as written. Start a new memory (a new group, or on-restore-failure=empty) to get a keyed one",
 			m.Seq, m.Topic, m.Partition))
 	}
 	r := restoredOf(m, f)
-	r.Lost = f.lostFrom(m, loss)
+	r.Lost = f.lostFrom(m, rs.loss)
 	return r, nil
+}
+
+// restoring is one Restore of a partition: what the manifest being loaded
+// gave so far. The checkpoint store may load several manifests, newest
+// first, until one verifies; each load starts over.
+type restoring struct {
+	b        *handle
+	params   worker.FilterParams
+	kept     keptFilter // this process's last written state of the partition
+	haveKept bool
+
+	k      kind
+	seed   bloom.Seed
+	reused *filter     // the kept filter, when it is the manifest's state
+	x      *exactState // the exact store of the manifest being loaded
+	loss   restoredLoss
+}
+
+// dropExact closes the exact store of a manifest whose load failed.
+func (rs *restoring) dropExact() {
+	if rs.x != nil {
+		rs.x.st.Close()
+		rs.x = nil
+	}
+}
+
+// load loads the manifest of l into rs: the kept filter if it is that
+// manifest's state, else its generations or tables (and exact store).
+func (rs *restoring) load(ctx context.Context, l *checkpoint.Loading) error {
+	b, m := rs.b, l.Manifest
+	rs.dropExact() // an earlier manifest's, that failed verification after loading
+	rs.k, rs.reused, rs.loss = nil, nil, restoredLoss{gens: map[int]*bloom.Generation{}, exactGens: map[int]uint64{}}
+	if err := b.s.compatible(m); err != nil {
+		return err
+	}
+	var err error
+	if rs.seed, err = bloom.ParseSeed(m.HashSeed); err != nil {
+		return fmt.Errorf("%w: %w", checkpoint.ErrCorrupt, err)
+	}
+	// The newest manifest is the last one this process wrote, and the
+	// filter is unchanged since: it is that manifest's state.
+	if kept := rs.kept; !l.Partial && rs.haveKept && m.Seq == kept.seq && kept.filter.inserts == kept.inserts &&
+		kept.filter.k.Config() == bloom.Config(rs.params) && kept.filter.Err() == nil {
+		rs.reused = kept.filter
+		return nil
+	}
+	if b.s.fingerprint() {
+		return rs.loadTables(ctx, l)
+	}
+	return rs.loadRing(ctx, l)
+}
+
+// loadTables loads a fingerprint filter's tables (and exact store).
+func (rs *restoring) loadTables(ctx context.Context, l *checkpoint.Loading) error {
+	b, m := rs.b, l.Manifest
+	fp, err := b.loadTables(ctx, l, rs.params)
+	if err != nil {
+		return err
+	}
+	rs.k = tables{fp}
+	if !b.s.exactOn() {
+		return nil
+	}
+	b.s.closeOpen(b.tp, nil)
+	for i, ref := range m.Generations {
+		if len(ref.ExactGens) > 0 {
+			rs.loss.exactGens[i] = ref.ExactGens[len(ref.ExactGens)-1].Gen
+		}
+	}
+	rs.x, err = b.restoreExact(ctx, l, fp, &rs.loss)
+	return err
+}
+
+// loadRing loads a ring's generations (a lost one empty, if the store
+// allows losing it), and the exact store.
+func (rs *restoring) loadRing(ctx context.Context, l *checkpoint.Loading) error {
+	b, m := rs.b, l.Manifest
+	gens := make([]*bloom.Generation, 0, len(m.Generations))
+	for i, ref := range m.Generations {
+		var g *bloom.Generation
+		var err error
+		if !ref.IsLost() {
+			if g, err = b.loadGeneration(ctx, ref, l.Open); err != nil && (!corrupt(err) || l.Lose(i, err) != nil) {
+				return err
+			}
+		}
+		if g == nil { // lost now, or at an earlier restore
+			if g, err = emptyGeneration(ref, m, rs.params); err != nil {
+				return fmt.Errorf("%w: %s: %w", checkpoint.ErrCorrupt, describe(ref), err)
+			}
+			rs.loss.gens[i] = g
+		}
+		rs.loss.exactGens[i] = ref.ExactGen
+		gens = append(gens, g)
+	}
+	sh, err := bloom.RestoreShard(bloom.Config(rs.params), gens)
+	if err != nil {
+		return err
+	}
+	// The newest generation's next log continues the chain it was
+	// read from; an empty one has no chain, and is stored whole.
+	sh.EnableJournal(checkpoint.MaxLogShare, checkpoint.MaxLogEntries)
+	for i, g := range gens {
+		if rs.loss.gens[i] == nil {
+			g.SetJournalMark(m.Generations[i].Tail())
+		}
+	}
+	rs.k = ring{sh}
+	if b.s.exactOn() {
+		// The directory is this partition's: close whatever store of
+		// an earlier session still has it open.
+		b.s.closeOpen(b.tp, nil)
+		if rs.x, err = b.restoreExact(ctx, l, sh, &rs.loss); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // restoredOf is what the worker gets of manifest m restored into f.
