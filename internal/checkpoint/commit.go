@@ -250,21 +250,83 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 	if !p.claimed {
 		return nil, errors.New("commit before claim: call Restore and Claim after assignment")
 	}
-	if u := p.unsure; u != nil {
-		existing, rerr := p.s.readSmall(ctx, manifestKey(p.dir, u.m.Seq))
-		switch {
-		case rerr != nil:
-			return nil, fmt.Errorf("settling manifest %d (exists, not yet read back): %w", u.m.Seq, rerr)
-		case bytes.Equal(existing, u.data):
-			p.seq, p.last = u.m.Seq, u.m // it was ours; its answer was lost
-		default:
-			p.fenced = true
-			return nil, fmt.Errorf("%w: manifest %d already written by another writer", ErrFenced, u.m.Seq)
-		}
-		p.unsure = nil
+	if err := p.settleUnsure(ctx); err != nil {
+		return nil, err
 	}
+	c := p.newCommit(cp)
+	m := c.m
+	var uploaded int64
+	for i, g := range cp.Generations {
+		ref, n, err := c.generation(ctx, i, g)
+		if err != nil {
+			return nil, err
+		}
+		uploaded += n
+		m.Generations = append(m.Generations, ref)
+	}
+	if cp.Exact != nil {
+		ex, n, err := p.commitExact(ctx, cp.Exact, c.have)
+		if err != nil {
+			return nil, err
+		}
+		m.Exact = ex
+		uploaded += n
+	}
+	if err := p.writeManifest(ctx, m); err != nil {
+		return nil, err
+	}
+	p.missing = nil // the manifest names only objects confirmed or uploaded
+	p.m.bytes.Add(float64(uploaded))
+	p.m.duration.Observe(time.Since(start).Seconds())
+	p.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+	p.afterWrite(ctx)
+	if p.fenced {
+		return nil, ErrFenced
+	}
+	return m, nil
+}
+
+// settleUnsure reads back the manifest whose write was not answered: ours
+// (its answer was lost), or another writer's (fenced).
+func (p *Partition) settleUnsure(ctx context.Context) error {
+	u := p.unsure
+	if u == nil {
+		return nil
+	}
+	existing, rerr := p.s.readSmall(ctx, manifestKey(p.dir, u.m.Seq))
+	switch {
+	case rerr != nil:
+		return fmt.Errorf("settling manifest %d (exists, not yet read back): %w", u.m.Seq, rerr)
+	case bytes.Equal(existing, u.data):
+		p.seq, p.last = u.m.Seq, u.m // it was ours; its answer was lost
+	default:
+		p.fenced = true
+		return fmt.Errorf("%w: manifest %d already written by another writer", ErrFenced, u.m.Seq)
+	}
+	p.unsure = nil
+	return nil
+}
+
+// commit is one Commit: the manifest being written and what the last one
+// stored.
+type commit struct {
+	p  *Partition
+	cp Checkpoint
+	m  *Manifest
+	// A generation is its ID and its range: after a settings change, a
+	// generation of the old plan and one of the new may share an ID (span
+	// indexes of different spans).
+	stored map[genRange]GenerationRef
+	live   map[genRange]GenerationRef // unsealed: chains a log may continue
+	prev   map[genRange]GenerationRef // every generation, lost ones included
+	names  map[string]bool            // object names taken
+	// Objects named again, not uploaded, must still exist (presence.go).
+	have *presence
+}
+
+func (p *Partition) newCommit(cp Checkpoint) *commit {
 	seq := p.seq + 1
-	m := &Manifest{
+	c := &commit{p: p, cp: cp, m: &Manifest{
 		Seq:           seq,
 		CreatedAt:     p.s.opts.now().UTC(),
 		Owner:         cp.Owner,
@@ -285,114 +347,109 @@ func (p *Partition) Commit(ctx context.Context, cp Checkpoint) (_ *Manifest, err
 		Provenance:             cp.Provenance,
 		LegacyProvenanceBefore: cp.LegacyProvenanceBefore,
 		InputMark:              cp.InputMark,
+	},
+		stored: map[genRange]GenerationRef{}, live: map[genRange]GenerationRef{}, prev: map[genRange]GenerationRef{},
+		names: map[string]bool{}, have: &presence{p: p, seq: seq},
 	}
-	// A generation is its ID and its range: after a settings change, a
-	// generation of the old plan and one of the new may share an ID (span
-	// indexes of different spans).
-	stored := map[genRange]GenerationRef{}
-	live := map[genRange]GenerationRef{} // unsealed: chains a log may continue
-	prev := map[genRange]GenerationRef{} // every generation, lost ones included
 	if p.last != nil {
 		for _, g := range p.last.Generations {
 			r := rangeOf(g.ID, g.Start, g.End)
-			prev[r] = g
+			c.prev[r] = g
 			switch {
 			case g.IsLost():
 				// Never matched: its stored state is gone, and whatever the
 				// generation holds now is uploaded whole.
 			case g.Sealed:
-				stored[r] = g
+				c.stored[r] = g
 			default:
-				live[r] = g
+				c.live[r] = g
 			}
 		}
 	}
-	names := map[string]bool{}
-	// Objects named again, not uploaded, must still exist (presence.go).
-	have := &presence{p: p, seq: seq}
-	var uploaded int64
-	for i, g := range cp.Generations {
-		kf := p.keysFrom(g, prev, cp)
-		// Only the same bits: after a plan change and back, a generation
-		// the other plan listed as sealed (legacy) can rejoin the ring and
-		// take inserts again.
-		if ref, ok := stored[rangeOf(g.ID, g.Start, g.End)]; ok && g.Sealed && ref.Inserts == g.Inserts && ref.Stacks == g.Stacks {
-			gone, err := have.missing(ctx, chainObjects(ref))
-			if err != nil {
-				return nil, err
-			}
-			if len(gone) == 0 {
-				ref.ExactGen, ref.ExactGens = g.ExactGen, g.ExactGens
-				ref.KeysFrom = kf
-				// A sealed table keeps its bytes while its generations leave.
-				ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
-				m.Generations = append(m.Generations, ref)
-				continue
-			}
-			have.reportMissing(gone, fmt.Sprintf("sealed generation %d is uploaded whole again from memory", g.ID))
-		}
-		if prev, ok := live[rangeOf(g.ID, g.Start, g.End)]; ok && !g.Sealed && g.Log != nil && prev.chainHolds(g.Log.After) {
-			// An empty log names the chain as it is; a segment continues
-			// it after After, dropping what followed.
-			chain := chainObjects(prev)
-			if cut, _ := prev.chainCut(g.Log.After); g.Log.Entries > 0 {
-				chain = chain[:cut+1]
-			}
-			gone, err := have.missing(ctx, chain)
-			if err != nil {
-				return nil, err
-			}
-			if len(gone) > 0 {
-				have.reportMissing(gone, fmt.Sprintf("live generation %d is uploaded whole again from memory (a new log chain starts)", g.ID))
-			} else {
-				ref, n, ok, err := p.commitLog(ctx, g, prev, seq)
-				if err != nil {
-					return nil, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
-				}
-				if ok {
-					uploaded += n
-					ref.KeysFrom = kf
-					m.Generations = append(m.Generations, ref)
-					continue
-				}
-			}
-		}
-		if g.Source == nil {
-			return nil, fmt.Errorf("generation %d (index %d): no source and not stored before", g.ID, i)
-		}
-		rel := p.objectKey(g.ID, seq, "")
-		if names[rel] {
-			rel = p.objectKey(g.ID, seq, fmt.Sprintf("-%d", i))
-		}
-		names[rel] = true
-		ref, err := p.upload(ctx, g, rel, seq, p.s.opts.Compression)
-		if err != nil {
-			return nil, fmt.Errorf("uploading generation %d: %w", g.ID, err)
-		}
-		uploaded += ref.Bytes
+	return c
+}
+
+// generation stores generation g (index i) for the manifest: named again
+// if sealed and stored unchanged, a log continuing its chain if live, else
+// uploaded whole. n is the bytes uploaded.
+func (c *commit) generation(ctx context.Context, i int, g Generation) (_ GenerationRef, n int64, err error) {
+	p := c.p
+	kf := p.keysFrom(g, c.prev, c.cp)
+	if ref, ok, err := c.sealedAgain(ctx, g); err != nil || ok {
 		ref.KeysFrom = kf
-		m.Generations = append(m.Generations, ref)
+		return ref, 0, err
 	}
-	if cp.Exact != nil {
-		ex, n, err := p.commitExact(ctx, cp.Exact, have)
-		if err != nil {
-			return nil, err
-		}
-		m.Exact = ex
-		uploaded += n
+	if ref, n, ok, err := c.logged(ctx, g); err != nil || ok {
+		ref.KeysFrom = kf
+		return ref, n, err
 	}
-	if err := p.writeManifest(ctx, m); err != nil {
-		return nil, err
+	if g.Source == nil {
+		return GenerationRef{}, 0, fmt.Errorf("generation %d (index %d): no source and not stored before", g.ID, i)
 	}
-	p.missing = nil // the manifest names only objects confirmed or uploaded
-	p.m.bytes.Add(float64(uploaded))
-	p.m.duration.Observe(time.Since(start).Seconds())
-	p.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
-	p.afterWrite(ctx)
-	if p.fenced {
-		return nil, ErrFenced
+	seq := c.m.Seq
+	rel := p.objectKey(g.ID, seq, "")
+	if c.names[rel] {
+		rel = p.objectKey(g.ID, seq, fmt.Sprintf("-%d", i))
 	}
-	return m, nil
+	c.names[rel] = true
+	ref, err := p.upload(ctx, g, rel, seq, p.s.opts.Compression)
+	if err != nil {
+		return GenerationRef{}, 0, fmt.Errorf("uploading generation %d: %w", g.ID, err)
+	}
+	ref.KeysFrom = kf
+	return ref, ref.Bytes, nil
+}
+
+// sealedAgain names a sealed generation's stored objects again if they hold
+// the same bits and still exist (ok).
+func (c *commit) sealedAgain(ctx context.Context, g Generation) (_ GenerationRef, ok bool, err error) {
+	// Only the same bits: after a plan change and back, a generation
+	// the other plan listed as sealed (legacy) can rejoin the ring and
+	// take inserts again.
+	ref, ok := c.stored[rangeOf(g.ID, g.Start, g.End)]
+	if !ok || !g.Sealed || ref.Inserts != g.Inserts || ref.Stacks != g.Stacks {
+		return GenerationRef{}, false, nil
+	}
+	gone, err := c.have.missing(ctx, chainObjects(ref))
+	if err != nil {
+		return GenerationRef{}, false, err
+	}
+	if len(gone) > 0 {
+		c.have.reportMissing(gone, fmt.Sprintf("sealed generation %d is uploaded whole again from memory", g.ID))
+		return GenerationRef{}, false, nil
+	}
+	ref.ExactGen, ref.ExactGens = g.ExactGen, g.ExactGens
+	// A sealed table keeps its bytes while its generations leave.
+	ref.EstKeys, ref.EstFPR, ref.Ages = g.EstKeys, g.EstFPR, g.Ages
+	return ref, true, nil
+}
+
+// logged stores a live generation as a log continuing its stored chain, if
+// the chain holds the log's start and its objects still exist (ok).
+func (c *commit) logged(ctx context.Context, g Generation) (_ GenerationRef, n int64, ok bool, err error) {
+	prev, ok := c.live[rangeOf(g.ID, g.Start, g.End)]
+	if !ok || g.Sealed || g.Log == nil || !prev.chainHolds(g.Log.After) {
+		return GenerationRef{}, 0, false, nil
+	}
+	// An empty log names the chain as it is; a segment continues
+	// it after After, dropping what followed.
+	chain := chainObjects(prev)
+	if cut, _ := prev.chainCut(g.Log.After); g.Log.Entries > 0 {
+		chain = chain[:cut+1]
+	}
+	gone, err := c.have.missing(ctx, chain)
+	if err != nil {
+		return GenerationRef{}, 0, false, err
+	}
+	if len(gone) > 0 {
+		c.have.reportMissing(gone, fmt.Sprintf("live generation %d is uploaded whole again from memory (a new log chain starts)", g.ID))
+		return GenerationRef{}, 0, false, nil
+	}
+	ref, n, ok, err := c.p.commitLog(ctx, g, prev, c.m.Seq)
+	if err != nil {
+		return GenerationRef{}, 0, false, fmt.Errorf("uploading log of generation %d: %w", g.ID, err)
+	}
+	return ref, n, ok, nil
 }
 
 // writeManifest writes m create-only under its sequence and records it as
