@@ -80,76 +80,95 @@ type droppedClaim struct {
 // generation, led with a plan, assigns it. confirmed: no unverified claim
 // counts and none is contested.
 func vetClaims(all []MemberInfo, n int, gen int32, plans []*plan) (vetted []MemberInfo, dropped []droppedClaim, contested []int, confirmed bool) {
-	planOf := func(g int32) *plan {
-		for _, pl := range plans {
-			if pl.gen == g {
-				return pl
-			}
-		}
-		return nil
-	}
-	var newest *plan
-	if len(plans) > 0 {
-		newest = plans[len(plans)-1]
-	}
+	v := &claimVet{n: n, gen: gen, plans: plans}
 	vetted = slices.Clone(all)
 	slices.SortFunc(vetted, func(a, b MemberInfo) int { return cmp.Compare(a.ID, b.ID) })
-	drop := func(m MemberInfo, ps []int, why string) {
-		if len(ps) > 0 {
-			dropped = append(dropped, droppedClaim{member: m.ID, partitions: ps, why: why})
-		}
-	}
 	confirmed = true
 	for i := range vetted {
 		m := &vetted[i]
-		owned := slices.Compact(slices.Clone(m.Owned))
-		lo, _ := slices.BinarySearch(owned, 0)
-		hi, _ := slices.BinarySearch(owned, n)
-		drop(*m, append(slices.Clone(owned[:lo]), owned[hi:]...), fmt.Sprintf("the topic has no such partitions (it has %d)", n))
-		owned = owned[lo:hi]
-		claimGen := m.Generation
-		if claimGen == noGeneration && newest != nil {
-			claimGen = newest.gen // a member that does not say: judged by the newest plan
-		}
-		pl := planOf(claimGen)
-		var after []*plan // plans of generations after the claim's
-		for _, q := range plans {
-			if q.gen > claimGen {
-				after = append(after, q)
-			}
-		}
-		switch {
-		case len(owned) == 0:
-		case m.Generation != noGeneration && m.Generation >= gen:
-			drop(*m, owned, fmt.Sprintf("they are claimed from generation %d, which has not been", m.Generation))
-			owned = nil
-		case len(after) >= 2:
-			drop(*m, owned, fmt.Sprintf("they are claimed from generation %d, and the member was assigned twice since", m.Generation))
-			owned = nil
-		default:
-			var kept, not []int
-			for _, p := range owned {
-				switch {
-				case pl != nil && !pl.gave(p, *m):
-					not = append(not, p)
-				case len(after) == 1 && after[0].owner[p] != "" && !after[0].gave(p, *m):
-					// The member missed the one assignment since (its
-					// sync failed), which would not have given the
-					// partition to another member while it claimed it.
-					not = append(not, p)
-				default:
-					kept = append(kept, p)
-				}
-			}
-			drop(*m, not, "the generations this member led did not give them to it")
-			owned = kept
-			if pl == nil && len(kept) > 0 {
-				confirmed = false // no plan judges them
-			}
-		}
-		m.Owned = owned
+		var verified bool
+		m.Owned, verified = v.member(*m)
+		confirmed = confirmed && verified
 	}
-	// The newest claim of each partition counts.
+	contested = v.newestClaims(vetted)
+	return vetted, v.dropped, contested, confirmed && len(contested) == 0
+}
+
+// claimVet is one vetClaims: the partition count, the generation being
+// formed, the leader's plans, and the claims dropped so far.
+type claimVet struct {
+	n       int
+	gen     int32
+	plans   []*plan
+	dropped []droppedClaim
+}
+
+func (v *claimVet) drop(m MemberInfo, ps []int, why string) {
+	if len(ps) > 0 {
+		v.dropped = append(v.dropped, droppedClaim{member: m.ID, partitions: ps, why: why})
+	}
+}
+
+func (v *claimVet) planOf(g int32) *plan {
+	for _, pl := range v.plans {
+		if pl.gen == g {
+			return pl
+		}
+	}
+	return nil
+}
+
+// member returns the claims of m that its generation and the plans allow;
+// verified is false when a claim counts that no plan judged.
+func (v *claimVet) member(m MemberInfo) (owned []int, verified bool) {
+	owned = slices.Compact(slices.Clone(m.Owned))
+	lo, _ := slices.BinarySearch(owned, 0)
+	hi, _ := slices.BinarySearch(owned, v.n)
+	v.drop(m, append(slices.Clone(owned[:lo]), owned[hi:]...), fmt.Sprintf("the topic has no such partitions (it has %d)", v.n))
+	owned = owned[lo:hi]
+	claimGen := m.Generation
+	if claimGen == noGeneration && len(v.plans) > 0 {
+		claimGen = v.plans[len(v.plans)-1].gen // a member that does not say: judged by the newest plan
+	}
+	pl := v.planOf(claimGen)
+	var after []*plan // plans of generations after the claim's
+	for _, q := range v.plans {
+		if q.gen > claimGen {
+			after = append(after, q)
+		}
+	}
+	switch {
+	case len(owned) == 0:
+		return owned, true
+	case m.Generation != noGeneration && m.Generation >= v.gen:
+		v.drop(m, owned, fmt.Sprintf("they are claimed from generation %d, which has not been", m.Generation))
+		return nil, true
+	case len(after) >= 2:
+		v.drop(m, owned, fmt.Sprintf("they are claimed from generation %d, and the member was assigned twice since", m.Generation))
+		return nil, true
+	}
+	var kept, not []int
+	for _, p := range owned {
+		switch {
+		case pl != nil && !pl.gave(p, m):
+			not = append(not, p)
+		case len(after) == 1 && after[0].owner[p] != "" && !after[0].gave(p, m):
+			// The member missed the one assignment since (its
+			// sync failed), which would not have given the
+			// partition to another member while it claimed it.
+			not = append(not, p)
+		default:
+			kept = append(kept, p)
+		}
+	}
+	v.drop(m, not, "the generations this member led did not give them to it")
+	return kept, pl != nil || len(kept) == 0 // else no plan judges them
+}
+
+// newestClaims keeps, of the vetted claims, the newest of each partition;
+// it returns the partitions claimed by several members from the newest
+// generation that claims them (contested), which go to nobody.
+func (v *claimVet) newestClaims(vetted []MemberInfo) (contested []int) {
 	newestClaim := map[int]int{} // partition: index in vetted, -1-i when contested
 	genOf := func(j int) int32 {
 		if j < 0 {
@@ -178,7 +197,7 @@ func vetClaims(all []MemberInfo, n int, gen int32, plans []*plan) (vetted []Memb
 				not = append(not, p)
 			}
 		}
-		drop(*m, not, "another member claims them from a newer generation, or from the same one")
+		v.drop(*m, not, "another member claims them from a newer generation, or from the same one")
 		m.Owned = kept
 	}
 	for p, j := range newestClaim {
@@ -187,7 +206,7 @@ func vetClaims(all []MemberInfo, n int, gen int32, plans []*plan) (vetted []Memb
 		}
 	}
 	slices.Sort(contested)
-	return vetted, dropped, contested, confirmed && len(contested) == 0
+	return contested
 }
 
 // contestedMember holds, in assign's view, the partitions two members
