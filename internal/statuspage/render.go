@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
 // The page is written by render, in Go, not by html/template: text/template
@@ -198,7 +200,36 @@ func renderRow(o out, v view, r row) {
 	} else {
 		o.w(esc(r.Topic), "/", itoa(r.Partition))
 	}
-	o.w("</td>\n", `  <td class="l"><span class="`, pick(r.Stalled, "bad", pick(r.Running, "ok", "warn")), `">`, esc(r.State), "</span>")
+	o.w("</td>\n")
+	stateCell(o, r)
+	o.w("</td>\n", `  <td class="g">`, esc(offset(r.NextOffset)), "<small>", esc(offset(r.Committed)), "</small></td>\n")
+	lagCell(o, r)
+	o.w("</td>\n  <td>", esc(rate(r.Rate)), "</td>\n", `  <td class="g">`, esc(count(r.Consumed)))
+	if n := r.SkippedMarkers + r.SkippedAborted; n > 0 {
+		o.w(`<small title="offsets that are not events: transaction markers and records of aborted transactions">+`, esc(count(n)), " skipped</small>")
+	}
+	o.w("</td>\n  <td>", esc(count(r.Forwarded)), "</td><td>", esc(count(r.Duplicates)), "</td>\n")
+	o.w("  <td", pick(r.DeadLettered > 0, ` class="warn"`, ""), ">", esc(count(r.DeadLettered)), "</td>\n")
+	o.w("  <td", pick(r.Dropped > 0, ` class="warn"`, ""), ">", esc(count(r.Dropped)), "</td>")
+	filterCells(o, r.Filter)
+	o.w("\n", `  <td class="l g">`, esc(age(v.Now, r.LastCheckpoint)))
+	if r.LastCheckpointOffset >= 0 {
+		o.w("<small>", itoa(r.LastCheckpointOffset), "</small>")
+	}
+	if r.CheckpointError != "" {
+		o.w(`<small class="bad">failing</small>`)
+	}
+	o.w("</td>\n</tr>")
+	if r.Progress == nil && r.CheckpointError == "" && !r.Stalled && len(r.LostRows) == 0 {
+		return
+	}
+	moreRow(o, v, r)
+}
+
+// stateCell writes a partition's state cell: running, stalled, commits
+// paused, the last recovery's time.
+func stateCell(o out, r row) {
+	o.w(`  <td class="l"><span class="`, pick(r.Stalled, "bad", pick(r.Running, "ok", "warn")), `">`, esc(r.State), "</span>")
 	if r.Stalled {
 		o.w(`<small class="bad">stalled`)
 		if r.StalledSeconds > 0 {
@@ -213,7 +244,11 @@ func renderRow(o out, v view, r row) {
 		o.w(`<small title="replayed `, itoa(r.RecoveryReplayed), " records; ", itoa(r.RecoverySkipped), ` found already written">recovery `,
 			esc(seconds(r.RecoverySeconds)), "</small>")
 	}
-	o.w("</td>\n", `  <td class="g">`, esc(offset(r.NextOffset)), "<small>", esc(offset(r.Committed)), "</small></td>\n")
+}
+
+// lagCell opens the lag cell: records to forward, records to replay or
+// seed, records behind an open transaction.
+func lagCell(o out, r row) {
 	o.w("  <td>", esc(countOf(r.ForwardLag)))
 	if r.FillLag > 0 {
 		to := "replay"
@@ -226,14 +261,12 @@ func renderRow(o out, v view, r row) {
 		o.w(`<small class="warn" title="offsets behind an upstream transaction that is still open: read_committed waits at the last stable offset">`,
 			esc(countOf(r.LSOLag)), " in open txn</small>")
 	}
-	o.w("</td>\n  <td>", esc(rate(r.Rate)), "</td>\n", `  <td class="g">`, esc(count(r.Consumed)))
-	if n := r.SkippedMarkers + r.SkippedAborted; n > 0 {
-		o.w(`<small title="offsets that are not events: transaction markers and records of aborted transactions">+`, esc(count(n)), " skipped</small>")
-	}
-	o.w("</td>\n  <td>", esc(count(r.Forwarded)), "</td><td>", esc(count(r.Duplicates)), "</td>\n")
-	o.w("  <td", pick(r.DeadLettered > 0, ` class="warn"`, ""), ">", esc(count(r.DeadLettered)), "</td>\n")
-	o.w("  <td", pick(r.Dropped > 0, ` class="warn"`, ""), ">", esc(count(r.Dropped)), "</td>")
-	if f := r.Filter; f.Generations != 0 {
+}
+
+// filterCells writes the filter's cells (fill, keys, false-positive rate,
+// bytes), or dashes before the partition has a filter.
+func filterCells(o out, f worker.FilterStats) {
+	if f.Generations != 0 {
 		o.w("\n", `  <td class="l g"><span class="bar"><i style="width: `, esc(barWidth(f.Fill)), `"></i></span>`, esc(percent(f.Fill)),
 			"<small>", itoa(f.Generations), " generation", pick(f.Generations != 1, "s", ""), "</small>")
 		if f.Layout != "" {
@@ -261,38 +294,15 @@ func renderRow(o out, v view, r row) {
 	} else {
 		o.w("\n", `  <td class="l g" title="no filter yet">–</td><td>–</td><td>–</td><td>–</td>`)
 	}
-	o.w("\n", `  <td class="l g">`, esc(age(v.Now, r.LastCheckpoint)))
-	if r.LastCheckpointOffset >= 0 {
-		o.w("<small>", itoa(r.LastCheckpointOffset), "</small>")
-	}
-	if r.CheckpointError != "" {
-		o.w(`<small class="bad">failing</small>`)
-	}
-	o.w("</td>\n</tr>")
-	if r.Progress == nil && r.CheckpointError == "" && !r.Stalled && len(r.LostRows) == 0 {
-		return
-	}
+}
+
+// moreRow writes the row below a partition's with its progress, checkpoint
+// error, stall and lost generations, if it has any.
+func moreRow(o out, v view, r row) {
 	o.w("\n", `<tr class="more" data-partition="`, itoa(r.Partition), `">
   <td></td><td colspan="14">`)
-	if p := r.Progress; p != nil {
-		o.w(`<div class="progress"><span class="phase warn">`, esc(p.Phase), "</span>")
-		if p.What != "" {
-			o.w(` <span class="what" title="`, esc(p.What), `">`, esc(p.What), "</span>")
-		}
-		o.w("\n", `    <span class="bar wide"><i style="width: `, esc(barWidth(p.Fraction)), `"></i></span>`, "\n", `    <span class="nums">`)
-		if p.Total != 0 {
-			o.w("<b>", esc(percent(p.Fraction)), "</b> · ", esc(countOf(p.Done)), " of ", esc(countOf(p.Total)), " offsets (",
-				esc(offset(p.From)), " → ", esc(offset(p.To)), ")")
-		} else {
-			o.w(esc(countOf(p.Done)), " offsets from ", esc(offset(p.From)))
-		}
-		o.w("\n    · ", esc(count(p.Keys)), " keys · ", esc(rate(p.Rate)), "/s · ")
-		if p.ETASeconds > 0 {
-			o.w(esc(seconds(p.ETASeconds)), " left")
-		} else {
-			o.w("time left unknown")
-		}
-		o.w("</span></div>")
+	if r.Progress != nil {
+		progressDiv(o, r.Progress)
 	}
 	if r.CheckpointError != "" {
 		o.w(`<div class="bad">checkpoint failing: `, esc(r.CheckpointError), "</div>")
@@ -312,6 +322,29 @@ func renderRow(o out, v view, r row) {
 		o.w(`<div class="`, pick(l.Bad, "bad", "warn"), ` lost">`, esc(l.Text), "</div>")
 	}
 	o.w("</td>\n</tr>")
+}
+
+// progressDiv writes a long piece of work's progress: phase, bar, offsets,
+// keys, rate and time left.
+func progressDiv(o out, p *progress) {
+	o.w(`<div class="progress"><span class="phase warn">`, esc(p.Phase), "</span>")
+	if p.What != "" {
+		o.w(` <span class="what" title="`, esc(p.What), `">`, esc(p.What), "</span>")
+	}
+	o.w("\n", `    <span class="bar wide"><i style="width: `, esc(barWidth(p.Fraction)), `"></i></span>`, "\n", `    <span class="nums">`)
+	if p.Total != 0 {
+		o.w("<b>", esc(percent(p.Fraction)), "</b> · ", esc(countOf(p.Done)), " of ", esc(countOf(p.Total)), " offsets (",
+			esc(offset(p.From)), " → ", esc(offset(p.To)), ")")
+	} else {
+		o.w(esc(countOf(p.Done)), " offsets from ", esc(offset(p.From)))
+	}
+	o.w("\n    · ", esc(count(p.Keys)), " keys · ", esc(rate(p.Rate)), "/s · ")
+	if p.ETASeconds > 0 {
+		o.w(esc(seconds(p.ETASeconds)), " left")
+	} else {
+		o.w("time left unknown")
+	}
+	o.w("</span></div>")
 }
 
 // in is when t comes, from now: "now" once it is due.
