@@ -192,22 +192,7 @@ func New(cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	if cfg.DefaultPartitions == 0 {
-		cfg.DefaultPartitions = 1
-	}
-	if cfg.GroupMinSessionTimeout == 0 {
-		cfg.GroupMinSessionTimeout = 100 * time.Millisecond
-	}
-	if cfg.GroupRestoreHold == 0 {
-		cfg.GroupRestoreHold = DefaultGroupRestoreHold
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-
+	cfg.applyDefaults()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
@@ -231,10 +216,65 @@ func New(cfg Config) (*Broker, error) {
 		used = true
 		return &advertisedListener{Listener: served, addr: adv}, nil
 	}
+	restored := false
+	if cfg.DataDir != "" {
+		st, err := os.Stat(filepath.Join(cfg.DataDir, "groups.log"))
+		restored = err == nil && st.Size() > 0
+	}
+	c, err := kfake.NewCluster(append(cfg.kfakeOpts(), kfake.ListenFn(listenFn))...)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("starting broker: %w", err)
+	}
+	if restored && cfg.GroupRestoreHold > 0 {
+		var held atomic.Pointer[map[string]bool]
+		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold), &held)
+		// Until the restored groups are known, every group is held.
+		if groups, err := listGroups(c.ListenAddrs()[0]); err == nil {
+			held.Store(&groups)
+		}
+	}
+	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing, oauth: oauth}
+	if cfg.TLS == nil && !cfg.sasl() {
+		// An admin connection would need credentials we do not keep; see
+		// docs/worker.md for what a TLS or SASL embedded broker lacks.
+		if b.keep, err = startKeepalive(c, b.addr); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("starting broker: %w", err)
+		}
+	}
+	if cfg.DataDir != "" && len(cfg.Topics) > 0 {
+		// A restored cluster ignores seed topics; create the missing ones.
+		if err := b.ensureTopics(); err != nil {
+			b.Close()
+			return nil, err
+		}
+	}
+	return b, nil
+}
 
+func (cfg *Config) applyDefaults() {
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.DefaultPartitions == 0 {
+		cfg.DefaultPartitions = 1
+	}
+	if cfg.GroupMinSessionTimeout == 0 {
+		cfg.GroupMinSessionTimeout = 100 * time.Millisecond
+	}
+	if cfg.GroupRestoreHold == 0 {
+		cfg.GroupRestoreHold = DefaultGroupRestoreHold
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// kfakeOpts are the cluster's options for cfg, but its listener.
+func (cfg *Config) kfakeOpts() []kfake.Opt {
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
-		kfake.ListenFn(listenFn),
 		kfake.DefaultNumPartitions(cfg.DefaultPartitions),
 		kfake.GroupMinSessionTimeout(cfg.GroupMinSessionTimeout),
 		kfake.WithLogger(slogAdapter{cfg.Logger}),
@@ -267,41 +307,7 @@ func New(cfg Config) (*Broker, error) {
 			opts = append(opts, kfake.EnableACLs())
 		}
 	}
-	restored := false
-	if cfg.DataDir != "" {
-		st, err := os.Stat(filepath.Join(cfg.DataDir, "groups.log"))
-		restored = err == nil && st.Size() > 0
-	}
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("starting broker: %w", err)
-	}
-	if restored && cfg.GroupRestoreHold > 0 {
-		var held atomic.Pointer[map[string]bool]
-		holdJoins(c, time.Now().Add(cfg.GroupRestoreHold), &held)
-		// Until the restored groups are known, every group is held.
-		if groups, err := listGroups(c.ListenAddrs()[0]); err == nil {
-			held.Store(&groups)
-		}
-	}
-	b := &Broker{cfg: cfg, cluster: c, addr: adv.String(), closing: closing, oauth: oauth}
-	if cfg.TLS == nil && !cfg.sasl() {
-		// An admin connection would need credentials we do not keep; see
-		// docs/worker.md for what a TLS or SASL embedded broker lacks.
-		if b.keep, err = startKeepalive(c, b.addr); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("starting broker: %w", err)
-		}
-	}
-	if cfg.DataDir != "" && len(cfg.Topics) > 0 {
-		// A restored cluster ignores seed topics; create the missing ones.
-		if err := b.ensureTopics(); err != nil {
-			b.Close()
-			return nil, err
-		}
-	}
-	return b, nil
+	return opts
 }
 
 // sasl says whether the listener requires SASL.
