@@ -506,40 +506,8 @@ func (m *Manifest) validate() error {
 		return errors.New("manifest sequence 0")
 	}
 	for i, g := range m.Generations {
-		if g.IsLost() {
-			// Restored empty: it names no object to read.
-			if g.Key != "" || len(g.Log) > 0 || !g.End.After(g.Start) {
-				return fmt.Errorf("generation %d: lost, with an object or an empty range", i)
-			}
-			continue
-		}
-		if g.Key == "" || g.Bytes < 0 || g.RawBytes < 0 {
-			return fmt.Errorf("generation %d: missing key or negative size", i)
-		}
-		if g.Encoding != encodingZstd && g.Encoding != encodingNone {
-			return fmt.Errorf("generation %d: unknown encoding %q", i, g.Encoding)
-		}
-		if len(g.SHA256) != 64 {
-			return fmt.Errorf("generation %d: bad sha256", i)
-		}
-		if err := validRelKey(g.Key); err != nil || strings.HasPrefix(g.Key, logsDir) {
-			return fmt.Errorf("generation %d: object key %q outside %s and %s", i, g.Key, gensDir, exactDir)
-		}
-		if len(g.Log) > 0 && g.Sealed {
-			return fmt.Errorf("generation %d: sealed with a log", i)
-		}
-		for _, e := range g.ExactGens {
-			if e.End <= e.Start || e.Gen == 0 {
-				return fmt.Errorf("generation %d: exact generation %d of an empty range [%d, %d)", i, e.Gen, e.Start, e.End)
-			}
-		}
-		for j, l := range g.Log {
-			if l.Bytes < 0 || l.Entries < 0 || len(l.SHA256) != 64 {
-				return fmt.Errorf("generation %d, log segment %d: negative size or bad sha256", i, j)
-			}
-			if err := validRelKey(l.Key); err != nil || !strings.HasPrefix(l.Key, logsDir) {
-				return fmt.Errorf("generation %d, log segment %d: object key %q outside %s", i, j, l.Key, logsDir)
-			}
+		if err := g.validate(); err != nil {
+			return fmt.Errorf("generation %d: %w", i, err)
 		}
 	}
 	if e := m.Exact; e != nil {
@@ -550,6 +518,46 @@ func (m *Manifest) validate() error {
 			if err := validRelKey(f.Key); err != nil || !strings.HasPrefix(f.Key, exactDir) {
 				return fmt.Errorf("exact store file %d: object key %q outside %s", i, f.Key, exactDir)
 			}
+		}
+	}
+	return nil
+}
+
+// validate checks a generation's entry of a manifest.
+func (g *GenerationRef) validate() error {
+	if g.IsLost() {
+		// Restored empty: it names no object to read.
+		if g.Key != "" || len(g.Log) > 0 || !g.End.After(g.Start) {
+			return errors.New("lost, with an object or an empty range")
+		}
+		return nil
+	}
+	if g.Key == "" || g.Bytes < 0 || g.RawBytes < 0 {
+		return errors.New("missing key or negative size")
+	}
+	if g.Encoding != encodingZstd && g.Encoding != encodingNone {
+		return fmt.Errorf("unknown encoding %q", g.Encoding)
+	}
+	if len(g.SHA256) != 64 {
+		return errors.New("bad sha256")
+	}
+	if err := validRelKey(g.Key); err != nil || strings.HasPrefix(g.Key, logsDir) {
+		return fmt.Errorf("object key %q outside %s and %s", g.Key, gensDir, exactDir)
+	}
+	if len(g.Log) > 0 && g.Sealed {
+		return errors.New("sealed with a log")
+	}
+	for _, e := range g.ExactGens {
+		if e.End <= e.Start || e.Gen == 0 {
+			return fmt.Errorf("exact generation %d of an empty range [%d, %d)", e.Gen, e.Start, e.End)
+		}
+	}
+	for j, l := range g.Log {
+		if l.Bytes < 0 || l.Entries < 0 || len(l.SHA256) != 64 {
+			return fmt.Errorf("log segment %d: negative size or bad sha256", j)
+		}
+		if err := validRelKey(l.Key); err != nil || !strings.HasPrefix(l.Key, logsDir) {
+			return fmt.Errorf("log segment %d: object key %q outside %s", j, l.Key, logsDir)
 		}
 	}
 	return nil
