@@ -524,7 +524,7 @@ func (m *Manifest) validate() error {
 }
 
 // validate checks a generation's entry of a manifest.
-func (g *GenerationRef) validate() error {
+func (g GenerationRef) validate() error {
 	if g.IsLost() {
 		// Restored empty: it names no object to read.
 		if g.Key != "" || len(g.Log) > 0 || !g.End.After(g.Start) {
