@@ -302,7 +302,7 @@ func (pp *partitionProc) startCheckpoints(ctx context.Context, pl *recoveryPlan)
 		}
 	}
 	pp.lastCheckpoint = pp.w.deps.Now()
-	pp.stats.rateAt = pp.lastCheckpoint
+	pp.stats.startRate(pp.lastCheckpoint)
 	pp.soon = 0
 	if restored.InputOffset < 0 || pl.reset || pp.seeding || pp.seedTopic != nil {
 		pp.soon = firstCheckpointAfter
@@ -487,8 +487,7 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 	}
 	if pp.stats.rateDue(now) {
 		if pp.stats.filterDue(now) {
-			pp.stats.setFilter(pp.filter.Stats(), now)
-			pp.stats.filterStale = false
+			pp.stats.refreshFilter(pp.filter.Stats(), now)
 			pp.pm.setFilter(pp.stats.filter)
 		}
 		stats := pp.stats.filter

@@ -212,10 +212,20 @@ func (s *partitionStats) show(ps *PartitionStatus) {
 	ps.SkippedMarkers, ps.SkippedAborted = s.skippedMarkers, s.skippedAborted
 }
 
-// setFilter keeps the filter's statistics fs, taken at.
+// setFilter keeps the filter's statistics fs, taken at. They stay stale
+// if keys came before: a recovery's statistics, taken after its replay,
+// are refreshed once input stops (filterDue).
 func (s *partitionStats) setFilter(fs FilterStats, at time.Time) {
 	s.filter, s.filterAt = fs, at
 }
+
+// refreshFilter keeps the filter's statistics fs, taken at, as current.
+func (s *partitionStats) refreshFilter(fs FilterStats, at time.Time) {
+	s.filter, s.filterAt, s.filterStale = fs, at, false
+}
+
+// startRate begins counting the rate at.
+func (s *partitionStats) startRate(at time.Time) { s.rateAt = at }
 
 // rateDue reports whether a second passed since the rate was last taken.
 func (s *partitionStats) rateDue(now time.Time) bool { return now.Sub(s.rateAt) >= time.Second }

@@ -65,7 +65,7 @@ func TestPlannedFilterMemory(t *testing.T) {
 func TestPartitionStatsCount(t *testing.T) {
 	at := time.Unix(1000, 0)
 	var s partitionStats
-	s.rateAt = at
+	s.startRate(at)
 	s.setFilter(FilterStats{Generations: 2}, at)
 	s.add(&tally{replayed: 4})
 	if !s.filterStale || s.rateCount != 0 {
@@ -104,7 +104,7 @@ func TestPartitionStatsCount(t *testing.T) {
 	if !s.filterDue(at.Add(2 * time.Second)) {
 		t.Error("filter not due once input stopped after keys came")
 	}
-	s.filterStale = false
+	s.refreshFilter(FilterStats{Generations: 2}, at)
 	if s.filterDue(at.Add(4*time.Second)) || !s.filterDue(at.Add(filterStatsInterval)) {
 		t.Error("a current filter is due before its interval, or not at it")
 	}
