@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -37,24 +36,57 @@ func (t *tally) drop(reason string) {
 	t.dropped[reason]++
 }
 
-// handle processes one batch: replay below resume, dedup and route above,
-// one acknowledged write, then the offset goes to the committer.
+// handle processes one batch: replay below resume, dedup and route above
+// (routeBatch), one acknowledged write through the partition's writer,
+// then the batch is counted and its offset goes to the committer
+// (advance).
 func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, err error) {
-	w := pp.w
-	pp.resetBuilder(&pp.rb)
+	pp.wr.begin(pp.writtenProvenance())
 	var t tally
 	// A stalled partition processes nothing from its unwritable record on.
-	pp.cutAtStall(&b)
-	batch := b.msgs
-	pp.filterAhead(batch)
-	defer pp.releaseAhead() // (done earlier below; this covers the early returns)
-	if err := pp.filterErr(); err != nil {
+	pp.wr.cutAtStall(&b)
+	next, stalled, fatal := pp.routeBatch(ctx, b.msgs, &t)
+	if err := pp.filterErr(); err != nil { // records tested one by one
+		pp.wr.discard()
 		return 0, err
 	}
-	next := pp.next
-	var fatal error
-	var stalled *stallError
-	hwm := b.hwm
+	if err := pp.wr.write(ctx, &t, pp.w.cfg.outputCodec(pp.inCodec)); err != nil {
+		pp.wr.discard()
+		return 0, err
+	}
+	if fatal == nil && stalled == nil {
+		// Markers, aborted records and gaps after the last record.
+		next = max(next, b.next)
+		t.markers, t.aborted = b.markers, b.aborted
+	}
+	pp.advance(ctx, b, next, &t)
+	if fatal != nil {
+		return int64(t.replayed), fatal
+	}
+	if stalled != nil {
+		// The filter has seen keys past the stall (the lookahead): the
+		// session ends, and the recovery replays up to the stall.
+		pp.wr.stallAt(stalled)
+		return int64(t.replayed), stalled
+	}
+	return int64(t.replayed), nil
+}
+
+// routeBatch runs the batch's records from the partition's position
+// through the filter (one lookahead call, lookahead.go) and routes them
+// to the writer, counting them in t. It returns the offset after the last
+// record handled, and stops before a record that it stalls before
+// (stalled) or that stops the partition (fatal, on-missing-key=fail). If
+// the filter failed, its answers are not to be trusted (filterErr).
+func (pp *partitionProc) routeBatch(ctx context.Context, batch []*kafka.Message, t *tally) (next int64, stalled *stallError, fatal error) {
+	next = pp.next
+	pp.filterAhead(batch)
+	// The lookahead goes back before the writes: they wait for
+	// acknowledgements.
+	defer pp.releaseAhead()
+	if pp.filterErr() != nil {
+		return next, nil, nil
+	}
 	for i, m := range batch {
 		if m.Offset < next {
 			continue
@@ -66,216 +98,88 @@ func (pp *partitionProc) handle(ctx context.Context, b batch) (replayed int64, e
 			next = m.Offset + 1
 			continue
 		}
-		seen, err := pp.lookup(i, m)
-		if err != nil {
-			reason := reasonOf(err)
-			if e, ok := pp.skip.take(m.Offset); ok {
-				t.consumed++
-				pp.countWritten(&t, e, reason)
-				next = m.Offset + 1
-				continue
-			}
-			switch w.cfg.OnMissingKey {
-			case MissingKeyDeadLetter:
-				stalled = pp.route(ctx, &t, w.cfg.DeadLetter, m, reason)
-			case MissingKeyForward:
-				stalled = pp.route(ctx, &t, w.cfg.Output, m, "")
-			case MissingKeyDrop:
-				t.drop(reason)
-			default: // fail: stop before this record
-				fatal = fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
-					errWorkerStopped, w.cfg.Input, pp.p, m.Offset, reason)
-			}
-			if fatal != nil || stalled != nil {
-				break
-			}
-			t.consumed++
-			next = m.Offset + 1
-			continue
+		if seen, err := pp.lookup(i, m); err != nil {
+			stalled, fatal = pp.routeKeyless(ctx, t, m, err)
+		} else {
+			stalled = pp.routeKeyed(ctx, t, m, seen)
 		}
-		if e, ok := pp.skip.take(m.Offset); ok {
-			// Written before the crash, not committed: do not write again.
-			t.consumed++
-			next = m.Offset + 1
-			pp.countWritten(&t, e, "")
-			continue
-		}
-		switch {
-		case !seen:
-			stalled = pp.route(ctx, &t, w.cfg.Output, m, "")
-		case w.cfg.Duplicates != "":
-			stalled = pp.route(ctx, &t, w.cfg.Duplicates, m, "")
-		default:
-			t.duplicates++
-		}
-		if stalled != nil {
-			break
+		if fatal != nil || stalled != nil {
+			return next, stalled, fatal
 		}
 		t.consumed++
 		next = m.Offset + 1
 	}
+	return next, nil, nil
+}
 
-	// The lookahead goes back before the writes: they wait for
-	// acknowledgements.
-	pp.releaseAhead()
-	if err := pp.filterErr(); err != nil { // records tested one by one
-		pp.rb = recordBuilder{}
-		return 0, err
+// routeKeyed routes record m whose key the filter had seen or not: to the
+// output if unseen, else to the duplicates topic or counted as dropped. A
+// record the recovery scan found written is counted, not written again.
+func (pp *partitionProc) routeKeyed(ctx context.Context, t *tally, m *kafka.Message, seen bool) *stallError {
+	if e, ok := pp.skip.take(m.Offset); ok {
+		// Written before the crash, not committed: do not write again.
+		pp.countWritten(t, e, "")
+		return nil
 	}
-	if len(pp.rb.recs) > 0 {
-		if err := pp.writeOut(ctx, &t); err != nil {
-			// A new builder: the session ends, and its records point
-			// into fetches it will not read again.
-			pp.rb = recordBuilder{}
-			return 0, err
-		}
+	cfg := &pp.w.cfg
+	switch {
+	case !seen:
+		return pp.wr.route(ctx, t, cfg.Output, m, "")
+	case cfg.Duplicates != "":
+		return pp.wr.route(ctx, t, cfg.Duplicates, m, "")
 	}
-	if fatal == nil && stalled == nil {
-		// Markers, aborted records and gaps after the last record.
-		next = max(next, b.next)
-		t.markers, t.aborted = b.markers, b.aborted
+	t.duplicates++
+	return nil
+}
+
+// routeKeyless routes record m whose key could not be extracted (err) by
+// --on-missing-key; fatal is set when the partition stops before it.
+func (pp *partitionProc) routeKeyless(ctx context.Context, t *tally, m *kafka.Message, err error) (stalled *stallError, fatal error) {
+	w := pp.w
+	reason := reasonOf(err)
+	if e, ok := pp.skip.take(m.Offset); ok {
+		pp.countWritten(t, e, reason)
+		return nil, nil
 	}
-	pp.apply(&t)
-	for i := len(batch) - 1; i >= 0; i-- {
-		if o := batch[i].Offset; o < next && o >= pp.next {
-			m := markOf(batch[i])
+	switch w.cfg.OnMissingKey {
+	case MissingKeyDeadLetter:
+		return pp.wr.route(ctx, t, w.cfg.DeadLetter, m, reason), nil
+	case MissingKeyForward:
+		return pp.wr.route(ctx, t, w.cfg.Output, m, ""), nil
+	case MissingKeyDrop:
+		t.drop(reason)
+		return nil, nil
+	}
+	// fail: stop before this record
+	return nil, fmt.Errorf("%w: %s/%d offset %d: key not extractable (%s) and on-missing-key=fail",
+		errWorkerStopped, w.cfg.Input, pp.p, m.Offset, reason)
+}
+
+// advance moves the partition past the handled records of b up to next:
+// counts t, marks the last record handled, shows the new position and
+// offers it to the committer.
+func (pp *partitionProc) advance(ctx context.Context, b batch, next int64, t *tally) {
+	pp.apply(t)
+	for i := len(b.msgs) - 1; i >= 0; i-- {
+		if o := b.msgs[i].Offset; o < next && o >= pp.next {
+			m := markOf(b.msgs[i])
 			pp.mark = &m
 			break
 		}
 	}
 	pp.next = next
-	if pp.isolate != nil && next > pp.isolate.hi {
-		pp.isolate = nil
+	pp.wr.passed(next)
+	if b.hwm >= 0 {
+		pp.setLag(b.hwm)
 	}
-	if hwm >= 0 {
-		pp.setLag(hwm)
-	}
-	if w.hooks.AfterWrite != nil {
-		w.hooks.AfterWrite(pp.p, next)
+	if pp.w.hooks.AfterWrite != nil {
+		pp.w.hooks.AfterWrite(pp.p, next)
 	}
 	pp.offerCommit(ctx)
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
 		ps.NextOffset = pp.next
-		ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
-			pp.consumed, pp.forwarded, pp.duplicates, pp.deadLettered, pp.dropped
-		ps.SkippedMarkers, ps.SkippedAborted = pp.skippedMarkers, pp.skippedAborted
+		pp.stats.show(ps)
 	})
-	if fatal != nil {
-		return int64(t.replayed), fatal
-	}
-	if stalled != nil {
-		// The filter has seen keys past the stall (the lookahead): the
-		// session ends, and the recovery replays up to the stall.
-		pp.stall = &stall{stallError: stalled, since: w.deps.Now()}
-		return int64(t.replayed), stalled
-	}
-	return int64(t.replayed), nil
-}
-
-// writeOut writes the batch's records in order: runs of ordinary records
-// with one write each (batches per topic partition, output.go), the
-// records in a range to isolate after a refused batch one record per
-// produce request, an unwritable one placed by settle. Each write is
-// acknowledged before the next starts, so the output keeps the input's
-// order.
-func (pp *partitionProc) writeOut(ctx context.Context, t *tally) error {
-	if lost(ctx) {
-		return fmt.Errorf("not writing: %w", context.Cause(ctx))
-	}
-	if pp.com.PausedTooLong() {
-		// A zombie: the group has moved this partition on.
-		pp.com.Fence(errPaused)
-		return fmt.Errorf("not writing: %w", errPaused)
-	}
-	recs := pp.rb.recs
-	start := 0
-	for i := 0; i <= len(recs); i++ {
-		if i < len(recs) && !recs[i].alone {
-			continue
-		}
-		if i > start {
-			if err := pp.writeRun(ctx, recs[start:i]); err != nil {
-				return err
-			}
-		}
-		if i < len(recs) {
-			m := pp.rb.message(i)
-			if err := pp.writeOne(ctx, t, &m, &recs[i]); err != nil {
-				return err
-			}
-		}
-		start = i + 1
-	}
-	return nil
-}
-
-// writeRun writes records in one write. A write refused for what it holds
-// marks its records' input offsets to be written one record per request
-// after the recovery that follows.
-func (pp *partitionProc) writeRun(ctx context.Context, recs []outRecord) error {
-	w := pp.w
-	// A write is never cancelled by a revoke: a cancelled request may
-	// still land. WriteTimeout bounds it.
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*w.cfg.WriteTimeout)
-	err := w.out.write(wctx, pp.p, w.cfg.outputCodec(pp.inCodec), pp.rb.prov, recs, pp.rb.arena)
-	cancel()
-	if err == nil && w.hooks.LoseAck != nil && w.hooks.LoseAck(pp.p) {
-		err = errors.New("acknowledgement lost (test)")
-	}
-	if err == nil {
-		return nil
-	}
-	pp.pm.writeFailures.Inc()
-	var we kafka.WriteErrors
-	if errors.As(err, &we) {
-		for i, e := range we {
-			if e != nil && i < len(recs) && refusalReason(e) != "" {
-				pp.isolateOffset(recs[i].input().Offset)
-			}
-		}
-	}
-	// write returns once every request it sent completed, so nothing of
-	// it can land after the recovery scan that follows; waitIdle covers
-	// writes of this partition that other goroutines may have started.
-	if !w.out.waitIdle(pp.p, 2*w.cfg.WriteTimeout+5*time.Second) {
-		return fmt.Errorf("%w: %s/%d: a write to Kafka neither completed nor failed in %v (%v); "+
-			"stopping so that it cannot land after the recovery scan",
-			errWorkerStopped, w.cfg.Input, pp.p, 2*w.cfg.WriteTimeout+5*time.Second, err)
-	}
-	if pp.isolate != nil {
-		return fmt.Errorf("writing %d records: %w; writing input offsets %d to %d one record per request after recovery",
-			len(recs), summarizeWriteErrors(err), pp.isolate.lo, pp.isolate.hi)
-	}
-	return fmt.Errorf("writing %d records: %w", len(recs), summarizeWriteErrors(err))
-}
-
-// writeOne writes one record in a produce request of its own; one refused
-// for what it is is placed by --on-unwritable instead.
-func (pp *partitionProc) writeOne(ctx context.Context, t *tally, m *kafka.Message, r *outRecord) error {
-	w := pp.w
-	err := w.writeAlone(ctx, pp.p, m)
-	if err == nil {
-		return nil
-	}
-	in := r.input()
-	why := refusalReason(err)
-	if why == "" {
-		pp.pm.writeFailures.Inc()
-		return fmt.Errorf("writing the record of input offset %d alone: %w", in.Offset, err)
-	}
-	reason := string(r.errValue.of(pp.rb.arena))
-	t.unrouted(w.kindOf(m.Topic), reason)
-	size := recordSize(m)
-	if _, _, err := pp.settle(ctx, t, in, m.Topic, reason, why, err, size, w.limits.bound(m.Topic), true); err != nil {
-		var st *stallError
-		if errors.As(err, &st) {
-			// Records before it are written; the recovery that follows
-			// finds them, and the session after it waits before this one.
-			pp.stall = &stall{stallError: st, since: w.deps.Now()}
-		}
-		return err
-	}
-	return nil
 }
 
 // writtenProvenance is the provenance the partition's written records
@@ -285,11 +189,6 @@ func (pp *partitionProc) writtenProvenance() *provenance {
 		return nil
 	}
 	return pp.prov
-}
-
-// resetBuilder readies rb for the records of a batch.
-func (pp *partitionProc) resetBuilder(rb *recordBuilder) {
-	rb.reset(pp.p, pp.writtenProvenance(), pp.w.hooks.TextHeaders.Load())
 }
 
 // filterErr reports a failure of the filter (FallibleFilter): its answers
@@ -322,35 +221,27 @@ func (pp *partitionProc) countWritten(t *tally, e skipEntry, reason string) {
 	}
 }
 
+// apply counts t in the partition's metrics and statistics and in the
+// worker's totals.
 func (pp *partitionProc) apply(t *tally) {
-	pm := pp.pm
+	pm, count := pp.pm, &pp.w.count
 	pm.consumed.Add(float64(t.consumed))
 	pm.forwarded.Add(float64(t.forwarded))
 	pm.duplicates.Add(float64(t.duplicates))
 	pm.replayed.Add(float64(t.replayed))
-	pp.consumed += t.consumed
-	pp.forwarded += t.forwarded
-	pp.duplicates += t.duplicates
-	pp.w.count.consumed.Add(t.consumed)
-	pp.w.count.forwarded.Add(t.forwarded)
-	pp.w.count.duplicates.Add(t.duplicates)
-	pp.w.count.replayed.Add(t.replayed)
-	pp.rateCount += t.consumed
-	if t.consumed+t.replayed > 0 {
-		pp.statsStale = true
-	}
+	count.consumed.Add(t.consumed)
+	count.forwarded.Add(t.forwarded)
+	count.duplicates.Add(t.duplicates)
+	count.replayed.Add(t.replayed)
 	pm.skippedMarkers.Add(float64(t.markers))
 	pm.skippedAborted.Add(float64(t.aborted))
-	pp.skippedMarkers += uint64(t.markers)
-	pp.skippedAborted += uint64(t.aborted)
 	for r, n := range t.deadLettered {
 		c, ok := pm.deadLettered[r]
 		if !ok {
 			c = pm.deadLettered["other"]
 		}
 		c.Add(float64(n))
-		pp.deadLettered += n
-		pp.w.count.deadLettered.Add(n)
+		count.deadLettered.Add(n)
 	}
 	for r, n := range t.dropped {
 		c, ok := pm.dropped[r]
@@ -358,9 +249,9 @@ func (pp *partitionProc) apply(t *tally) {
 			c = pm.dropped["other"]
 		}
 		c.Add(float64(n))
-		pp.dropped += n
-		pp.w.count.dropped.Add(n)
+		count.dropped.Add(n)
 	}
+	pp.stats.add(t)
 }
 
 // offerCommit hands the acknowledged position to the committer unless

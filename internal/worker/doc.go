@@ -23,7 +23,8 @@
 //	inputlog.go     a re-created, truncated or retention-shortened input
 //	liveness.go     group timings, the watchdog that rebuilds a stuck membership
 //	partition.go    a partition's lifecycle: session (recover → seed → replay →
-//	                run), housekeeping, checkpoint, finish on revoke or shutdown
+//	                run, one step each), housekeeping, checkpoint, finish on
+//	                revoke or shutdown
 //	recovery.go     exact recovery: restore and claim, C/A/R, the output scan
 //	                (recoveryPlan)
 //	rebuild.go      rebuilding generations a partial restore lost
@@ -33,20 +34,25 @@
 //	seed.go         seeding a new memory from another topic
 //	source.go       the partition's reader: the fetcher pump, batches
 //	catchup.go      the log line once the input that waited is worked off
-//	batch.go        the per-batch path: handle, route, write, count, commit offer
+//	batch.go        the per-batch path: handle (route the batch through the
+//	                filter, write through the partition's writer, account),
+//	                commit offer
 //	lookahead.go    a batch's keys extracted and looked up in one filter call
+//	writer.go       partitionWriter, a partition's side of the output: its
+//	                record builders, writes, write failures, unwritable records
 //	output.go       writes: records per topic partition in bounded batches
 //	                (internal/producer), partitioning, forwarded-record headers
 //	limits.go       the written topics' max.message.bytes and the produce bound
 //	unwritable.go   records a topic cannot take: placed by --on-unwritable
-//	                (dead letter, reference record, drop, stall), refused
-//	                batches written one record per request
+//	                (dead letter, reference record, drop, stall; the writer's
+//	                part), refused batches written one record per request
 //	stuck.go        the stall watchdog: lag from the log end, stalled partitions
 //	writeerr.go     write failures summarised for logs and errors
 //	checkpointer.go the background checkpoint upload of one partition
 //	progress.go     progress of seeding, replay and scans; the minute log line
 //	metrics.go      Prometheus metrics
-//	status.go       Status, the HTTP handler (/metrics, /healthz, /readyz, /status.json)
+//	status.go       Status, a partition's statistics (partitionStats), the HTTP
+//	                handler (/metrics, /healthz, /readyz, /status.json)
 //
 // The production StateStore is internal/memory (bloom shards checkpointed
 // in a checkpoint.Store); this package imports neither the filter nor the

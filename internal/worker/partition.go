@@ -65,10 +65,13 @@ type partitionProc struct {
 	fetchErr error
 	lsoLag   int64
 
-	rb             recordBuilder
-	rbAlone        recordBuilder // records written alone, one at a time
-	keyBuf         []byte
-	ahead          *lookahead // from filterAhead to the end of the routing loop; nil between
+	// wr builds, writes and places the records of the batch being
+	// handled; it keeps the assignment's state about unwritable records
+	// (writer.go, unwritable.go).
+	wr     *partitionWriter
+	keyBuf []byte
+	ahead  *lookahead // from filterAhead to the end of the routing loop; nil between
+
 	lastCheckpoint time.Time
 	// soon: the next periodic checkpoint is due this long after the last
 	// one instead of CheckpointInterval, while shorter (0: not at all).
@@ -83,24 +86,10 @@ type partitionProc struct {
 	// restored (-1: none).
 	restoredOffset int64
 	// mark is the last input record handled (Checkpoint.Mark).
-	mark      *InputMark
-	rateCount uint64
-	rateAt    time.Time
-	stats     FilterStats
-	statsAt   time.Time
-	// statsStale: keys were inserted since stats were taken.
-	statsStale bool
-	// Assignment state about unwritable records (unwritable.go): input
-	// offsets to write one record per request after a refused batch, and
-	// the record the partition stalls before.
-	isolate         *offsetRange
-	stall           *stall
-	unwritableLogAt time.Time
-	unwritableQuiet int
-
-	// totals for the status page
-	consumed, forwarded, duplicates, deadLettered, dropped uint64
-	skippedMarkers, skippedAborted                         uint64
+	mark *InputMark
+	// stats: the assignment's counts, rate and filter statistics for the
+	// status page.
+	stats partitionStats
 }
 
 const filterStatsInterval = 5 * time.Second
@@ -129,6 +118,7 @@ func (w *Worker) runPartition(gctx context.Context, gen int32, com *group.Commit
 		seeded: -1,
 		fence:  func(err error) { cancel(errors.Join(errFencedPartition, err)) },
 	}
+	pp.wr = newPartitionWriter(w, p, com, pp.log, pp.pm)
 	defer w.removePartition(p, gen)
 	// A moved partition's gauges belong to its new owner: summing filter
 	// bytes or lag over workers must not count it twice.
@@ -233,7 +223,14 @@ func (pp *partitionProc) setState(s string) {
 }
 
 // session restores, recovers and processes until ctx ends (nil) or a
-// failure needs a new recovery (error).
+// failure needs a new recovery (error). Its steps: recover (recovery.go)
+// and adopt the plan, start reading, start checkpointing (startCheckpoints),
+// seed from another topic (seedFirst), replay up to resume (replay),
+// report the recovery (recovered), then run.
+//
+// The steps that may end the session return end: then the session returns
+// their err as it is (nil included), which is finish's result when ctx
+// ended.
 func (pp *partitionProc) session(ctx context.Context) error {
 	w := pp.w
 	start := w.deps.Now()
@@ -267,6 +264,25 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	}
 	pp.cp.start()
 	defer pp.cp.stop()
+	if err := pp.startCheckpoints(ctx, pl); err != nil {
+		return err
+	}
+	if end, err := pp.seedFirst(ctx); end {
+		return err
+	}
+	replayed, end, err := pp.replay(ctx)
+	if end {
+		return err
+	}
+	pp.recovered(pl, start, replayed)
+	return pp.run(ctx, &stopReading)
+}
+
+// startCheckpoints stores the session's first checkpoint where it must be
+// durable before anything is written, commits a reset input's new
+// position, and schedules the periodic checkpoints.
+func (pp *partitionProc) startCheckpoints(ctx context.Context, pl *recoveryPlan) error {
+	restored := pl.restored
 	if pl.fresh || restored.InputOffset < 0 || pl.reset {
 		// A new memory is durable before it writes anything: the records
 		// it writes carry provenance under its key, and a successor that
@@ -285,46 +301,56 @@ func (pp *partitionProc) session(ctx context.Context) error {
 			return fmt.Errorf("committing the input's new position %d: %w", pl.resume, err)
 		}
 	}
-	pp.lastCheckpoint = w.deps.Now()
-	pp.rateAt = pp.lastCheckpoint
+	pp.lastCheckpoint = pp.w.deps.Now()
+	pp.stats.startRate(pp.lastCheckpoint)
 	pp.soon = 0
 	if restored.InputOffset < 0 || pl.reset || pp.seeding || pp.seedTopic != nil {
 		pp.soon = firstCheckpointAfter
 	}
+	return nil
+}
+
+// seedFirst reads the unfinished seeding from Config.SeedTopic, if any.
+// end: the session ends with err.
+func (pp *partitionProc) seedFirst(ctx context.Context) (end bool, err error) {
 	if pp.seedTopic != nil && pp.seedTopic.Next < pp.seedTopic.End {
 		pp.setState("seeding")
 		err := pp.seedFromTopic(ctx)
 		if ctx.Err() != nil {
-			return pp.finish(ctx)
+			return true, pp.finish(ctx)
 		}
 		if err != nil {
-			return err
+			return true, err
 		}
 	}
 	pp.seedTopic = nil
+	return false, nil
+}
 
-	// Replay [c, resume) before declaring the partition running. Periodic
-	// checkpoints go on meanwhile (see checkpoint: their output offsets stay
-	// at the scan's start), so a long replay or seeding that is interrupted
-	// resumes where it was.
+// replay handles [next, resume) before the partition is declared running,
+// and returns the records replayed. Periodic checkpoints go on meanwhile
+// (see checkpoint: their output offsets stay at the scan's start), so a
+// long replay or seeding that is interrupted resumes where it was. end:
+// the session ends with err.
+func (pp *partitionProc) replay(ctx context.Context) (replayed int64, end bool, err error) {
 	phase := phaseReplaying
 	if pp.seeding {
 		phase = phaseSeeding
 	}
 	pp.setState(phase)
-	replayed := int64(0)
-	var rp *progress
-	if pp.next < pp.resume {
-		rp = pp.beginProgress(phase, pp.next, pp.resume)
-		defer rp.end()
+	if pp.next >= pp.resume {
+		return 0, false, nil
 	}
+	from := pp.next
+	rp := pp.beginProgress(phase, pp.next, pp.resume)
+	defer rp.end()
 	for pp.next < pp.resume {
 		batch, err := pp.nextBatch(ctx, replayIdle)
 		if ctx.Err() != nil {
-			return pp.finish(ctx)
+			return replayed, true, pp.finish(ctx)
 		}
 		if err != nil {
-			return err
+			return replayed, true, err
 		}
 		if len(batch.msgs) == 0 && batch.next <= pp.next {
 			pp.log.Warn("replay idle before the committed offset; continuing", "at", pp.next, "resume", pp.resume)
@@ -333,47 +359,48 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		n, err := pp.handle(ctx, batch)
 		replayed += n
 		if err != nil {
-			return err
+			return replayed, true, err
 		}
-		rp.update(pp.next-c, uint64(replayed))
+		rp.update(pp.next-from, uint64(replayed))
 		pp.housekeeping(ctx)
 	}
-	if rp != nil {
-		rp.end()
-	}
+	return replayed, false, nil
+}
+
+// recovered ends the session's recovery, begun at start: logged, measured
+// and shown, the partition running (or stalled before an unwritable
+// record).
+func (pp *partitionProc) recovered(pl *recoveryPlan, start time.Time, replayed int64) {
+	w := pp.w
 	pp.seeding = false
 	took := w.deps.Now().Sub(start)
 	w.m.recoveryDuration.WithLabelValues(w.cfg.Input).Observe(took.Seconds())
 	pp.log.Info("partition recovered",
-		"checkpoint_offset", c, "committed_offset", pl.committed, "resume_offset", resume,
+		"checkpoint_offset", pl.c, "committed_offset", pl.committed, "resume_offset", pl.resume,
 		"replayed", replayed, "output_scanned", pl.scanned, "already_written", pl.skip.len(), "took", took)
-	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
+	w.updatePartition(pp.p, func(ps *PartitionStatus) {
 		ps.RecoveryReplayed, ps.RecoverySkipped, ps.RecoveryDuration = replayed, pl.skip.len(), took
 		ps.NextOffset, ps.Committed = pp.next, pl.committed
 	})
-	pp.stats, pp.statsAt = pp.filter.Stats(), w.deps.Now()
-	pp.pm.setFilter(pp.stats)
-	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Filter = pp.stats })
+	pp.stats.setFilter(pp.filter.Stats(), w.deps.Now())
+	stats := pp.stats.filter
+	pp.pm.setFilter(stats)
+	w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Filter = stats })
 	w.partitionRecovered(pp.p)
-	if pp.stall == nil {
+	if pp.wr.stall == nil {
 		pp.setState("running")
 	} else {
-		pp.showStall(pp.w.deps.Now().Add(pp.w.unwritableRetry))
+		pp.showStall(w.deps.Now().Add(w.unwritableRetry))
 	}
+}
 
+// run processes batches until ctx ends (finish) or a failure needs a new
+// recovery. stopReading stops the session's reader; run replaces it when
+// it reads again after a stall.
+func (pp *partitionProc) run(ctx context.Context, stopReading *func()) error {
 	for {
-		if st := pp.stall; st != nil && st.msg != nil && pp.next == st.offset {
-			// The reader is ahead of the stalled record: stop it, and
-			// read again from the record once it is placed.
-			stopReading()
-			done, err := pp.waitStalled(ctx)
-			if done {
-				return pp.finish(ctx)
-			}
-			if err != nil {
-				return err
-			}
-			if stopReading, err = pp.startReading(ctx, pp.next); err != nil {
+		if st := pp.wr.stall; st != nil && st.msg != nil && pp.next == st.offset {
+			if end, err := pp.passStall(ctx, stopReading); end {
 				return err
 			}
 		}
@@ -389,6 +416,25 @@ func (pp *partitionProc) session(ctx context.Context) error {
 		}
 		pp.housekeeping(ctx)
 	}
+}
+
+// passStall waits until the record the partition stalls before is placed
+// (waitStalled). The reader is ahead of the record: it is stopped, and
+// reads again from the record once it is placed. end: the session ends
+// with err.
+func (pp *partitionProc) passStall(ctx context.Context, stopReading *func()) (end bool, err error) {
+	(*stopReading)()
+	done, err := pp.waitStalled(ctx)
+	if done {
+		return true, pp.finish(ctx)
+	}
+	if err != nil {
+		return true, err
+	}
+	if *stopReading, err = pp.startReading(ctx, pp.next); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // startReading starts the pump from offset; the returned function stops
@@ -439,21 +485,13 @@ func (pp *partitionProc) housekeeping(ctx context.Context) {
 		}
 		pp.offerCommit(ctx)
 	}
-	if dt := now.Sub(pp.rateAt); dt >= time.Second {
-		// Stats may walk the filter: keep it rare. But do not show a
-		// filter without its first keys, or a backlog just worked off
-		// with the keys of its first seconds, for up to an interval:
-		// refresh at once when the first keys came, and when input
-		// stopped (a second without records) after keys came.
-		if now.Sub(pp.statsAt) >= filterStatsInterval ||
-			(pp.statsStale && (pp.stats.Generations == 0 || pp.rateCount == 0)) {
-			pp.stats = pp.filter.Stats()
-			pp.statsAt, pp.statsStale = now, false
-			pp.pm.setFilter(pp.stats)
+	if pp.stats.rateDue(now) {
+		if pp.stats.filterDue(now) {
+			pp.stats.refreshFilter(pp.filter.Stats(), now)
+			pp.pm.setFilter(pp.stats.filter)
 		}
-		stats := pp.stats
-		rate := float64(pp.rateCount) / dt.Seconds()
-		pp.rateCount, pp.rateAt = 0, now
+		stats := pp.stats.filter
+		rate := pp.stats.takeRate(now)
 		lastOK, lastOffset, lastErr := pp.cp.state()
 		committed, _ := pp.com.LastCommitted(pp.p)
 		pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {

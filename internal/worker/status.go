@@ -169,6 +169,86 @@ func (p *Progress) Fraction() float64 {
 	return min(1, max(0, float64(p.Done)/float64(p.To-p.From)))
 }
 
+// partitionStats are what a partition counts for its status: the records
+// of its assignment by outcome, the rate it consumes them at, and its
+// filter's statistics as last taken. The partition's goroutine owns them;
+// they reach the status page through show and housekeeping.
+type partitionStats struct {
+	consumed, forwarded, duplicates, deadLettered, dropped uint64
+	skippedMarkers, skippedAborted                         uint64
+
+	// rateCount records were consumed since rateAt.
+	rateCount uint64
+	rateAt    time.Time
+	// filter was taken at filterAt; filterStale: keys were inserted since.
+	filter      FilterStats
+	filterAt    time.Time
+	filterStale bool
+}
+
+// add counts the records of a handled batch.
+func (s *partitionStats) add(t *tally) {
+	s.consumed += t.consumed
+	s.forwarded += t.forwarded
+	s.duplicates += t.duplicates
+	s.skippedMarkers += uint64(t.markers)
+	s.skippedAborted += uint64(t.aborted)
+	for _, n := range t.deadLettered {
+		s.deadLettered += n
+	}
+	for _, n := range t.dropped {
+		s.dropped += n
+	}
+	s.rateCount += t.consumed
+	if t.consumed+t.replayed > 0 {
+		s.filterStale = true
+	}
+}
+
+// show puts the counts on ps.
+func (s *partitionStats) show(ps *PartitionStatus) {
+	ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped =
+		s.consumed, s.forwarded, s.duplicates, s.deadLettered, s.dropped
+	ps.SkippedMarkers, ps.SkippedAborted = s.skippedMarkers, s.skippedAborted
+}
+
+// setFilter keeps the filter's statistics fs, taken at. They stay stale
+// if keys came before: a recovery's statistics, taken after its replay,
+// are refreshed once input stops (filterDue).
+func (s *partitionStats) setFilter(fs FilterStats, at time.Time) {
+	s.filter, s.filterAt = fs, at
+}
+
+// refreshFilter keeps the filter's statistics fs, taken at, as current.
+func (s *partitionStats) refreshFilter(fs FilterStats, at time.Time) {
+	s.filter, s.filterAt, s.filterStale = fs, at, false
+}
+
+// startRate begins counting the rate at.
+func (s *partitionStats) startRate(at time.Time) { s.rateAt = at }
+
+// rateDue reports whether a second passed since the rate was last taken.
+func (s *partitionStats) rateDue(now time.Time) bool { return now.Sub(s.rateAt) >= time.Second }
+
+// filterDue reports whether the filter's statistics are to be taken
+// again. Stats may walk the filter: keep it rare. But do not show a
+// filter without its first keys, or a backlog just worked off with the
+// keys of its first seconds, for up to an interval: refresh at once when
+// the first keys came, and when input stopped (a second without records)
+// after keys came.
+func (s *partitionStats) filterDue(now time.Time) bool {
+	return now.Sub(s.filterAt) >= filterStatsInterval ||
+		(s.filterStale && (s.filter.Generations == 0 || s.rateCount == 0))
+}
+
+// takeRate returns the records consumed per second since the rate was
+// last taken, and starts counting again at now.
+func (s *partitionStats) takeRate(now time.Time) float64 {
+	rate := float64(s.rateCount) / now.Sub(s.rateAt).Seconds()
+	s.rateCount, s.rateAt = 0, now
+	return rate
+}
+
 // partitionStatus is a partition's status and what the stall watchdog
 // (stuck.go) tracks about it, for one assignment.
 type partitionStatus struct {

@@ -57,3 +57,55 @@ func TestPlannedFilterMemory(t *testing.T) {
 		t.Errorf("PlannedFilterBytes %d, want %d (3 partitions of %d)", got, 3*per, per)
 	}
 }
+
+// TestPartitionStatsCount: a batch's tally reaches the partition's counts
+// as the status page shows them (dead letters and drops summed over their
+// reasons), the rate counts consumed records only, and replayed records
+// make the filter's statistics stale as consumed ones do.
+func TestPartitionStatsCount(t *testing.T) {
+	at := time.Unix(1000, 0)
+	var s partitionStats
+	s.startRate(at)
+	s.setFilter(FilterStats{Generations: 2}, at)
+	s.add(&tally{replayed: 4})
+	if !s.filterStale || s.rateCount != 0 {
+		t.Fatalf("after a replayed batch: stale %v, rate count %d; want stale, 0", s.filterStale, s.rateCount)
+	}
+	s.filterStale = false
+	t1 := tally{consumed: 10, forwarded: 5, duplicates: 2, markers: 1, aborted: 3}
+	t1.dead("no_key")
+	t1.dead("no_key")
+	t1.dead(ReasonRecordTooLarge)
+	t1.drop("too_large")
+	s.add(&t1)
+	s.add(&tally{consumed: 6, forwarded: 6})
+	var ps PartitionStatus
+	s.show(&ps)
+	got := [7]uint64{ps.Consumed, ps.Forwarded, ps.Duplicates, ps.DeadLettered, ps.Dropped, ps.SkippedMarkers, ps.SkippedAborted}
+	if want := [7]uint64{16, 11, 2, 3, 1, 1, 3}; got != want {
+		t.Errorf("shown consumed, forwarded, duplicates, dead-lettered, dropped, markers, aborted = %v, want %v", got, want)
+	}
+	if !s.filterStale {
+		t.Error("consumed records did not make the filter's statistics stale")
+	}
+	if s.rateDue(at.Add(999 * time.Millisecond)) {
+		t.Error("rate due before a second passed")
+	}
+	if !s.rateDue(at.Add(2 * time.Second)) {
+		t.Fatal("rate not due after two seconds")
+	}
+	// Keys came and the input stopped since: the filter is due before the interval.
+	if s.filterDue(at.Add(2 * time.Second)) {
+		t.Error("filter due while records still come (rate count > 0) and its interval has not passed")
+	}
+	if r := s.takeRate(at.Add(2 * time.Second)); r != 8 {
+		t.Errorf("rate %v, want 16 records / 2 s = 8", r)
+	}
+	if !s.filterDue(at.Add(2 * time.Second)) {
+		t.Error("filter not due once input stopped after keys came")
+	}
+	s.refreshFilter(FilterStats{Generations: 2}, at)
+	if s.filterDue(at.Add(4*time.Second)) || !s.filterDue(at.Add(filterStatsInterval)) {
+		t.Error("a current filter is due before its interval, or not at it")
+	}
+}

@@ -83,19 +83,19 @@ func (r *offsetRange) has(off int64) bool { return r != nil && off >= r.lo && of
 
 // isolateOffset adds off to the range of input offsets written one record
 // per request (after a refused batch).
-func (pp *partitionProc) isolateOffset(off int64) {
-	if pp.isolate == nil {
-		pp.isolate = &offsetRange{off, off}
+func (wr *partitionWriter) isolateOffset(off int64) {
+	if wr.isolate == nil {
+		wr.isolate = &offsetRange{off, off}
 		return
 	}
-	pp.isolate.lo, pp.isolate.hi = min(pp.isolate.lo, off), max(pp.isolate.hi, off)
+	wr.isolate.lo, wr.isolate.hi = min(wr.isolate.lo, off), max(wr.isolate.hi, off)
 }
 
 // build adds the record of input m for topic to the batch and returns
 // its size.
-func (pp *partitionProc) build(topic string, m *kafka.Message, reason string) int64 {
-	pp.rb.add(topic, m, reason)
-	return pp.rb.size(len(pp.rb.recs) - 1)
+func (wr *partitionWriter) build(topic string, m *kafka.Message, reason string) int64 {
+	wr.rb.add(topic, m, reason)
+	return wr.rb.size(len(wr.rb.recs) - 1)
 }
 
 // pop removes the record added last.
@@ -108,9 +108,9 @@ func (b *recordBuilder) pop() {
 // reason, "" for none) to the batch and counts it; one that the topic
 // cannot take is placed by --on-unwritable instead (settle). A non-nil
 // result means the partition stalls before m.
-func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *kafka.Message, reason string) *stallError {
-	w := pp.w
-	size := pp.build(topic, m, reason)
+func (wr *partitionWriter) route(ctx context.Context, t *tally, topic string, m *kafka.Message, reason string) *stallError {
+	w := wr.w
+	size := wr.build(topic, m, reason)
 	bound := w.limits.bound(topic)
 	if size > bound {
 		// The topic's max.message.bytes may have been raised since.
@@ -118,12 +118,12 @@ func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *k
 		bound = w.limits.bound(topic)
 	}
 	if size <= bound {
-		pp.planLast(m)
+		wr.planLast(m)
 		t.routed(w.kindOf(topic), reason)
 		return nil
 	}
-	pp.rb.pop()
-	_, _, err := pp.settle(ctx, t, m, topic, reason, ReasonRecordTooLarge, nil, size, bound, false)
+	wr.rb.pop()
+	_, _, err := wr.settle(ctx, t, m, topic, reason, ReasonRecordTooLarge, nil, size, bound, false)
 	var st *stallError
 	if errors.As(err, &st) {
 		return st
@@ -134,12 +134,12 @@ func (pp *partitionProc) route(ctx context.Context, t *tally, topic string, m *k
 
 // planLast records how the record added last to the batch is written, m
 // being the input record it stands for.
-func (pp *partitionProc) planLast(m *kafka.Message) {
-	r := &pp.rb.recs[len(pp.rb.recs)-1]
+func (wr *partitionWriter) planLast(m *kafka.Message) {
+	r := &wr.rb.recs[len(wr.rb.recs)-1]
 	if r.in != m {
 		r.orig = m
 	}
-	r.alone = pp.isolate.has(m.Offset)
+	r.alone = wr.isolate.has(m.Offset)
 }
 
 // routed counts a record written where it belongs.
@@ -174,9 +174,9 @@ func (t *tally) unrouted(kind writtenKind, reason string) {
 // written at once, alone; else it is sized against its topic's bound and
 // added to the batch. It counts the outcome in t and returns where the
 // record landed and with which bloomgate-error ("" when dropped).
-func (pp *partitionProc) settle(ctx context.Context, t *tally, m *kafka.Message, topic, reason, why string,
+func (wr *partitionWriter) settle(ctx context.Context, t *tally, m *kafka.Message, topic, reason, why string,
 	cause error, size, bound int64, write bool) (dest, header string, err error) {
-	w := pp.w
+	w := wr.w
 	dlt := w.cfg.DeadLetter
 	st := &stallError{offset: m.Offset, topic: topic, reason: reason, why: why, cause: cause,
 		size: size, bound: bound, policy: w.cfg.OnUnwritable}
@@ -189,33 +189,33 @@ func (pp *partitionProc) settle(ctx context.Context, t *tally, m *kafka.Message,
 		}
 		refWhy, refSize := why, size
 		if topic != dlt {
-			ok, why2, cause2, size2, bound2, err := pp.place(ctx, m, dlt, header, nil, write)
+			ok, why2, cause2, size2, bound2, err := wr.place(ctx, m, dlt, header, nil, write)
 			if err != nil {
 				return "", "", err
 			}
 			if ok {
 				t.dead(header)
-				pp.noteUnwritable(m, topic, why, size, cause, "dead-lettered")
+				wr.noteUnwritable(m, topic, why, size, cause, "dead-lettered")
 				return dlt, header, nil
 			}
 			refWhy, refSize = why2, size2
 			st.topic, st.why, st.cause, st.size, st.bound = dlt, why2, cause2, size2, bound2
 		}
-		ref := pp.reference(m, refWhy, refSize)
-		ok, why3, cause3, size3, bound3, err := pp.place(ctx, m, dlt, header, &ref, write)
+		ref := wr.reference(m, refWhy, refSize)
+		ok, why3, cause3, size3, bound3, err := wr.place(ctx, m, dlt, header, &ref, write)
 		if err != nil {
 			return "", "", err
 		}
 		if ok {
 			t.dead(header)
-			pp.noteUnwritable(m, topic, why, size, cause, "dead-lettered as a reference record")
+			wr.noteUnwritable(m, topic, why, size, cause, "dead-lettered as a reference record")
 			return dlt, header, nil
 		}
 		st.topic, st.why, st.cause, st.size, st.bound = dlt, why3, cause3, size3, bound3
 	}
 	if w.cfg.OnUnwritable == UnwritableDrop {
 		t.drop(why)
-		pp.noteUnwritable(m, topic, why, size, cause, "dropped")
+		wr.noteUnwritable(m, topic, why, size, cause, "dropped")
 		return "", "", nil
 	}
 	return "", "", st
@@ -226,17 +226,17 @@ func (pp *partitionProc) settle(ctx context.Context, t *tally, m *kafka.Message,
 // placed (written, with write; else added to the batch), and if not why,
 // the broker's refusal (nil if over the bound), its size and its topic's
 // bound. err is any other write failure.
-func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, header string, ref *kafka.Message, write bool) (
+func (wr *partitionWriter) place(ctx context.Context, m *kafka.Message, topic, header string, ref *kafka.Message, write bool) (
 	ok bool, why string, cause error, size, bound int64, err error) {
-	w := pp.w
+	w := wr.w
 	src := m
 	if ref != nil {
 		src = ref
 	}
-	rb := &pp.rb
+	rb := &wr.rb
 	if write {
-		rb = &pp.rbAlone
-		pp.resetBuilder(rb)
+		rb = &wr.rbAlone
+		wr.reset(rb)
 	}
 	rb.add(topic, src, header)
 	last := len(rb.recs) - 1
@@ -246,16 +246,16 @@ func (pp *partitionProc) place(ctx context.Context, m *kafka.Message, topic, hea
 		return false, ReasonRecordTooLarge, nil, size, bound, nil
 	}
 	if !write {
-		pp.planLast(m)
+		wr.planLast(m)
 		return true, "", nil, size, bound, nil
 	}
 	rec := rb.message(last)
 	rb.pop() // rbAlone would keep the input record, and its fetch, until the next one
-	if werr := w.writeAlone(ctx, pp.p, &rec); werr != nil {
+	if werr := w.writeAlone(ctx, wr.p, &rec); werr != nil {
 		if why := refusalReason(werr); why != "" {
 			return false, why, werr, size, bound, nil
 		}
-		pp.pm.writeFailures.Inc()
+		wr.pm.writeFailures.Inc()
 		return false, "", nil, size, bound, fmt.Errorf("writing the record of offset %d alone: %w", m.Offset, werr)
 	}
 	return true, "", nil, size, bound, nil
@@ -276,8 +276,8 @@ type refValue struct {
 
 // reference is the record written to the dead-letter topic in place of
 // input m when that topic cannot take m whole (ReferenceRecord).
-func (pp *partitionProc) reference(m *kafka.Message, why string, size int64) kafka.Message {
-	return ReferenceRecord(pp.w.cfg.Input, pp.p, m, why, size)
+func (wr *partitionWriter) reference(m *kafka.Message, why string, size int64) kafka.Message {
+	return ReferenceRecord(wr.w.cfg.Input, wr.p, m, why, size)
 }
 
 // ReferenceRecord is the record written to a dead-letter topic in place
@@ -313,27 +313,27 @@ func ReferenceRecord(in string, p int, m *kafka.Message, why string, size int64)
 // noteUnwritable logs a placed unwritable record: at ERROR when dropped,
 // else at WARN; at most one line per unwritableLogEvery per partition,
 // saying how many were not logged.
-func (pp *partitionProc) noteUnwritable(m *kafka.Message, topic, why string, size int64, cause error, outcome string) {
+func (wr *partitionWriter) noteUnwritable(m *kafka.Message, topic, why string, size int64, cause error, outcome string) {
 	lvl := slog.LevelWarn
 	if outcome == "dropped" {
 		lvl = slog.LevelError
 	}
-	now := pp.w.deps.Now()
-	if !pp.unwritableLogAt.IsZero() && now.Sub(pp.unwritableLogAt) < unwritableLogEvery && lvl < slog.LevelError {
-		pp.unwritableQuiet++
+	now := wr.w.deps.Now()
+	if !wr.unwritableLogAt.IsZero() && now.Sub(wr.unwritableLogAt) < unwritableLogEvery && lvl < slog.LevelError {
+		wr.unwritableQuiet++
 		return
 	}
-	attrs := []any{"offset", m.Offset, "topic", topic, "reason", why, "size", size, "policy", pp.w.cfg.OnUnwritable}
+	attrs := []any{"offset", m.Offset, "topic", topic, "reason", why, "size", size, "policy", wr.w.cfg.OnUnwritable}
 	if cause != nil {
 		attrs = append(attrs, "err", cause)
 	} else {
-		attrs = append(attrs, "bound", pp.w.limits.bound(topic), "max_message_bytes", pp.w.limits.limit(topic))
+		attrs = append(attrs, "bound", wr.w.limits.bound(topic), "max_message_bytes", wr.w.limits.limit(topic))
 	}
-	if pp.unwritableQuiet > 0 {
-		attrs = append(attrs, "not_logged_since_last", pp.unwritableQuiet)
+	if wr.unwritableQuiet > 0 {
+		attrs = append(attrs, "not_logged_since_last", wr.unwritableQuiet)
 	}
-	pp.unwritableLogAt, pp.unwritableQuiet = now, 0
-	pp.log.Log(context.Background(), lvl, "record unwritable to its topic; "+outcome, attrs...)
+	wr.unwritableLogAt, wr.unwritableQuiet = now, 0
+	wr.log.Log(context.Background(), lvl, "record unwritable to its topic; "+outcome, attrs...)
 }
 
 // unwritableLogEvery bounds the WARN lines about placed unwritable records.
@@ -376,8 +376,8 @@ type stall struct {
 // cutAtStall ends the batch before the stalled record and keeps a copy of
 // it; it reports whether the batch reached it. A stalled record that is no
 // longer in the input (retention, compaction) ends the stall.
-func (pp *partitionProc) cutAtStall(b *batch) bool {
-	st := pp.stall
+func (wr *partitionWriter) cutAtStall(b *batch) bool {
+	st := wr.stall
 	if st == nil || st.msg != nil {
 		return false
 	}
@@ -386,8 +386,8 @@ func (pp *partitionProc) cutAtStall(b *batch) bool {
 			continue
 		}
 		if m.Offset > st.offset {
-			pp.log.Warn("the record the partition stalled before is gone from the input; going on", "offset", st.offset)
-			pp.stall = nil
+			wr.log.Warn("the record the partition stalled before is gone from the input; going on", "offset", st.offset)
+			wr.stall = nil
 			return false
 		}
 		st.msg = copyMessage(m)
@@ -422,7 +422,7 @@ func copyMessage(m *kafka.Message) *kafka.Message {
 // from it), done when ctx ended (the session then finishes), or a write
 // failure that needs a recovery.
 func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error) {
-	w, st := pp.w, pp.stall
+	w, st := pp.w, pp.wr.stall
 	pp.showStall(w.deps.Now().Add(w.unwritableRetry))
 	retry := time.NewTimer(w.unwritableRetry)
 	defer retry.Stop()
@@ -437,22 +437,10 @@ func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error)
 			continue
 		case <-retry.C:
 		}
-		if pp.com.PausedTooLong() {
-			// A zombie: the group has moved this partition on.
-			pp.com.Fence(errPaused)
-			return false, fmt.Errorf("not writing: %w", errPaused)
-		}
-		w.refreshLimits(ctx, true)
-		var t tally // counted when processing reaches the record in the skip set
-		ok, why, cause, size, bound, err := pp.place(ctx, st.msg, st.topic, st.reason, nil, true)
-		dest, header := st.topic, st.reason
-		if err == nil && !ok {
-			dest, header, err = pp.settle(ctx, &t, st.msg, st.topic, st.reason, why, cause, size, bound, true)
-		}
+		dest, header, err := pp.wr.retryStall(ctx, pp.writtenProvenance())
 		var again *stallError
 		switch {
 		case errors.As(err, &again):
-			st.stallError = again
 			pp.showStall(w.deps.Now().Add(w.unwritableRetry))
 			retry.Reset(w.unwritableRetry)
 			continue
@@ -463,21 +451,48 @@ func (pp *partitionProc) waitStalled(ctx context.Context) (done bool, err error)
 			// Outside the skip set's range (not expected: the record was
 			// read before this session's scan): let a recovery's scan find
 			// it rather than write it twice.
-			pp.stall = nil
+			pp.wr.stall = nil
 			return false, fmt.Errorf("the record at offset %d the partition stalled before is written to %s; recovering to find it", st.offset, dest)
 		}
 		pp.log.Info("the record the partition stalled before is placed; going on",
 			"offset", st.offset, "topic", dest, "stalled_for", w.deps.Now().Sub(st.since).Round(time.Second))
-		pp.stall = nil
+		pp.wr.stall = nil
 		pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.Unwritable = nil })
 		pp.setState("running")
 		return false, nil
 	}
 }
 
+// retryStall tries the record the partition stalls before again, with
+// the limits read again, as records to be written with prov. It returns
+// where the record landed and with which bloomgate-error (dest "" when
+// dropped), a *stallError when it is still unwritable (the stall then
+// names the last refusal), or a failure that needs a recovery.
+func (wr *partitionWriter) retryStall(ctx context.Context, prov *provenance) (dest, header string, err error) {
+	st := wr.stall
+	if wr.com.PausedTooLong() {
+		// A zombie: the group has moved this partition on.
+		wr.com.Fence(errPaused)
+		return "", "", fmt.Errorf("not writing: %w", errPaused)
+	}
+	wr.prov = prov
+	wr.w.refreshLimits(ctx, true)
+	var t tally // counted when processing reaches the record in the skip set
+	ok, why, cause, size, bound, err := wr.place(ctx, st.msg, st.topic, st.reason, nil, true)
+	dest, header = st.topic, st.reason
+	if err == nil && !ok {
+		dest, header, err = wr.settle(ctx, &t, st.msg, st.topic, st.reason, why, cause, size, bound, true)
+	}
+	var again *stallError
+	if errors.As(err, &again) {
+		st.stallError = again
+	}
+	return dest, header, err
+}
+
 // showStall puts the stall on the status page.
 func (pp *partitionProc) showStall(next time.Time) {
-	st := pp.stall
+	st := pp.wr.stall
 	u := &Unwritable{Offset: st.offset, Topic: st.topic, Reason: st.why, Size: st.size, Since: st.since, NextRetry: next}
 	msg := st.Error()
 	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) {
