@@ -100,14 +100,8 @@ func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Prefli
 	w.check = w.brokerCheck()
 	w.check.Bound = retryFor
 
-	type named struct{ setting, name string }
-	topics := []named{{"--input", w.cfg.Input}, {"--output", w.cfg.Output}}
-	for _, t := range []named{{"--duplicates", w.cfg.Duplicates}, {"--dead-letter", w.cfg.DeadLetter}, {"--seed-topic", w.cfg.SeedTopic}} {
-		if t.name != "" {
-			topics = append(topics, t)
-		}
-	}
-	var names []string
+	topics := w.preflightTopics()
+	names := make([]string, 0, len(topics))
 	for _, t := range topics {
 		names = append(names, t.name)
 	}
@@ -125,20 +119,7 @@ func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Prefli
 	}
 	usable := true
 	for _, t := range topics {
-		ft, ok := found[t.name]
-		pt := PreflightTopic{Setting: t.setting, Name: t.name, Partitions: ft.Partitions}
-		switch {
-		case ok && ft.Err == nil && ft.Partitions > 0:
-		case !ok, ft.Err == nil, errors.Is(ft.Err, kafka.UnknownTopicOrPartition):
-			pt.Problem = w.missingTopic(t.setting[2:], t.name, r.Partitions)
-			if t.setting == "--seed-topic" {
-				pt.Problem = fmt.Sprintf("--seed-topic topic %q does not exist: name an existing topic, or drop --seed-topic", t.name)
-			}
-		case errors.Is(ft.Err, kafka.TopicAuthorizationFailed):
-			pt.Problem = fmt.Sprintf("%s topic %q: the principal may not DESCRIBE it (see the ACLs)", t.setting, t.name)
-		default:
-			pt.Problem = fmt.Sprintf("%s topic %q: %v", t.setting, t.name, ft.Err)
-		}
+		pt := w.preflightTopic(t, found, r.Partitions)
 		usable = usable && pt.Problem == ""
 		r.Topics = append(r.Topics, pt)
 	}
@@ -148,20 +129,9 @@ func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Prefli
 	}
 
 	if usable {
-		// Run's own start check on the counts and the plan. Its ACL part
-		// is reported above, per ACL: leave it out here.
-		saved := *w.check
-		w.check.Needs = nil
-		err := w.checkTopics(ctx)
-		if err == nil {
-			err = w.checkSeedTopic(ctx)
-		}
-		*w.check = saved
-		var refused *brokercheck.Error
-		if err != nil && !errors.Is(err, ErrTopicConfig) && !errors.As(err, &refused) {
+		if r.Refused, err = w.preflightStart(ctx); err != nil {
 			return nil, err
 		}
-		r.Refused = err
 	}
 	if out := found[w.cfg.Output]; r.Partitions == 0 && w.cfg.InputMadeLikeOutput && out.Err == nil && out.Partitions > 0 {
 		r.Partitions, r.InputPlanned = out.Partitions, true
@@ -176,6 +146,58 @@ func (w *Worker) Preflight(ctx context.Context, retryFor time.Duration) (*Prefli
 		w.preflightLimits(ctx, r, found)
 	}
 	return r, nil
+}
+
+// namedTopic is a topic a setting names.
+type namedTopic struct{ setting, name string }
+
+// preflightTopics are the topics the settings name.
+func (w *Worker) preflightTopics() []namedTopic {
+	topics := []namedTopic{{"--input", w.cfg.Input}, {"--output", w.cfg.Output}}
+	for _, t := range []namedTopic{{"--duplicates", w.cfg.Duplicates}, {"--dead-letter", w.cfg.DeadLetter}, {"--seed-topic", w.cfg.SeedTopic}} {
+		if t.name != "" {
+			topics = append(topics, t)
+		}
+	}
+	return topics
+}
+
+// preflightTopic is topic t as the metadata found it, with its problem if
+// it cannot be used; inputPartitions words a missing topic's fix.
+func (w *Worker) preflightTopic(t namedTopic, found map[string]brokercheck.Topic, inputPartitions int) PreflightTopic {
+	ft, ok := found[t.name]
+	pt := PreflightTopic{Setting: t.setting, Name: t.name, Partitions: ft.Partitions}
+	switch {
+	case ok && ft.Err == nil && ft.Partitions > 0:
+	case !ok, ft.Err == nil, errors.Is(ft.Err, kafka.UnknownTopicOrPartition):
+		pt.Problem = w.missingTopic(t.setting[2:], t.name, inputPartitions)
+		if t.setting == "--seed-topic" {
+			pt.Problem = fmt.Sprintf("--seed-topic topic %q does not exist: name an existing topic, or drop --seed-topic", t.name)
+		}
+	case errors.Is(ft.Err, kafka.TopicAuthorizationFailed):
+		pt.Problem = fmt.Sprintf("%s topic %q: the principal may not DESCRIBE it (see the ACLs)", t.setting, t.name)
+	default:
+		pt.Problem = fmt.Sprintf("%s topic %q: %v", t.setting, t.name, ft.Err)
+	}
+	return pt
+}
+
+// preflightStart runs Run's own start check on the counts and the plan;
+// its ACL part is reported by Preflight per ACL, so it is left out here.
+// refused is what would stop Run; err what stops Preflight.
+func (w *Worker) preflightStart(ctx context.Context) (refused, err error) {
+	saved := *w.check
+	w.check.Needs = nil
+	err = w.checkTopics(ctx)
+	if err == nil {
+		err = w.checkSeedTopic(ctx)
+	}
+	*w.check = saved
+	var be *brokercheck.Error
+	if err != nil && !errors.Is(err, ErrTopicConfig) && !errors.As(err, &be) {
+		return nil, err
+	}
+	return err, nil
 }
 
 // preflightLimits judges the written topics' max.message.bytes as the
