@@ -115,82 +115,109 @@ const (
 // or a failure lasting fetchGiveUp is handed over as an error, after which
 // the pump stops.
 func (pp *partitionProc) pump(ctx context.Context, f *fetcher.Partition, size int, out chan<- piece) {
-	b := backoff.New(100*time.Millisecond, fetchRetryBackoff)
-	var failingSince time.Time
-	leaderMoved := false // logged for the current run of failures
+	fr := &fetchRetry{pp: pp, b: backoff.New(100*time.Millisecond, fetchRetryBackoff)}
 	for ctx.Err() == nil {
 		from := f.Offset()
 		c, err := f.Fetch(ctx)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			var oe *fetcher.OffsetError
-			var ce *fetcher.CorruptError
-			if failingSince.IsZero() {
-				failingSince = pp.w.deps.Now()
-			}
-			// Refused access is not waited out here: the partition's
-			// failure path logs it and applies the runtime rule (access.go).
-			// Nor are records that do not decode: the broker sends the
-			// same bytes again, and the partition's failure path shows
-			// them (status page, log, stall alert) at once instead of
-			// after fetchGiveUp of retries at debug level; its sessions
-			// retry with backoff.
-			if errors.As(err, &oe) || errors.As(err, &ce) || pp.w.deps.Now().Sub(failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
-				select {
-				case out <- piece{err: err}:
-				case <-ctx.Done():
-				}
-				return
-			}
-			if leaders.Stale(err) && pp.w.leaders != nil {
-				// kafka-go's Transport would keep sending to the old
-				// leader until its next periodic refresh (0-6 s).
-				if !leaderMoved {
-					leaderMoved = true
-					pp.log.Info("fetch refused: the partition's leader moved; metadata refreshed, fetching again", "err", err)
-				}
-				_ = pp.w.leaders.Refresh(ctx)
-			} else {
-				pp.log.Debug("fetch failed; retrying", "err", err, "backoff", b.Delay())
-			}
-			if !b.Wait(ctx, 0) {
+			if !fr.failed(ctx, err, out) {
 				return
 			}
 			continue
 		}
-		failingSince, leaderMoved = time.Time{}, false
-		b.Reset()
-		fetched := &c
-		if c.Next == from && len(c.Records) == 0 {
-			// Nothing new: only the offsets are news (an open transaction
-			// holds the LSO).
-			select {
-			case out <- piece{next: from, hwm: c.HighWatermark, lso: c.LastStableOffset}:
-			case <-ctx.Done():
-				return
-			}
-			continue
-		}
-		recs := c.Records
-		for first := true; first || len(recs) > 0; first = false {
-			n := min(len(recs), size)
-			pc := piece{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next, codec: c.Codec}
-			recs = recs[n:]
-			if len(recs) > 0 {
-				pc.next = pc.msgs[n-1].Offset + 1
-			} else {
-				pc.markers, pc.aborted = c.Markers, c.Aborted
-				pc.fetched = fetched
-			}
-			select {
-			case out <- pc:
-			case <-ctx.Done():
-				return
-			}
+		fr.reset()
+		if !sendPieces(ctx, &c, from, size, out) {
+			return
 		}
 	}
+}
+
+// fetchRetry is the run of failed fetches of a partition: since when, its
+// backoff, whether a leader move was logged.
+type fetchRetry struct {
+	pp           *partitionProc
+	b            *backoff.Backoff
+	failingSince time.Time
+	leaderMoved  bool // logged for the current run of failures
+}
+
+func (fr *fetchRetry) reset() {
+	fr.failingSince, fr.leaderMoved = time.Time{}, false
+	fr.b.Reset()
+}
+
+// failed handles a failed fetch: handed to the partition (out) if it is not
+// one to wait out, else retried after a wait (and a metadata refresh if
+// the leader moved). It returns false when the pump ends.
+func (fr *fetchRetry) failed(ctx context.Context, err error, out chan<- piece) bool {
+	pp := fr.pp
+	if ctx.Err() != nil {
+		return false
+	}
+	var oe *fetcher.OffsetError
+	var ce *fetcher.CorruptError
+	if fr.failingSince.IsZero() {
+		fr.failingSince = pp.w.deps.Now()
+	}
+	// Refused access is not waited out here: the partition's
+	// failure path logs it and applies the runtime rule (access.go).
+	// Nor are records that do not decode: the broker sends the
+	// same bytes again, and the partition's failure path shows
+	// them (status page, log, stall alert) at once instead of
+	// after fetchGiveUp of retries at debug level; its sessions
+	// retry with backoff.
+	if errors.As(err, &oe) || errors.As(err, &ce) || pp.w.deps.Now().Sub(fr.failingSince) > fetchGiveUp || pp.w.check.Explain(err) != nil {
+		select {
+		case out <- piece{err: err}:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	if leaders.Stale(err) && pp.w.leaders != nil {
+		// kafka-go's Transport would keep sending to the old
+		// leader until its next periodic refresh (0-6 s).
+		if !fr.leaderMoved {
+			fr.leaderMoved = true
+			pp.log.Info("fetch refused: the partition's leader moved; metadata refreshed, fetching again", "err", err)
+		}
+		_ = pp.w.leaders.Refresh(ctx)
+	} else {
+		pp.log.Debug("fetch failed; retrying", "err", err, "backoff", fr.b.Delay())
+	}
+	return fr.b.Wait(ctx, 0)
+}
+
+// sendPieces hands a fetch read from offset from to the partition in
+// pieces of at most size records; false if ctx ended first.
+func sendPieces(ctx context.Context, c *fetcher.Chunk, from int64, size int, out chan<- piece) bool {
+	if c.Next == from && len(c.Records) == 0 {
+		// Nothing new: only the offsets are news (an open transaction
+		// holds the LSO).
+		select {
+		case out <- piece{next: from, hwm: c.HighWatermark, lso: c.LastStableOffset}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	recs := c.Records
+	for first := true; first || len(recs) > 0; first = false {
+		n := min(len(recs), size)
+		pc := piece{msgs: recs[:n:n], hwm: c.HighWatermark, lso: c.LastStableOffset, next: c.Next, codec: c.Codec}
+		recs = recs[n:]
+		if len(recs) > 0 {
+			pc.next = pc.msgs[n-1].Offset + 1
+		} else {
+			pc.markers, pc.aborted = c.Markers, c.Aborted
+			pc.fetched = c
+		}
+		select {
+		case out <- pc:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
 }
 
 // nextBatch waits up to idle for records (or a position that moved), then up
