@@ -258,6 +258,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	com.Fence = ms.Fence
 	com.Halted = w.hooks.Halted.Load
 	com.MaxGap = w.cfg.sessionTimeout()
+	com.Now = w.deps.Now
 	com.Denied = w.accessFailed
 	w.ms = ms
 	go com.Run()
