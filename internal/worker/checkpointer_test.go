@@ -39,8 +39,7 @@ func TestFirstCheckpointSoon(t *testing.T) {
 	produce(t, brokers, evs[500:])
 	waitFor(t, 60*time.Second, "600 records consumed", func() bool { return rw.consumed() == 600 })
 	move(firstCheckpointAfter + time.Second)
-	// Housekeeping runs at least once a second, with input or without.
-	time.Sleep(2500 * time.Millisecond)
+	rw.housekept(t, 0, 2) // each pass looks whether a checkpoint is due
 	if cp, _ := store.latest(tIn, 0); cp.InputOffset != 500 {
 		t.Fatalf("second checkpoint at offset %d before %v", cp.InputOffset, 2*firstCheckpointAfter)
 	}

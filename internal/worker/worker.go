@@ -258,7 +258,6 @@ func (w *Worker) Run(ctx context.Context) error {
 	com.Fence = ms.Fence
 	com.Halted = w.hooks.Halted.Load
 	com.MaxGap = w.cfg.sessionTimeout()
-	com.Now = w.deps.Now
 	com.Denied = w.accessFailed
 	w.ms = ms
 	go com.Run()
