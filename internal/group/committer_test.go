@@ -121,10 +121,8 @@ func TestCommitterNoticesPause(t *testing.T) {
 		if !c.PausedTooLong() {
 			t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for fenced.Load() == nil && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		time.Sleep(c.MaxGap / 4) // the next tick of the pause clock
+		synctest.Wait()
 		if errp := fenced.Load(); errp == nil || !errors.Is(*errp, ErrStaleGeneration) {
 			t.Fatalf("fenced with %v, want ErrStaleGeneration", errp)
 		}
@@ -293,7 +291,7 @@ func TestCommitterForgetsAndRevives(t *testing.T) {
 			t.Fatalf("commit after the loss, before a new generation: %v", err)
 		}
 		c.ReviveAfterLoss()
-		time.Sleep(time.Millisecond)
+		synctest.Wait()
 		if err := c.CommitNow(t.Context(), 0, 8); err != nil {
 			t.Fatalf("commit in the new generation: %v", err)
 		}
@@ -331,7 +329,7 @@ func TestCommitterRejoinRestartsContactClock(t *testing.T) {
 			t.Fatalf("fenced with nothing to commit: %v", *p)
 		}
 		c.ReviveAfterLoss() // joined a new generation
-		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
 		g.setErr(errors.New("unexpected EOF"))
 		c.Offer(ctx, 0, 41)
 		time.Sleep(50 * time.Millisecond)

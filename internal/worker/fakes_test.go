@@ -55,8 +55,8 @@ type memStore struct {
 	// failed and hung count the Commit calls refused (failCommit) and
 	// held (hangCommit).
 	failed, hung atomic.Int64
-	unusable   atomic.Bool // Restore reports ErrNoUsableCheckpoint
-	commits    atomic.Int64
+	unusable     atomic.Bool // Restore reports ErrNoUsableCheckpoint
+	commits      atomic.Int64
 	// legacy, while set, marks committed checkpoints as written by a build
 	// from before provenance headers (Restored.LegacyProvenance).
 	legacy atomic.Bool
