@@ -54,8 +54,12 @@ type Committer struct {
 	// it. While there is nothing new to commit, the committer re-commits
 	// the last offsets every MaxGap/4, so that the time of the last
 	// successful commit stays a measure of the coordinator's contact.
-	MaxGap  time.Duration
-	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration
+	MaxGap time.Duration
+	// Now is the clock every decision above reads (nil: time.Now); set
+	// before Run. The worker gives the member's clock (Deps.Now). The
+	// tickers only say when to look again.
+	Now     func() time.Time
+	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration; 0 before Run
 	paused  atomic.Bool
 
 	reqs   chan commitReq
@@ -95,8 +99,14 @@ func NewCommitter(gen offsetCommitter, topic string, interval time.Duration, log
 		pending: map[int]int64{}, committed: map[int]int64{},
 		retries: RetryLog{Log: log, What: "offset commit"},
 	}
-	c.lastRun.Store(time.Now().UnixNano())
 	return c
+}
+
+func (c *Committer) now() time.Time {
+	if c.Now != nil {
+		return c.Now()
+	}
+	return time.Now()
 }
 
 // ErrStaleGeneration marks commit failures that mean the partitions belong
@@ -125,7 +135,9 @@ func (c *Committer) Run() {
 		defer at.Stop()
 		alive = at.C
 	}
-	c.lastOK = time.Now()
+	c.retries.Now = c.now
+	c.lastOK = c.now()
+	c.lastRun.Store(c.lastOK.UnixNano())
 	for {
 		select {
 		case r := <-c.reqs:
@@ -143,11 +155,11 @@ func (c *Committer) Run() {
 			// first, with nothing pending to commit). Otherwise the
 			// failures of an outage before the join would fence the new
 			// generation at its first failed commit.
-			c.failingSince, c.lastOK = time.Time{}, time.Now()
+			c.failingSince, c.lastOK = time.Time{}, c.now()
 			if c.stale {
 				c.stale = false
 				c.paused.Store(false)
-				c.lastRun.Store(time.Now().UnixNano())
+				c.lastRun.Store(c.lastOK.UnixNano())
 			}
 		case <-alive:
 			c.keepAlive()
@@ -172,7 +184,7 @@ func (c *Committer) countFailure() {
 // the contact.
 func (c *Committer) attempt(offsets map[int]int64) error {
 	err := c.gen.CommitOffsets(map[string]map[int]int64{c.topic: offsets})
-	now := time.Now()
+	now := c.now()
 	switch {
 	case err == nil || errors.Is(err, ErrRebalancing):
 		c.lastOK, c.failingSince = now, time.Time{}
@@ -186,7 +198,7 @@ func (c *Committer) attempt(offsets map[int]int64) error {
 // lostContact fences the member once commits have failed for half the
 // session timeout in a row and none succeeded for a whole one.
 func (c *Committer) lostContact(err error) bool {
-	now := time.Now()
+	now := c.now()
 	if c.MaxGap <= 0 || c.stale || c.failingSince.IsZero() || now.Sub(c.failingSince) < c.MaxGap/2 || now.Sub(c.lastOK) <= c.MaxGap {
 		return false
 	}
@@ -282,7 +294,7 @@ func (c *Committer) drop(ps []int) {
 // keepAlive notices a pause of the process and, while nothing is pending,
 // re-commits the last offsets (the contact clock, see MaxGap).
 func (c *Committer) keepAlive() {
-	now := time.Now()
+	now := c.now()
 	if gap := now.Sub(time.Unix(0, c.lastRun.Load())); gap > c.MaxGap && c.paused.CompareAndSwap(false, true) {
 		c.log.Warn("this process did not run for longer than the session timeout; stopping its partitions", "gap", gap.Round(time.Millisecond))
 		c.stale = true
@@ -346,7 +358,8 @@ func (c *Committer) PausedTooLong() bool {
 	if c.MaxGap <= 0 {
 		return false
 	}
-	return c.paused.Load() || time.Since(time.Unix(0, c.lastRun.Load())) > c.MaxGap
+	last := c.lastRun.Load()
+	return c.paused.Load() || (last != 0 && c.now().Sub(time.Unix(0, last)) > c.MaxGap)
 }
 
 // LastCommitted returns the last offset this committer committed for p.

@@ -121,10 +121,8 @@ func TestCommitterNoticesPause(t *testing.T) {
 		if !c.PausedTooLong() {
 			t.Fatal("pausedTooLong = false after a pause beyond the session timeout")
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for fenced.Load() == nil && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		time.Sleep(c.MaxGap / 4) // the next tick of the pause clock
+		synctest.Wait()
 		if errp := fenced.Load(); errp == nil || !errors.Is(*errp, ErrStaleGeneration) {
 			t.Fatalf("fenced with %v, want ErrStaleGeneration", errp)
 		}
@@ -293,7 +291,7 @@ func TestCommitterForgetsAndRevives(t *testing.T) {
 			t.Fatalf("commit after the loss, before a new generation: %v", err)
 		}
 		c.ReviveAfterLoss()
-		time.Sleep(time.Millisecond)
+		synctest.Wait()
 		if err := c.CommitNow(t.Context(), 0, 8); err != nil {
 			t.Fatalf("commit in the new generation: %v", err)
 		}
@@ -331,7 +329,7 @@ func TestCommitterRejoinRestartsContactClock(t *testing.T) {
 			t.Fatalf("fenced with nothing to commit: %v", *p)
 		}
 		c.ReviveAfterLoss() // joined a new generation
-		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
 		g.setErr(errors.New("unexpected EOF"))
 		c.Offer(ctx, 0, 41)
 		time.Sleep(50 * time.Millisecond)
@@ -341,6 +339,94 @@ func TestCommitterRejoinRestartsContactClock(t *testing.T) {
 		g.setErr(nil)
 		if err := c.CommitNow(ctx, 0, 42); err != nil {
 			t.Fatalf("commit after the rejoin: %v", err)
+		}
+	})
+}
+
+// manualClock is a clock that moves only when the test says.
+type manualClock struct{ at atomic.Int64 }
+
+func newManualClock() *manualClock {
+	c := &manualClock{}
+	c.at.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *manualClock) Now() time.Time       { return time.Unix(0, c.at.Load()) }
+func (c *manualClock) move(d time.Duration) { c.at.Add(int64(d)) }
+
+// TestCommitterFencesOnItsClock: the fencing decisions read the
+// committer's clock (Committer.Now, the worker's Deps.Now), at their exact
+// bounds: commits failing for half the session timeout in a row and none
+// successful for more than a whole one fence the member; a pause is
+// longer than the session timeout. The clock moves only when the test
+// says, and the tickers (an hour apart) never fire.
+func TestCommitterFencesOnItsClock(t *testing.T) {
+	const gap = 10 * time.Second
+	outage := errors.New("dial tcp 127.0.0.1:9092: connection refused")
+	start := func(t *testing.T) (*Committer, *fakeGen, *manualClock, *atomic.Pointer[error]) {
+		g, clock := &fakeGen{}, newManualClock()
+		var fenced atomic.Pointer[error]
+		c := NewCommitter(g, "in", time.Hour, slog.New(slog.DiscardHandler), nil, func(err error) { fenced.Store(&err) })
+		c.MaxGap, c.Now = gap, clock.Now
+		go c.Run()
+		t.Cleanup(c.Close)
+		if err := c.CommitNow(t.Context(), 0, 1); err != nil { // the last success, at the start
+			t.Fatal(err)
+		}
+		return c, g, clock, &fenced
+	}
+	notFenced := func(t *testing.T, c *Committer, fenced *atomic.Pointer[error], o int64, when string) {
+		t.Helper()
+		if err := c.CommitNow(t.Context(), 0, o); errors.Is(err, ErrStaleGeneration) || fenced.Load() != nil {
+			t.Fatalf("%s: commit = %v, fenced = %v; want a plain failure", when, err, fenced.Load() != nil)
+		}
+	}
+	isFenced := func(t *testing.T, c *Committer, fenced *atomic.Pointer[error], o int64, when string) {
+		t.Helper()
+		if err := c.CommitNow(t.Context(), 0, o); !errors.Is(err, ErrNoContact) {
+			t.Fatalf("%s: commit = %v, want ErrNoContact", when, err)
+		}
+		if p := fenced.Load(); p == nil || !errors.Is(*p, ErrNoContact) {
+			t.Fatalf("%s: fenced with %v, want ErrNoContact", when, p)
+		}
+		if !c.PausedTooLong() {
+			t.Fatalf("%s: partitions may still write", when)
+		}
+	}
+
+	t.Run("no success for a session timeout", func(t *testing.T) {
+		c, g, clock, fenced := start(t)
+		clock.move(gap / 10)
+		g.setErr(outage)
+		notFenced(t, c, fenced, 2, "first failure")
+		clock.move(gap - gap/10) // failing for 0.9 gap, the last success a whole gap ago
+		notFenced(t, c, fenced, 3, "at the session timeout")
+		clock.move(time.Nanosecond)
+		isFenced(t, c, fenced, 4, "just past it")
+	})
+	t.Run("failing for half a session timeout", func(t *testing.T) {
+		c, g, clock, fenced := start(t)
+		clock.move(gap)
+		g.setErr(outage)
+		notFenced(t, c, fenced, 2, "first failure, the last success a gap ago")
+		clock.move(gap/2 - time.Nanosecond)
+		notFenced(t, c, fenced, 3, "failing for just under half a gap")
+		clock.move(time.Nanosecond)
+		isFenced(t, c, fenced, 4, "failing for half a gap")
+	})
+	t.Run("pause", func(t *testing.T) {
+		c, _, clock, fenced := start(t)
+		clock.move(gap)
+		if c.PausedTooLong() {
+			t.Fatal("paused after exactly the session timeout")
+		}
+		clock.move(time.Nanosecond)
+		if !c.PausedTooLong() {
+			t.Fatal("not paused just past the session timeout")
+		}
+		if fenced.Load() != nil {
+			t.Fatal("fenced before the committer looked (its next tick)")
 		}
 	})
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/bloomgate/bloomgate/internal/kafkatest"
 )
@@ -82,13 +87,17 @@ type running struct {
 	done   chan error
 }
 
-func startMember(t *testing.T, brokers []string, r *recorder, name, instance string) *running {
+func startMember(t *testing.T, brokers []string, r *recorder, name, instance string, tweaks ...func(*Config)) *running {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("BLOOMGATE_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("member", name)
 	}
-	m, err := New(Config{Brokers: brokers, Group: "g", Topic: "t", InstanceID: instance, Logger: log})
+	cfg := Config{Brokers: brokers, Group: "g", Topic: "t", InstanceID: instance, Logger: log}
+	for _, tweak := range tweaks {
+		tweak(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,6 +121,20 @@ func (rm *running) stop(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("member did not stop")
 	}
+}
+
+// heartbeatCounter counts the heartbeats the coordinator answered.
+type heartbeatCounter struct {
+	kafka.RoundTripper
+	n atomic.Int64
+}
+
+func (h *heartbeatCounter) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Message) (protocol.Message, error) {
+	res, err := h.RoundTripper.RoundTrip(ctx, addr, req)
+	if err == nil && req.ApiKey() == protocol.Heartbeat {
+		h.n.Add(1)
+	}
+	return res, err
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -174,11 +197,13 @@ func TestStaticMemberRestart(t *testing.T) {
 	t.Parallel()
 	brokers := kafkatest.NewCluster(t, 4, "t")
 	r := newRecorder(t)
-	startMember(t, brokers, r, "a", "pod-a")
+	beats := &heartbeatCounter{RoundTripper: kafka.DefaultTransport}
+	a := startMember(t, brokers, r, "a", "pod-a", func(c *Config) { c.Transport = beats })
 	b := startMember(t, brokers, r, "b", "pod-b")
 	waitFor(t, "shared", func() bool { return len(r.ownedBy("a")) == 2 && len(r.ownedBy("b")) == 2 })
 	had := r.ownedBy("b")
 	aEvents := r.count("a ")
+	aGen, _, _ := a.m.State()
 	b.stop(t)
 	start := time.Now()
 	startMember(t, brokers, r, "b", "pod-b")
@@ -193,7 +218,13 @@ func TestStaticMemberRestart(t *testing.T) {
 	if got := r.ownedBy("b"); !slices.Equal(got, had) {
 		t.Errorf("b had %v and got %v back", had, got)
 	}
-	time.Sleep(time.Second)
+	// A rebalance would reach a through its heartbeats: two answered
+	// after b is back, the second sent after the first's answer.
+	n := beats.n.Load()
+	waitFor(t, "two heartbeats of a after b is back", func() bool { return beats.n.Load() >= n+2 })
+	if gen, joined, _ := a.m.State(); gen.ID != aGen.ID || !joined {
+		t.Errorf("a is in generation %d (joined %v), was in %d: b's restart rebalanced the group", gen.ID, joined, aGen.ID)
+	}
 	if n := r.count("a "); n != aEvents {
 		t.Errorf("a saw %d events during b's restart, want none", n-aEvents)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/bloomgate/bloomgate/internal/kafkatest"
 	"github.com/bloomgate/bloomgate/internal/keys"
 )
 
@@ -69,12 +70,7 @@ func TestForeignMemberInHopGroup(t *testing.T) {
 		return n
 	}
 	produce(0, 100)
-	for written() < 100 {
-		if ctx.Err() != nil {
-			t.Fatal("the hop did not write the first 100 records")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	kafkatest.WaitFor(t, time.Minute, "the hop writing the first 100 records", func() bool { return written() >= 100 })
 	var got atomic.Int64
 	peek, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("peek"), kgo.ConsumerGroup("g-repartition"),
 		kgo.ConsumeTopics("in"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -90,23 +86,12 @@ func TestForeignMemberInHopGroup(t *testing.T) {
 			got.Add(int64(peek.PollFetches(pctx).NumRecords()))
 		}
 	}()
-	for {
+	kafkatest.WaitFor(t, time.Minute, "the foreign member in the stable group", func() bool {
 		g, err := adm.DescribeGroups(ctx, "g-repartition")
-		if err == nil && g["g-repartition"].State == "Stable" && len(g["g-repartition"].Members) == 2 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the foreign member never joined")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && g["g-repartition"].State == "Stable" && len(g["g-repartition"].Members) == 2
+	})
 	produce(100, 100)
-	for written() < 200 {
-		if ctx.Err() != nil {
-			t.Fatalf("the hop wrote %d of 200 records", written())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	kafkatest.WaitFor(t, time.Minute, "the hop writing 200 records", func() bool { return written() >= 200 })
 	pstop()
 	<-polled
 	if n := got.Load(); n != 0 {

@@ -320,7 +320,10 @@ func TestRecordTooLarge(t *testing.T) {
 				kafkatest.WaitFor(t, 30*time.Second, "the stall counted and partition 1 written", func() bool {
 					return counted() == 1 && handled() == float64(stalled)
 				})
-				time.Sleep(time.Second) // several retries
+				// Several retries: each logs the stall again.
+				stalls := func() int { return strings.Count(logs.String(), "--on-unwritable=stall: the partition waits") }
+				seen := stalls()
+				kafkatest.WaitFor(t, 30*time.Second, "two more retries of the stalled record", func() bool { return stalls() >= seen+2 })
 				if got := handled(); got != float64(stalled) || counted() != 1 {
 					t.Fatalf("stalled: %v records handled, stall counted %v times; want %d and once", got, counted(), stalled)
 				}

@@ -27,8 +27,9 @@ type checkpointer struct {
 	base   context.Context
 	cancel context.CancelFunc
 
-	mu         sync.Mutex
-	busy       bool
+	mu sync.Mutex
+	// idled is closed when the running upload ends; nil while none runs.
+	idled      chan struct{}
 	lastOK     time.Time
 	lastOffset int64
 	lastErr    error
@@ -49,7 +50,8 @@ func (c *checkpointer) start() {
 			err := c.commit(ctx, cp)
 			cancel()
 			c.mu.Lock()
-			c.busy = false
+			close(c.idled)
+			c.idled = nil
 			c.mu.Unlock()
 			if err != nil {
 				c.log.Warn("checkpoint failed; processing continues", "offset", cp.InputOffset, "err", err)
@@ -80,35 +82,32 @@ func (c *checkpointer) commit(ctx context.Context, cp Checkpoint) error {
 }
 
 // trySubmit queues cp unless an upload is running; the caller then keeps
-// ownership of the snapshot (make builds it only when accepted).
-func (c *checkpointer) trySubmit(make func() Checkpoint) bool {
+// ownership of the snapshot (build makes it only when accepted).
+func (c *checkpointer) trySubmit(build func() Checkpoint) bool {
 	c.mu.Lock()
-	if c.busy {
+	if c.idled != nil {
 		c.mu.Unlock()
 		return false
 	}
-	c.busy = true
+	c.idled = make(chan struct{})
 	c.mu.Unlock()
-	c.jobs <- make()
+	c.jobs <- build()
 	return true
 }
 
 // idle waits until no upload runs (or ctx ends).
 func (c *checkpointer) idle(ctx context.Context) error {
-	t := time.NewTicker(5 * time.Millisecond)
-	defer t.Stop()
-	for {
-		c.mu.Lock()
-		busy := c.busy
-		c.mu.Unlock()
-		if !busy {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
+	c.mu.Lock()
+	idled := c.idled
+	c.mu.Unlock()
+	if idled == nil {
+		return nil
+	}
+	select {
+	case <-idled:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

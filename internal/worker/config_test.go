@@ -211,7 +211,7 @@ func TestStalenessNoBound(t *testing.T) {
 	initial := store.commits.Load()
 	produce(t, brokers, evs[:500])
 	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 500 })
-	time.Sleep(500 * time.Millisecond) // far beyond ten checkpoint intervals
+	waitFor(t, 60*time.Second, "checkpoints failing", func() bool { return store.failed.Load() >= 2 })
 	produce(t, brokers, evs[500:])
 	waitFor(t, 60*time.Second, "every record committed with every checkpoint failing", func() bool {
 		c := &kafka.Client{Addr: kafka.TCP(brokers...)}

@@ -52,8 +52,11 @@ type memStore struct {
 	parts      map[string]*memHistory
 	failCommit atomic.Bool
 	hangCommit atomic.Bool // Commit blocks until its ctx ends
-	unusable   atomic.Bool // Restore reports ErrNoUsableCheckpoint
-	commits    atomic.Int64
+	// failed and hung count the Commit calls refused (failCommit) and
+	// held (hangCommit).
+	failed, hung atomic.Int64
+	unusable     atomic.Bool // Restore reports ErrNoUsableCheckpoint
+	commits      atomic.Int64
 	// legacy, while set, marks committed checkpoints as written by a build
 	// from before provenance headers (Restored.LegacyProvenance).
 	legacy atomic.Bool
@@ -142,9 +145,11 @@ func (p *memPartition) Claim(ctx context.Context, owner string) error {
 
 func (p *memPartition) Commit(ctx context.Context, cp Checkpoint) error {
 	if p.s.failCommit.Load() {
+		p.s.failed.Add(1)
 		return errors.New("bucket unavailable")
 	}
 	if p.s.hangCommit.Load() {
+		p.s.hung.Add(1)
 		<-ctx.Done()
 		return ctx.Err()
 	}

@@ -94,11 +94,14 @@ func TestBucketDown(t *testing.T) {
 	}
 	produce(t, brokers, evs[:500])
 	waitFor(t, 60*time.Second, "first part consumed", func() bool { return rw.consumed() == 500 })
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, 30*time.Second, "the status showing commits held", func() bool {
+		ps := rw.w.Status().Partitions
+		return len(ps) == 1 && ps[0].CommitsPaused
+	})
 	before := committed()
 	produce(t, brokers, evs[500:])
 	waitFor(t, 60*time.Second, "second part consumed although the bucket is down", func() bool { return rw.consumed() == 1000 })
-	time.Sleep(300 * time.Millisecond)
+	rw.housekept(t, 0, 2) // checkpoints due, commits offered: held
 	if c := committed(); c != before || c >= 1000 {
 		t.Errorf("committed offset moved from %d to %d while checkpoints were stale", before, c)
 	}
@@ -165,7 +168,7 @@ func TestShutdownBounded(t *testing.T) {
 	rw := startWorker(t, cfg, store, nil)
 	waitFor(t, 60*time.Second, "events consumed", func() bool { return rw.consumed() == uint64(len(evs)) })
 	store.hangCommit.Store(true)
-	time.Sleep(200 * time.Millisecond) // let an upload hang
+	waitFor(t, 30*time.Second, "an upload hanging", func() bool { return store.hung.Load() > 0 })
 	start := time.Now()
 	if err := rw.stop(t); err != nil {
 		t.Fatalf("Run: %v", err)

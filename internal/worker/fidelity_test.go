@@ -721,7 +721,7 @@ func TestFidelityOpenTransaction(t *testing.T) {
 				c1, _ := fidMetric(t, rw, "bloomgate_records_consumed_total", 1)
 				return int(c0) >= held.consumed[0] && int(c1) >= held.consumed[1]
 			})
-			time.Sleep(time.Second) // many more fetches: the partition must stay held
+			rw.housekept(t, 0, 2) // fetching on: the partition must stay held
 
 			t.Run("held at the LSO", func(t *testing.T) {
 				for _, ps := range rw.w.Status().Partitions {

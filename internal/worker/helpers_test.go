@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -185,3 +186,29 @@ func (rw *runningWorker) conservation(t *testing.T) (consumed, forwarded, dups, 
 // testProvenance is a provenance as the worker's for input partition p
 // (under no key), for tests that build written records.
 func testProvenance(p int) *provenance { return newProvenance(nil, "g", tIn, p) }
+
+// housekept waits, up to a minute, until partition p's housekeeping (the
+// checkpoint schedule, commit offers, the status; once a second of the
+// worker's clock) has run n more times, seen as n changes of the rate in
+// its status (each pass folds the last second's count into it, so it
+// moves while records come and decays after). A test that asserts that
+// something did not happen waits for this first, so that the partition
+// had its chances whatever the machine's speed.
+func (rw *runningWorker) housekept(t *testing.T, p, n int) {
+	t.Helper()
+	rate := func() float64 {
+		for _, ps := range rw.w.Status().Partitions {
+			if ps.Partition == p {
+				return ps.Rate
+			}
+		}
+		return -1
+	}
+	last, seen := rate(), 0
+	waitFor(t, time.Minute, fmt.Sprintf("%d housekeeping passes of partition %d", n, p), func() bool {
+		if r := rate(); r != last {
+			last, seen = r, seen+1
+		}
+		return seen >= n
+	})
+}

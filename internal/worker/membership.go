@@ -91,7 +91,6 @@ func (w *Worker) newMember() (*group.Member, error) {
 		Admit:             w.admit,
 		Eager:             w.cfg.EagerRebalancing,
 		Logger:            w.deps.Logger.With("input", w.cfg.Input),
-		Now:               w.deps.Now,
 		OnState:           w.setJoined,
 		OnRefused:         func(string) { w.m.assignmentsRefused.Inc() },
 		OnJoinError: func(err error, everJoined bool) error {

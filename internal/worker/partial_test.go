@@ -115,7 +115,9 @@ func corruptLiveBase(t *testing.T, removeBelow int64) *corruption {
 		}
 		produce(t, brokers, b[batch*50:])
 		waitFor(t, 60*time.Second, "B consumed a batch", func() bool { return wB.consumed() == uint64(len(b)) })
-		time.Sleep(400 * time.Millisecond) // > the checkpoint interval
+		waitFor(t, 60*time.Second, "B's checkpoint of the batch", func() bool {
+			return newestManifest(t, dir).InputOffset == int64(2000+len(b))
+		})
 	}
 	if err := wB.stop(t); err != nil {
 		t.Fatal(err)

@@ -109,7 +109,7 @@ func TestOutputPendingInFlight(t *testing.T) {
 		defer cancel()
 		done <- o.writeAll(ctx, 3, srcMsgs(3, 20))
 	}()
-	kafkaWait(t, func() bool {
+	waitFor(t, 5*time.Second, "20 records in flight", func() bool {
 		o.pmu.Lock()
 		defer o.pmu.Unlock()
 		return o.pending[3] == 20
@@ -125,17 +125,6 @@ func TestOutputPendingInFlight(t *testing.T) {
 	}
 	if !o.waitIdle(3, time.Second) {
 		t.Fatalf("waitIdle timed out after the write returned: %d pending", o.pending[3])
-	}
-}
-
-func kafkaWait(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

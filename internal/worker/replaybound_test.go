@@ -32,14 +32,14 @@ func TestMaxReplayBoundsCommits(t *testing.T) {
 	store.failCommit.Store(true)
 	produce(t, brokers, evs[1000:])
 	waitFor(t, 60*time.Second, "everything consumed", func() bool { return first.consumed() == 4000 })
-	time.Sleep(300 * time.Millisecond) // commits had every chance
-	if c := fidGroupOffsets(t, brokers, tIn)[0]; c > 1500 {
-		t.Errorf("committed offset %d with the last checkpoint at 1000 and max-replay 500", c)
-	}
 	waitFor(t, 10*time.Second, "the status showing commits held", func() bool {
 		ps := first.w.Status().Partitions
 		return len(ps) == 1 && ps[0].CommitsPaused
 	})
+	first.housekept(t, 0, 2) // commits had every chance
+	if c := fidGroupOffsets(t, brokers, tIn)[0]; c > 1500 {
+		t.Errorf("committed offset %d with the last checkpoint at 1000 and max-replay 500", c)
+	}
 	wk.hooks.Halted.Store(true) // kill -9
 	first.cancel()
 	first.done <- <-first.done // for the cleanup's stop

@@ -374,8 +374,15 @@ func TestPoisonStalls(t *testing.T) {
 	waitFor(t, 30*time.Second, "partition 1 forwards after the stall", func() bool {
 		return rw.w.Status().Partitions[1].NextOffset == 150
 	})
-	// Retried, still stalled; nothing dropped or written.
-	time.Sleep(time.Second)
+	// Retried, still stalled; nothing dropped or written. Each retry
+	// that stalls again shows its next one.
+	retries, next := 0, p0.Unwritable.NextRetry
+	waitFor(t, 30*time.Second, "two more retries of partition 0", func() bool {
+		if u := rw.w.Status().Partitions[0].Unwritable; u != nil && !u.NextRetry.Equal(next) {
+			retries, next = retries+1, u.NextRetry
+		}
+		return retries >= 2
+	})
 	want0 := map[int32][]string{0: want[0][:112], 1: want[1]}
 	checkOutput(t, "output while stalled", outputKeys(t, brokers, tOut), want0)
 	if got, _ := fidMetric(t, rw, "bloomgate_partition_stalled", 0); got != 1 {

@@ -32,7 +32,10 @@ type Deps struct {
 	// Hooks are for tests (see Hooks); nil in production.
 	Hooks *Hooks
 	// Now schedules checkpoints and measures durations; never used for the
-	// filter (that runs on event time). Default time.Now.
+	// filter (that runs on event time), nor by the group member and the
+	// committer (their checks pace with their own tickers). Default
+	// time.Now. Timers are the time package's: a test that needs both
+	// virtual runs in a synctest bubble (docs/development.md, "Time").
 	Now func() time.Time
 }
 
