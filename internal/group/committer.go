@@ -56,8 +56,10 @@ type Committer struct {
 	// successful commit stays a measure of the coordinator's contact.
 	MaxGap time.Duration
 	// Now is the clock every decision above reads (nil: time.Now); set
-	// before Run. The worker gives the member's clock (Deps.Now). The
-	// tickers only say when to look again.
+	// before Run. The member's and the committer's clocks are the wall
+	// clock in the worker (not its Deps.Now, which tests move in jumps
+	// that would read as a stopped process; docs/development.md, "Time").
+	// The tickers only say when to look again.
 	Now     func() time.Time
 	lastRun atomic.Int64 // unix nanoseconds of the last loop iteration; 0 before Run
 	paused  atomic.Bool
