@@ -170,7 +170,12 @@ func TestKillGroupLeavesNoChild(t *testing.T) {
 	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); alive(p.Pid()); {
+		if time.Now().After(deadline) {
+			t.Fatalf("leader %d still alive 5s after SIGKILL", p.Pid())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if !alive(child) {
 		t.Fatalf("child %d died with its parent alone; the test cannot show the group kill", child)
 	}
