@@ -1,7 +1,11 @@
-package checkpoint
+package containers
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -16,8 +20,9 @@ import (
 // and CompleteMultipartUpload.
 const minioImage = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 
-// TestMinIO runs the acceptance suite against MinIO in a container. It needs
-// a Docker engine and skips with the reason where there is none.
+// TestMinIO runs the checkpoint store's acceptance suite
+// (internal/checkpoint, TestExternalS3) against MinIO in a container. It
+// needs a Docker engine and skips with the reason where there is none.
 func TestMinIO(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a container; skipped in -short mode")
@@ -42,13 +47,26 @@ func TestMinIO(t *testing.T) {
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bloomgate")}); err != nil {
 		t.Fatalf("creating bucket: %v", err)
 	}
-	t.Setenv("AWS_ACCESS_KEY_ID", ctr.Username)
-	t.Setenv("AWS_SECRET_ACCESS_KEY", ctr.Password)
-	t.Setenv("AWS_REGION", "us-east-1")
-	url := "s3://bloomgate/minio?endpoint=" + endpoint + "&region=us-east-1"
-	t.Run("lifecycle", func(t *testing.T) { testLifecycle(t, withSuffix(url, "-life")) })
-	t.Run("corruption", func(t *testing.T) { testCorruption(t, withSuffix(url, "-corrupt")) })
-	t.Run("fencing", func(t *testing.T) { testFencing(t, withSuffix(url, "-fence")) })
-	t.Run("race", func(t *testing.T) { testRace(t, withSuffix(url, "-race"), 100) })
-	t.Run("create-only-check", func(t *testing.T) { testProbe(t, withSuffix(url, "-probe")) })
+	runInMainModule(t, []string{
+		"BLOOMGATE_TEST_S3_URL=s3://bloomgate/minio?endpoint=" + endpoint + "&region=us-east-1",
+		"AWS_ACCESS_KEY_ID=" + ctr.Username, "AWS_SECRET_ACCESS_KEY=" + ctr.Password, "AWS_REGION=us-east-1",
+	}, "test", "-count=1", "-timeout=5m", "-run", "^TestExternalS3$", "-v", "./internal/checkpoint")
+}
+
+// runInMainModule runs the go command with args in bloomgate's module (two
+// directories up), with env added, and fails t if it fails.
+func runInMainModule(t *testing.T, env []string, args ...string) {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), args...)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	t.Logf("go %v:\n%s", args, out)
+	if err != nil {
+		t.Fatalf("go %v: %v", args, err)
+	}
 }
