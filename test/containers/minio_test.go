@@ -5,7 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,21 +47,25 @@ func TestMinIO(t *testing.T) {
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String("bloomgate")}); err != nil {
 		t.Fatalf("creating bucket: %v", err)
 	}
-	runInMainModule(t, []string{
+	out := runInMainModule(t, []string{
 		"BLOOMGATE_TEST_S3_URL=s3://bloomgate/minio?endpoint=" + endpoint + "&region=us-east-1",
 		"AWS_ACCESS_KEY_ID=" + ctr.Username, "AWS_SECRET_ACCESS_KEY=" + ctr.Password, "AWS_REGION=us-east-1",
 	}, "test", "-count=1", "-timeout=5m", "-run", "^TestExternalS3$", "-v", "./internal/checkpoint")
+	if !strings.Contains(out, "--- PASS: TestExternalS3 ") {
+		t.Fatal("TestExternalS3 did not run and pass (renamed, or skipped?)")
+	}
 }
 
 // runInMainModule runs the go command with args in bloomgate's module (two
-// directories up), with env added, and fails t if it fails.
-func runInMainModule(t *testing.T, env []string, args ...string) {
+// directories up), with env added, and returns its output; it fails t if
+// the command fails.
+func runInMainModule(t *testing.T, env []string, args ...string) string {
 	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), args...)
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
@@ -69,4 +73,5 @@ func runInMainModule(t *testing.T, env []string, args ...string) {
 	if err != nil {
 		t.Fatalf("go %v: %v", args, err)
 	}
+	return string(out)
 }
