@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
+	oklog "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -64,16 +66,6 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 	if cfg.Exact {
 		headroom = exactHeadroom
 	}
-	pctx, stopPacer := context.WithCancel(ctx)
-	pacerDone := make(chan struct{})
-	go func() {
-		defer close(pacerDone)
-		_ = (&gcbudget.Pacer{Headroom: headroom, OnChange: func(live uint64, pct int) {
-			logger.Debug("GC percentage set for the live heap", "live_bytes", live, "gc_percent", pct)
-		}}).Run(pctx)
-	}()
-	defer func() { stopPacer(); <-pacerDone }()
-
 	if cfg.MetricsAddr != "" {
 		stopHTTP, err := serveHTTP(cfg.MetricsAddr, statusHandler(w, reg), logger)
 		if err != nil {
@@ -81,24 +73,45 @@ func runWorker(ctx context.Context, cfg *config.Run, logger *slog.Logger) error 
 		}
 		defer stopHTTP()
 	}
-	if hop == nil {
-		return workerErr(w.Run(ctx))
+	pacer := &gcbudget.Pacer{Headroom: headroom, OnChange: func(live uint64, pct int) {
+		logger.Debug("GC percentage set for the live heap", "live_bytes", live, "gc_percent", pct)
+	}}
+	return runStages(ctx, w, hop, pacer, logger)
+}
+
+// runStages runs the worker, the repartition hop (nil: none) and the GC
+// pacer as one run.Group until ctx ends or a stage stops: either stage
+// stopping stops the other (both stages in this process), and the pacer
+// runs until both have returned. It returns the worker's error, else the
+// hop's.
+func runStages(ctx context.Context, w *worker.Worker, hop *repartition.Repartitioner, pacer *gcbudget.Pacer, logger *slog.Logger) error {
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var g oklog.Group
+	var stages sync.WaitGroup
+	var werr, herr error
+	stages.Add(1)
+	g.Add(func() error {
+		defer stages.Done()
+		werr = w.Run(sctx)
+		return werr
+	}, func(error) { stop() })
+	if hop != nil {
+		stages.Add(1)
+		g.Add(func() error {
+			defer stages.Done()
+			if herr = hop.Run(sctx); herr != nil {
+				logger.Error("repartition hop stopped", "err", herr)
+			}
+			return herr
+		}, func(error) { stop() })
 	}
-	// Both stages in this process: either one failing stops the other.
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	hopDone := make(chan error, 1)
-	go func() {
-		err := hop.Run(rctx)
-		if err != nil {
-			logger.Error("repartition hop stopped", "err", err)
-		}
-		cancel()
-		hopDone <- err
-	}()
-	werr := w.Run(rctx)
-	cancel()
-	herr := <-hopDone
+	pctx, stopPacer := context.WithCancel(context.Background())
+	g.Add(func() error { return pacer.Run(pctx) }, func(error) {
+		stages.Wait()
+		stopPacer()
+	})
+	_ = g.Run() // the first to return; the worker's error comes first
 	if werr != nil {
 		return workerErr(werr)
 	}

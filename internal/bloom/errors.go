@@ -3,12 +3,15 @@ package bloom
 import (
 	"errors"
 	"fmt"
+
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // Sentinel errors of the decoder; a *FormatError wraps one of them.
 var (
 	// ErrCorrupt: the data fails a checksum, is truncated or inconsistent.
-	ErrCorrupt = errors.New("corrupt generation data")
+	// It is errmark.ErrCorrupt in the filter's words.
+	ErrCorrupt = errmark.Corrupt("corrupt generation data")
 	// ErrUnsupportedVersion: the magic matches but the format version is unknown.
 	ErrUnsupportedVersion = errors.New("unsupported generation format version")
 	// ErrTooLarge: the declared size exceeds the caller's or the package's limit.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // Sentinel errors callers branch on (errors.Is).
@@ -30,8 +32,9 @@ var (
 	// policy (refuse the partition, or start empty knowingly).
 	ErrNoUsableCheckpoint = errors.New("no usable checkpoint")
 	// ErrCorrupt wraps every integrity failure: checksum or length
-	// mismatch, truncated or missing object, unknown format version.
-	ErrCorrupt = errors.New("checkpoint data corrupt")
+	// mismatch, truncated or missing object, unknown format version. It is
+	// errmark.ErrCorrupt in the checkpoint's words.
+	ErrCorrupt = errmark.Corrupt("checkpoint data corrupt")
 	// ErrIncompatible: a loader refused a sound checkpoint because it was
 	// written with settings that cannot be carried over (a different key
 	// definition). Restore does not fall back to older manifests for it.

@@ -11,12 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/bloomgate/bloomgate/internal/errmark"
 )
 
 // ErrCorrupt means a checkpoint cannot be restored: a file's size or digest
 // differs from its description, the description itself is malformed, or
-// the files do not form a store. Fall back to an older checkpoint.
-var ErrCorrupt = errors.New("exact store: corrupt checkpoint")
+// the files do not form a store. Fall back to an older checkpoint. It is
+// errmark.ErrCorrupt in the exact store's words.
+var ErrCorrupt = errmark.Corrupt("exact store: corrupt checkpoint")
 
 // OpenFunc opens one checkpoint file for reading (from the bucket).
 type OpenFunc func(ctx context.Context, f File) (io.ReadCloser, error)

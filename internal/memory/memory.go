@@ -552,7 +552,7 @@ func markFrom(m *checkpoint.InputMark) *worker.InputMark {
 // (bloom.ErrUnsupportedVersion) or larger than allowed (bloom.ErrTooLarge)
 // is not: losing it would throw away a sound memory.
 func corrupt(err error) bool {
-	return errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, bloom.ErrCorrupt) && !errors.Is(err, bloom.ErrUnsupportedVersion)
+	return errors.Is(err, errmark.ErrCorrupt) && !errors.Is(err, bloom.ErrUnsupportedVersion)
 }
 
 // loadGeneration decodes the generation object of ref and replays its log
@@ -592,7 +592,7 @@ func (b *handle) loadGeneration(ctx context.Context, ref checkpoint.GenerationRe
 // returned; a decoding error of an object that verified is the decoder's.
 func verified(cerr, err error) error {
 	switch {
-	case cerr != nil && (err == nil || errors.Is(cerr, checkpoint.ErrCorrupt)):
+	case cerr != nil && (err == nil || errors.Is(cerr, errmark.ErrCorrupt)):
 		return fmt.Errorf("verifying: %w", cerr)
 	case err != nil:
 		return fmt.Errorf("decoding: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/bloomgate/bloomgate/internal/group"
@@ -29,6 +30,9 @@ type membership struct {
 	*group.Partitions
 	w      *Worker
 	runCtx context.Context // Run's: ended, a revoke is the shutdown's
+	// checks are the agreement checks started on joins (checkAgreement);
+	// Run waits for them.
+	checks sync.WaitGroup
 }
 
 func newMembership(w *Worker, runCtx, partsCtx context.Context, member *group.Member, com *group.Committer) *membership {
@@ -71,7 +75,7 @@ func (ms *membership) joined(gen group.Generation, assigned []int) {
 	if r, ok := w.deps.State.(Retainer); ok {
 		r.Retain(w.cfg.Input, assigned)
 	}
-	go w.checkAgreement(ms.runCtx, gen)
+	ms.checks.Go(func() { w.checkAgreement(ms.runCtx, gen) })
 }
 
 // newMember builds the worker's group member.

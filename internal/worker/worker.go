@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	oklog "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 
@@ -263,36 +264,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	com.MaxGap = w.cfg.sessionTimeout()
 	com.Denied = w.accessFailed
 	w.ms = ms
-	go com.Run()
 	w.setJoined(false)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		w.watchGroup(watchCtx, func() { member.RequestRejoin(true) })
-	}()
 	w.logStart()
-	progressDone := make(chan struct{})
-	go func() { defer close(progressDone); w.logProgress(watchCtx, workerProgress) }()
-	stallsDone := make(chan struct{})
-	go func() { defer close(stallsDone); w.watchPartitions(watchCtx) }()
+	return w.ended(parent, ctx, w.serve(ctx, cancel, member, ms, com))
+}
 
-	ran := make(chan error, 1)
-	go func() { ran <- member.Run(ctx, ms) }()
-	var runErr error
-	select {
-	case runErr = <-ran:
-	case <-ctx.Done():
-		w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
-		select {
-		case runErr = <-ran:
-		case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
-			w.log.Error("shutdown did not finish in time; leaving", "shutdown_timeout", w.cfg.ShutdownTimeout)
-		}
-	}
+// ended is Run's result once the membership ended with runErr and every
+// goroutine of serve has returned: a fenced member idles until ctx ends
+// (idleFenced), an error ends the worker.
+func (w *Worker) ended(parent, ctx context.Context, runErr error) error {
 	if runErr != nil && errors.Is(runErr, kafka.FencedInstanceID) && ctx.Err() == nil {
-		stopWatch()
-		<-watched
 		w.idleFenced(ctx, runErr)
 		runErr = nil
 	}
@@ -303,12 +284,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		w.stop(runErr)
 	}
-	stopWatch()
-	<-watched
-	<-progressDone
-	<-stallsDone
-	w.stopping.Store(true)
-	com.Close()
+	// ctx has ended on every way here: the agreement checks return.
+	w.ms.checks.Wait()
 	w.setJoined(false)
 	w.m.groupJoined.Set(0)
 	if errp := w.fatal.Load(); errp != nil {
@@ -318,6 +295,69 @@ func (w *Worker) Run(ctx context.Context) error {
 		return context.Cause(ctx)
 	}
 	return nil
+}
+
+// serve runs the membership, the watchers of the group and the partitions,
+// and the committer as one run.Group until the membership ends, and
+// returns its error. Every goroutine it starts has returned when it
+// returns, also when the shutdown overran its timeout (runMember): the
+// interrupts run in order, so the committer closes only after the member
+// and its partitions have stopped. cancel ends ctx.
+func (w *Worker) serve(ctx context.Context, cancel context.CancelCauseFunc, member *group.Member, ms *membership, com *group.Committer) error {
+	var g oklog.Group
+	var runErr error
+	memberDone := make(chan struct{})
+	g.Add(func() error {
+		defer close(memberDone)
+		runErr = w.runMember(ctx, member, ms)
+		return runErr
+	}, func(error) {
+		select {
+		case <-memberDone: // it ended the group; a fenced member idles on ctx (Run)
+		default:
+			cancel(nil)
+			<-memberDone
+		}
+	})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	for _, watch := range []func(context.Context){
+		func(ctx context.Context) { w.watchGroup(ctx, func() { member.RequestRejoin(true) }) },
+		func(ctx context.Context) { w.logProgress(ctx, workerProgress) },
+		w.watchPartitions,
+	} {
+		g.Add(func() error { watch(watchCtx); return nil }, func(error) { stopWatch() })
+	}
+	g.Add(func() error { com.Run(); return nil }, func(error) {
+		w.stopping.Store(true)
+		com.Close()
+	})
+	_ = g.Run() // the watchers end with ctx, before the member: its error is runErr
+	return runErr
+}
+
+// runMember runs the membership until it ends by itself or ctx ends. Once
+// ctx has ended the member revokes its partitions (their final commits and
+// checkpoints) and leaves the group, within cfg.ShutdownTimeout; past it
+// (and a margin) it says so, and still waits for the member: a partition
+// left running would commit through a closed committer.
+func (w *Worker) runMember(ctx context.Context, member *group.Member, ms *membership) error {
+	ran := make(chan error, 1)
+	go func() { ran <- member.Run(ctx, ms) }()
+	select {
+	case err := <-ran:
+		return err
+	case <-ctx.Done():
+	}
+	w.log.Info("worker stopping", "shutdown_timeout", w.cfg.ShutdownTimeout)
+	select {
+	case err := <-ran:
+		return err
+	case <-time.After(w.cfg.ShutdownTimeout + 5*time.Second):
+	}
+	w.log.Error("shutdown did not finish in time; waiting for the partitions still stopping", "shutdown_timeout", w.cfg.ShutdownTimeout,
+		"partitions", ms.Owned())
+	return <-ran
 }
 
 // idleFenced holds a member whose static instance id another member took
