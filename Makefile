@@ -78,6 +78,8 @@ test:
 	cd test/containers && $(GO) mod tidy -diff && $(GO) test -count=1 -timeout 10m ./...
 	@# allocation counts of pooled encoders (sync.Pool drops items under -race)
 	$(GO) test -count=1 -run '^TestCompressedReuseAllocations$$' ./internal/producer
+	@# gofmt, go vet and staticcheck (pinned) in every module
+	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory fuzz
 
 # A short run of every fuzz target; a crasher is written to the package's
@@ -106,6 +108,10 @@ lint:
 	cd bench && $(GO) vet ./...
 	cd release && $(GO) vet ./...
 	cd test/containers && $(GO) vet ./...
+	@# staticcheck, pinned by .ci/deps.sh: no finding in any module
+	@.ci/deps.sh >/dev/null && export PATH="$(TOOLS_PATH)" && \
+	  staticcheck ./... && (cd bench && staticcheck ./...) && \
+	  (cd release && staticcheck ./...) && (cd test/containers && staticcheck ./...)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

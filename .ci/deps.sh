@@ -10,6 +10,8 @@
 #   - helm v4 (built from the Go module proxy; the chart's tests in release/)
 #     and cyclonedx-gomod (the SBOM of make release, which the release test
 #     runs), linked into $TOOLS_DIR/bin
+#   - staticcheck (built from the Go module proxy; make lint, which make test
+#     runs), linked into $TOOLS_DIR/bin
 # Prints the path of the versitygw binary on its last line.
 #
 # `deps.sh release` installs only what make release needs (cyclonedx-gomod)
@@ -21,6 +23,7 @@ VERSITYGW_VERSION="${VERSITYGW_VERSION:-v1.8.0}"
 # decodes the chart with (release/go.mod): change them together.
 HELM_VERSION="${HELM_VERSION:-v4.3.2}"
 CYCLONEDX_VERSION="${CYCLONEDX_VERSION:-v1.10.0}"
+STATICCHECK_VERSION="${STATICCHECK_VERSION:-v0.8.2}"
 TOOLS_DIR="${BLOOMGATE_TOOLS_DIR:-$HOME/.cache/bloomgate-tools}"
 vgw_dir="$TOOLS_DIR/versitygw-$VERSITYGW_VERSION"
 
@@ -43,6 +46,7 @@ if [ "${1:-}" = release ]; then
   exit 0
 fi
 go_tool helm "$HELM_VERSION" helm.sh/helm/v4/cmd/helm "2-3 minutes"
+go_tool staticcheck "$STATICCHECK_VERSION" honnef.co/go/tools/cmd/staticcheck "1 minute"
 
 if ! command -v kcat >/dev/null 2>&1; then
   echo "deps: installing kcat (Debian package)" >&2

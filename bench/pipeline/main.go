@@ -884,7 +884,7 @@ func (p *proc) stop(limit time.Duration) error {
 }
 
 // collectProfiles saves, from a process built with -tags pprof, a CPU
-// profile of profileSeconds taken after profileDelay (the steady state of
+// profile of profileLength taken after profileDelay (the steady state of
 // a run of a few seconds), then a heap profile (after a GC), as
 // prefix.cpu.pprof and prefix.heap.pprof.
 func collectProfiles(ctx context.Context, base, prefix string) {
@@ -910,13 +910,13 @@ func collectProfiles(ctx context.Context, base, prefix string) {
 			logf("pprof %s: %v", path, err)
 		}
 	}
-	get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(profileSeconds/time.Second)), prefix+".cpu.pprof")
+	get(fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(profileLength/time.Second)), prefix+".cpu.pprof")
 	get("/debug/pprof/heap?gc=1", prefix+".heap.pprof")
 }
 
 const (
-	profileDelay   = 2 * time.Second
-	profileSeconds = 4 * time.Second
+	profileDelay  = 2 * time.Second
+	profileLength = 4 * time.Second
 )
 
 // goBuild builds repo's cmd/bloomgate into bin with the flags and
