@@ -232,47 +232,6 @@ type Run struct {
 	LogLevel        string // debug | info | warn | error
 }
 
-// Default returns the defaults of every setting. The settings the worker
-// takes have the worker's defaults (the worker.Default constants are the
-// one source), so that a setting left at its default and one left unset in
-// a worker.Config mean the same.
-func Default() Run {
-	return Run{
-		Group:                  worker.DefaultGroup,
-		ClientID:               DefaultClientID,
-		Partitioning:           PartitioningSame,
-		Compression:            worker.CompressionInput,
-		IsolationLevel:         ReadCommitted,
-		StartFrom:              "earliest",
-		BatchSize:              worker.DefaultBatchSize,
-		BatchTimeout:           worker.DefaultBatchTimeout,
-		MaxBatchBytes:          worker.DefaultMaxBatchBytes,
-		WriteTimeout:           worker.DefaultWriteTimeout,
-		CommitInterval:         worker.DefaultCommitInterval,
-		Key:                    "key",
-		Normalize:              "none",
-		MaxKeyBytes:            4096,
-		JSONValidation:         JSONValidationStrict,
-		Filter:                 FilterRing,
-		Params:                 filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
-		MaxTimeJump:            time.Hour,
-		ExactDir:               DefaultExactDir,
-		CheckpointURL:          "file://./.bloomgate/checkpoints",
-		CheckpointInterval:     worker.DefaultCheckpointInterval,
-		CheckpointRetain:       3,
-		MaxCheckpointStaleness: worker.DefaultMaxCheckpointStaleness,
-		OnRestoreFailure:       OnRestoreFail,
-		MetricsAddr:            "127.0.0.1:9464",
-		ShutdownTimeout:        worker.DefaultShutdownTimeout,
-		SessionTimeout:         worker.DefaultSessionTimeout,
-		HeartbeatInterval:      worker.DefaultHeartbeatInterval,
-		JoinGroupBackoff:       worker.DefaultJoinGroupBackoff,
-		GroupInstanceID:        "auto",
-		LogFormat:              "text",
-		LogLevel:               "info",
-	}
-}
-
 // ErrHelp is returned by Load when -h or --help was given; the usage has
 // been written to the output.
 var ErrHelp = flag.ErrHelp
@@ -477,20 +436,9 @@ func (c *Run) LogValue() slog.Value {
 			attrs = append(attrs, slog.String(f.Name, v))
 		}
 	}
-	listed := map[string]bool{}
-	for _, s := range sections {
-		for _, name := range s.flags {
-			if f := fs.Lookup(name); f != nil {
-				listed[name] = true
-				add(f)
-			}
-		}
+	for _, s := range settings {
+		add(fs.Lookup(s.name))
 	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if !listed[f.Name] {
-			add(f)
-		}
-	})
 	return slog.GroupValue(attrs...)
 }
 

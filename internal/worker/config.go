@@ -56,8 +56,8 @@ const (
 // record (UnwritableStall) tries it again.
 const UnwritableRetry = 30 * time.Second
 
-// CompressionInput is Config.Compression's default: write each batch with
-// the codec of the input batch its records came from last.
+// CompressionInput writes each batch with the codec of the input batch
+// its records came from last: Config.Compression's default.
 const CompressionInput = "input"
 
 // codec returns the fixed codec of Compression (None for
@@ -247,6 +247,10 @@ type Config struct {
 // internal/config.Default takes its values from here.
 const (
 	DefaultGroup              = "bloomgate"
+	DefaultPartitioning       = PartitioningSame
+	DefaultCompression        = CompressionInput
+	DefaultIsolationLevel     = ReadCommitted
+	DefaultOnRestoreFailure   = RestoreFail
 	DefaultBatchSize          = 2000
 	DefaultMaxBatchBytes      = 1 << 20 // Kafka's default max.message.bytes
 	DefaultBatchTimeout       = 5 * time.Millisecond
@@ -346,13 +350,13 @@ func (c Config) WithDefaults() Config {
 		c.OnUnwritable = DefaultOnUnwritable(c.DeadLetter)
 	}
 	if c.Partitioning == "" {
-		c.Partitioning = PartitioningSame
+		c.Partitioning = DefaultPartitioning
 	}
 	if c.Compression == "" {
-		c.Compression = CompressionInput
+		c.Compression = DefaultCompression
 	}
 	if c.IsolationLevel == "" {
-		c.IsolationLevel = ReadCommitted
+		c.IsolationLevel = DefaultIsolationLevel
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
@@ -364,7 +368,7 @@ func (c Config) WithDefaults() Config {
 		c.CheckpointTimeout = max(c.CheckpointInterval, minCheckpointTimeout)
 	}
 	if c.OnRestoreFailure == "" {
-		c.OnRestoreFailure = RestoreFail
+		c.OnRestoreFailure = DefaultOnRestoreFailure
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
