@@ -133,6 +133,7 @@ var settings = []setting{
 		name: "seed-topic", section: secKafka, owner: ownerWorker,
 		field: text(func(c *Run) *string { return &c.SeedTopic }, ""),
 		help:  "for a new group: first remember (without forwarding) the keys of this topic, e.g. the deduplicated topic an earlier system wrote; partition p of it seeds input partition p, so it must be partitioned like the input",
+		doc:   `See docs/operations.md, "Putting bloomgate into an existing pipeline"`,
 	},
 	{
 		name: "seed-key", section: secKafka, owner: ownerKeys,
@@ -144,6 +145,7 @@ var settings = []setting{
 		field: boolean(func(c *Run) *bool { return &c.Repartition }),
 		help:  "the input is not keyed by the dedup key: run a first hop (group <group>-repartition) that writes every record to the topic <group>-repartition keyed by the hash of its canonical key (created if missing), and dedup that topic",
 		agree: asWritten,
+		doc:   "See docs/keys.md. The hop takes --compression, --batch-size, --max-batch-bytes (lowered to the repartition topic's max.message.bytes), --write-timeout, --commit-interval, --dead-letter and --on-unwritable as well",
 	},
 	{
 		name: "batch-size", section: secKafka, owner: ownerWorker,
@@ -159,11 +161,13 @@ var settings = []setting{
 		name: "max-batch-bytes", section: secKafka, owner: ownerWorker,
 		field: size(func(c *Run) *int64 { return &c.MaxBatchBytes }, worker.DefaultMaxBatchBytes),
 		help:  "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); lowered at start, per written topic, to its max.message.bytes (sizes as the broker counts them); a larger record is unwritable (see --on-unwritable); batches are cut at 256KiB below it",
+		doc:   "The topics' max.message.bytes are read with DescribeConfigs and logged; a record between 256 KiB and the bound goes in a batch of its own",
 	},
 	{
 		name: "on-unwritable", section: secKafka, owner: ownerWorker,
 		field: text(func(c *Run) *string { return &c.OnUnwritable }, ""),
 		help:  "record its topic cannot take (over the batch bound, or refused by the broker, e.g. a null key on a compacted topic): dead-letter (with its reason; a reference record if the dead-letter topic cannot hold it), stall (its partition waits before it, retried every 30s; other partitions go on) or drop (counted) (default: dead-letter if --dead-letter is set, else stall)",
+		doc:   `See docs/operations.md, "Records the output refuses"`,
 	},
 	{
 		name: "write-timeout", section: secKafka, owner: ownerWorker,
@@ -189,6 +193,7 @@ var settings = []setting{
 		name: "rebalance-timeout", section: secKafka, owner: ownerGroup,
 		field: duration(func(c *Run) *time.Duration { return &c.RebalanceTimeout }, 0),
 		help:  fmt.Sprintf("how long the group waits for members to rejoin in a rebalance; must exceed --session-timeout (0s: session-timeout + %v)", group.RebalanceOverSession),
+		doc:   `A revoked partition's final commit and checkpoint get at most half of it (heartbeats go on meanwhile; docs/worker.md, "Group membership")`,
 	},
 	{
 		name: "join-group-backoff", section: secKafka, owner: ownerWorker,
@@ -200,6 +205,7 @@ var settings = []setting{
 		field: text(func(c *Run) *string { return &c.GroupInstanceID }, "auto"),
 		help: "static group membership: a restart within --session-timeout keeps the member's partitions, no rebalance; " +
 			"auto: the pod name where it is stable (a StatefulSet's NAME-N, from POD_NAME, or from HOSTNAME inside Kubernetes), else a dynamic member; none: always dynamic; else the id, unique per member",
+		doc: "A static member does not leave the group when it stops (KIP-345)",
 	},
 	{
 		name: "tls-enabled", section: secTLSSASL, owner: ownerConfig,
@@ -232,6 +238,7 @@ var settings = []setting{
 		help: "SASL mechanism: plain, scram-sha-256 or scram-sha-512 (with --sasl-username and --sasl-password), " +
 			"oauthbearer (with --sasl-oauth-token-file, or --sasl-oauth-token-endpoint and a client id and secret), aws-msk-iam (AWS credentials from the SDK's default chain) " +
 			"(empty: no SASL); a refused login stops the start, it is not retried",
+		doc: "Settings for AWS MSK, Confluent Cloud, Azure Event Hubs and Redpanda: docs/kafka.md",
 	},
 	{
 		name: "sasl-username", section: secTLSSASL, owner: ownerConfig,
@@ -303,6 +310,7 @@ var settings = []setting{
 			strings.Join(keys.URLRuleNames()[:len(keys.URLRuleNames())-1], ", ") + ", or the preset " + keys.PresetCrawler +
 			" (strip-userinfo, strip-www, strip-session-ids: what Heritrix applies by default); each merges spellings that are usually, not always, one page (docs/urls.md). Part of the key definition: a memory written with other rules is refused",
 		agree: func(c *Run, _ string) string { return c.KeyIdentity().URLRules },
+		doc:   `See docs/keys.md, "URL rules"`,
 	},
 	{
 		name: "url-strip-params", section: secKeys, owner: ownerKeys,
@@ -329,6 +337,7 @@ var settings = []setting{
 		name: "filter", section: secFilter, owner: ownerMemory,
 		field: text(func(c *Run) *string { return &c.Filter }, FilterRing),
 		help:  "filter kind: ring (G blocked Bloom generations) or fingerprint (age-tagged fingerprints: the newest generation in a quotient table, the sealed ones in a static set; ~22 % less memory at 1 %, ~32 % at 0.1 % from ~200 k keys per partition, slower inserts; best with --generations 8). A memory keeps its kind: a checkpoint of the other kind is refused",
+		doc:   "See docs/sizing.md and docs/filter.md, \"Choosing the kind\"",
 	},
 	{
 		name: "window", section: secFilter, owner: ownerFilterplan,
@@ -360,6 +369,7 @@ var settings = []setting{
 		field: boolean(func(c *Run) *bool { return &c.Exact }),
 		help:  "exact mode: confirm every positive of the filter in a local store of the keys' 128-bit hashes (16 B per key on disk, checkpointed with the filter); a refuted one (a false positive) is forwarded: no false positives",
 		agree: asWritten,
+		doc:   "See docs/exact.md",
 	},
 	{
 		name: "exact-dir", section: secFilter, owner: ownerMemory,
@@ -375,6 +385,7 @@ var settings = []setting{
 		name: "checkpoint-interval", section: secCheckpoints, owner: ownerWorker,
 		field: duration(func(c *Run) *time.Duration { return &c.CheckpointInterval }, worker.DefaultCheckpointInterval),
 		help:  "time between periodic checkpoints of each partition",
+		doc:   "A new memory's or a seeding's first checkpoints come sooner: after 10 s, 20 s, 40 s, …",
 	},
 	{
 		name: "checkpoint-retain", section: secCheckpoints, owner: ownerCheckpoint,
@@ -385,16 +396,19 @@ var settings = []setting{
 		name: "max-checkpoint-staleness", section: secCheckpoints, owner: ownerWorker,
 		field: bound(func(c *Run) *time.Duration { return &c.MaxCheckpointStaleness }, worker.DefaultMaxCheckpointStaleness),
 		help:  "stop committing offsets when the last good checkpoint is older than this (0s: no bound)",
+		doc:   "Processing goes on meanwhile",
 	},
 	{
 		name: "on-restore-failure", section: secCheckpoints, owner: ownerWorker,
 		field: text(func(c *Run) *string { return &c.OnRestoreFailure }, string(worker.DefaultOnRestoreFailure)),
 		help:  "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other --key/--normalize/--url-rules/--filter): fail (stop the worker), or empty (start such a partition with an empty filter, rebuilt from the retained input: for one start, then remove it)",
+		doc:   "Other key settings than the checkpoints' are found at start and exit 2 naming the partitions and the fix. empty is an escape hatch for one start: each partition it empties is logged at ERROR and counted (bloomgate_checkpoint_restores_discarded_total), a start that needs it for nothing warns; remove it after the rebuild (docs/worker.md, \"--on-restore-failure empty\"). A corrupt or missing generation object does not get here: see docs/guarantees.md, 7",
 	},
 	{
 		name: "max-replay", section: secCheckpoints, owner: ownerWorker,
 		field: count(func(c *Run) *int64 { return &c.MaxReplay }, 0),
 		help:  "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten; offsets are never committed beyond the last checkpoint plus this bound (0: replay all that is retained, exact)",
+		doc:   "A warning says when keys are forgotten. While checkpoints fail, commits wait at the bound (the status page shows commits paused)",
 	},
 	{
 		name: "checkpoint-skip-create-only-check", section: secCheckpoints, owner: ownerCheckpoint,
@@ -405,6 +419,7 @@ var settings = []setting{
 		name: "metrics-addr", section: secOperations, owner: ownerConfig,
 		field: text(func(c *Run) *string { return &c.MetricsAddr }, "127.0.0.1:9464"),
 		help:  "listen address for /metrics, /healthz, /readyz, `host:port` (empty: disabled)",
+		doc:   "Also serves the status page",
 	},
 	{
 		name: "shutdown-timeout", section: secOperations, owner: ownerWorker,
