@@ -3,6 +3,7 @@ package config
 import (
 	"flag"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -106,17 +107,17 @@ var settings = []setting{
 	},
 	{
 		name: "partitioning", section: secKafka, owner: ownerWorker,
-		field: text(func(c *Run) *string { return &c.Partitioning }, string(worker.DefaultPartitioning)),
+		field: text(func(c *Run) *string { return &c.Partitioning }, string(worker.DefaultPartitioning)).checked(enum(worker.CheckPartitioning)),
 		help:  "output partition: same (= input partition, counts must match) or hash (of the Kafka key)",
 	},
 	{
 		name: "compression", section: secKafka, owner: ownerWorker,
-		field: text(func(c *Run) *string { return &c.Compression }, worker.DefaultCompression),
+		field: text(func(c *Run) *string { return &c.Compression }, worker.DefaultCompression).checked(only(worker.CheckCompression)),
 		help:  "compression of every topic the worker writes (output, duplicates, dead letters, the repartition hop): input (each batch with the codec of the input batch its records came from: a stage that forwards records as read keeps what their producers chose), none, gzip, snappy, lz4 or zstd",
 	},
 	{
 		name: "isolation-level", section: secKafka, owner: ownerWorker,
-		field: text(func(c *Run) *string { return &c.IsolationLevel }, string(worker.DefaultIsolationLevel)),
+		field: text(func(c *Run) *string { return &c.IsolationLevel }, string(worker.DefaultIsolationLevel)).checked(enum(worker.CheckIsolationLevel)),
 		help:  "read_committed (skip records of aborted transactions; wait for open ones) or read_uncommitted (read everything written); transaction markers are never events",
 	},
 	{
@@ -149,17 +150,17 @@ var settings = []setting{
 	},
 	{
 		name: "batch-size", section: secKafka, owner: ownerWorker,
-		field: count(func(c *Run) *int { return &c.BatchSize }, worker.DefaultBatchSize),
+		field: count(func(c *Run) *int { return &c.BatchSize }, worker.DefaultBatchSize).checked(only(worker.CheckBatchSize)),
 		help:  "max records per produce batch",
 	},
 	{
 		name: "batch-timeout", section: secKafka, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.BatchTimeout }, worker.DefaultBatchTimeout),
+		field: duration(func(c *Run) *time.Duration { return &c.BatchTimeout }, worker.DefaultBatchTimeout).checked(worker.CheckPositive),
 		help:  "max wait to fill a produce batch",
 	},
 	{
 		name: "max-batch-bytes", section: secKafka, owner: ownerWorker,
-		field: size(func(c *Run) *int64 { return &c.MaxBatchBytes }, worker.DefaultMaxBatchBytes),
+		field: size(func(c *Run) *int64 { return &c.MaxBatchBytes }, worker.DefaultMaxBatchBytes).checked(only(worker.CheckMaxBatchBytes)),
 		help:  "max bytes of one produce batch per partition (1MiB, 1MB or 1048576); lowered at start, per written topic, to its max.message.bytes (sizes as the broker counts them); a larger record is unwritable (see --on-unwritable); batches are cut at 256KiB below it",
 		doc:   "The topics' max.message.bytes are read with DescribeConfigs and logged; a record between 256 KiB and the bound goes in a batch of its own",
 	},
@@ -171,17 +172,17 @@ var settings = []setting{
 	},
 	{
 		name: "write-timeout", section: secKafka, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.WriteTimeout }, worker.DefaultWriteTimeout),
+		field: duration(func(c *Run) *time.Duration { return &c.WriteTimeout }, worker.DefaultWriteTimeout).checked(worker.CheckPositive),
 		help:  "bound of one produce request; a batch write that fails, or is unanswered after twice this, is followed by an exact recovery of the partition",
 	},
 	{
 		name: "commit-interval", section: secKafka, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.CommitInterval }, worker.DefaultCommitInterval),
+		field: duration(func(c *Run) *time.Duration { return &c.CommitInterval }, worker.DefaultCommitInterval).checked(worker.CheckPositive),
 		help:  "time between offset commits of the records whose output writes are acknowledged",
 	},
 	{
 		name: "session-timeout", section: secKafka, owner: ownerGroup,
-		field: duration(func(c *Run) *time.Duration { return &c.SessionTimeout }, group.DefaultSessionTimeout),
+		field: duration(func(c *Run) *time.Duration { return &c.SessionTimeout }, group.DefaultSessionTimeout).checked(only(worker.CheckSessionTimeout)),
 		help:  "consumer group session timeout: how long the partitions of a crashed worker wait before moving",
 	},
 	{
@@ -197,7 +198,7 @@ var settings = []setting{
 	},
 	{
 		name: "join-group-backoff", section: secKafka, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.JoinGroupBackoff }, worker.DefaultJoinGroupBackoff),
+		field: duration(func(c *Run) *time.Duration { return &c.JoinGroupBackoff }, worker.DefaultJoinGroupBackoff).checked(worker.CheckPositive),
 		help:  "wait before re-joining the group after an error",
 	},
 	{
@@ -293,7 +294,7 @@ var settings = []setting{
 	},
 	{
 		name: "key", section: secKeys, owner: ownerKeys,
-		field: text(func(c *Run) *string { return &c.Key }, "key"),
+		field: text(func(c *Run) *string { return &c.Key }, "key").checked(only(keys.ValidateSpec)),
 		help:  "dedup key: key (Kafka message key), header:NAME, json:PATH (e.g. json:order.id); comma-separated parts form a compound key",
 		agree: asWritten,
 	},
@@ -320,12 +321,12 @@ var settings = []setting{
 	},
 	{
 		name: "max-key-bytes", section: secKeys, owner: ownerKeys,
-		field: size(func(c *Run) *int { return &c.MaxKeyBytes }, keys.DefaultMaxKeyBytes),
+		field: size(func(c *Run) *int { return &c.MaxKeyBytes }, keys.DefaultMaxKeyBytes).checked(only(checkMaxKeyBytes)),
 		help:  "longest accepted key after normalization; longer ones are bad input (too_large)",
 	},
 	{
 		name: "json-validation", section: secKeys, owner: ownerKeys,
-		field: text(func(c *Run) *string { return &c.JSONValidation }, JSONValidationStrict),
+		field: text(func(c *Run) *string { return &c.JSONValidation }, JSONValidationStrict).checked(oneOf(JSONValidationStrict, JSONValidationLazy)),
 		help:  "strict (validate every JSON value) or lazy (only when the key field is unusable; faster)",
 	},
 	{
@@ -335,7 +336,7 @@ var settings = []setting{
 	},
 	{
 		name: "filter", section: secFilter, owner: ownerMemory,
-		field: text(func(c *Run) *string { return &c.Filter }, FilterRing),
+		field: text(func(c *Run) *string { return &c.Filter }, FilterRing).checked(oneOf(FilterRing, FilterFingerprint)),
 		help:  "filter kind: ring (G blocked Bloom generations) or fingerprint (age-tagged fingerprints: the newest generation in a quotient table, the sealed ones in a static set; ~22 % less memory at 1 %, ~32 % at 0.1 % from ~200 k keys per partition, slower inserts; best with --generations 8). A memory keeps its kind: a checkpoint of the other kind is refused",
 		doc:   "See docs/sizing.md and docs/filter.md, \"Choosing the kind\"",
 	},
@@ -361,7 +362,7 @@ var settings = []setting{
 	},
 	{
 		name: "max-time-jump", section: secFilter, owner: ownerMemory,
-		field: duration(func(c *Run) *time.Duration { return &c.MaxTimeJump }, time.Hour),
+		field: duration(func(c *Run) *time.Duration { return &c.MaxTimeJump }, time.Hour).checked(notNegative),
 		help:  "how far one record may move a partition's event time forward; a record stamped further ahead is filed at that bound, so one bad timestamp cannot make the filter forget (0s: unbounded)",
 	},
 	{
@@ -378,18 +379,18 @@ var settings = []setting{
 	},
 	{
 		name: "checkpoint-url", section: secCheckpoints, owner: ownerCheckpoint,
-		field: text(func(c *Run) *string { return &c.CheckpointURL }, "file://./.bloomgate/checkpoints"),
+		field: text(func(c *Run) *string { return &c.CheckpointURL }, "file://./.bloomgate/checkpoints").checked(only(checkCheckpointURL)),
 		help:  "where filter checkpoints go: s3://bucket/prefix?endpoint=…&region=…, file:///dir (files 0600), mem://name; logged with other query values REDACTED",
 	},
 	{
 		name: "checkpoint-interval", section: secCheckpoints, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.CheckpointInterval }, worker.DefaultCheckpointInterval),
+		field: duration(func(c *Run) *time.Duration { return &c.CheckpointInterval }, worker.DefaultCheckpointInterval).checked(worker.CheckPositive),
 		help:  "time between periodic checkpoints of each partition",
 		doc:   "A new memory's or a seeding's first checkpoints come sooner: after 10 s, 20 s, 40 s, …",
 	},
 	{
 		name: "checkpoint-retain", section: secCheckpoints, owner: ownerCheckpoint,
-		field: count(func(c *Run) *int { return &c.CheckpointRetain }, checkpoint.DefaultRetain),
+		field: count(func(c *Run) *int { return &c.CheckpointRetain }, checkpoint.DefaultRetain).checked(atLeastOne),
 		help:  "checkpoints (manifests) kept per partition",
 	},
 	{
@@ -400,13 +401,13 @@ var settings = []setting{
 	},
 	{
 		name: "on-restore-failure", section: secCheckpoints, owner: ownerWorker,
-		field: text(func(c *Run) *string { return &c.OnRestoreFailure }, string(worker.DefaultOnRestoreFailure)),
+		field: text(func(c *Run) *string { return &c.OnRestoreFailure }, string(worker.DefaultOnRestoreFailure)).checked(enum(worker.CheckOnRestoreFailure)),
 		help:  "checkpoints exist but none loads, not even in part (every manifest corrupt, or written with other --key/--normalize/--url-rules/--filter): fail (stop the worker), or empty (start such a partition with an empty filter, rebuilt from the retained input: for one start, then remove it)",
 		doc:   "Other key settings than the checkpoints' are found at start and exit 2 naming the partitions and the fix. empty is an escape hatch for one start: each partition it empties is logged at ERROR and counted (bloomgate_checkpoint_restores_discarded_total), a start that needs it for nothing warns; remove it after the rebuild (docs/worker.md, \"--on-restore-failure empty\"). A corrupt or missing generation object does not get here: see docs/guarantees.md, 7",
 	},
 	{
 		name: "max-replay", section: secCheckpoints, owner: ownerWorker,
-		field: count(func(c *Run) *int64 { return &c.MaxReplay }, 0),
+		field: count(func(c *Run) *int64 { return &c.MaxReplay }, 0).checked(only(worker.CheckMaxReplay)),
 		help:  "most input records a partition replays into its filter when no checkpoint covers its committed offset; keys of older records are forgotten; offsets are never committed beyond the last checkpoint plus this bound (0: replay all that is retained, exact)",
 		doc:   "A warning says when keys are forgotten. While checkpoints fail, commits wait at the bound (the status page shows commits paused)",
 	},
@@ -423,17 +424,17 @@ var settings = []setting{
 	},
 	{
 		name: "shutdown-timeout", section: secOperations, owner: ownerWorker,
-		field: duration(func(c *Run) *time.Duration { return &c.ShutdownTimeout }, worker.DefaultShutdownTimeout),
+		field: duration(func(c *Run) *time.Duration { return &c.ShutdownTimeout }, worker.DefaultShutdownTimeout).checked(worker.CheckPositive),
 		help:  "max time for the ordered shutdown on SIGTERM/SIGINT",
 	},
 	{
 		name: "log-format", section: secOperations, owner: ownerConfig,
-		field: text(func(c *Run) *string { return &c.LogFormat }, "text"),
+		field: text(func(c *Run) *string { return &c.LogFormat }, "text").checked(oneOf("text", "json")),
 		help:  "log format: text or json",
 	},
 	{
 		name: "log-level", section: secOperations, owner: ownerConfig,
-		field: text(func(c *Run) *string { return &c.LogLevel }, "info"),
+		field: text(func(c *Run) *string { return &c.LogLevel }, "info").checked(anyCase(oneOf("debug", "info", "warn", "error"))),
 		help:  "log level: debug, info, warn or error",
 	},
 	{
@@ -450,12 +451,58 @@ type field interface {
 	register(fs *flag.FlagSet, c *Run, name, usage string)
 	// setDefault writes the default into c's field.
 	setDefault(c *Run)
+	// check returns what is wrong with c's value alone (nil: nothing);
+	// Validate places it where the setting was set. Checks of relations
+	// between settings are Validate's own.
+	check(c *Run) error
 }
 
 type fieldOf[T any] struct {
 	ptr func(*Run) *T
 	def T
 	reg func(fs *flag.FlagSet, p *T, name, usage string)
+	// chk, if set, checks a value; def is the default, an example of a
+	// value that works.
+	chk func(v, def T) error
+}
+
+// checked returns f with the check chk.
+func (f fieldOf[T]) checked(chk func(v, def T) error) fieldOf[T] {
+	f.chk = chk
+	return f
+}
+
+func (f fieldOf[T]) check(c *Run) error {
+	if f.chk == nil {
+		return nil
+	}
+	return f.chk(*f.ptr(c), f.def)
+}
+
+// only is a check of the value alone.
+func only[T any](chk func(T) error) func(v, def T) error {
+	return func(v, _ T) error { return chk(v) }
+}
+
+// enum is a check of an enumerated setting by the owning package's check
+// of its type.
+func enum[E ~string](chk func(E) error) func(v, def string) error {
+	return func(v, _ string) error { return chk(E(v)) }
+}
+
+// anyCase is chk of the value in lower case.
+func anyCase(chk func(v, def string) error) func(v, def string) error {
+	return func(v, def string) error { return chk(strings.ToLower(v), def) }
+}
+
+// oneOf is a check that the value is one of allowed.
+func oneOf(allowed ...string) func(v, def string) error {
+	return func(v, _ string) error {
+		if !slices.Contains(allowed, v) {
+			return fmt.Errorf("%q is not one of %s", v, strings.Join(allowed, ", "))
+		}
+		return nil
+	}
 }
 
 func (f fieldOf[T]) register(fs *flag.FlagSet, c *Run, name, usage string) {
@@ -464,39 +511,39 @@ func (f fieldOf[T]) register(fs *flag.FlagSet, c *Run, name, usage string) {
 
 func (f fieldOf[T]) setDefault(c *Run) { *f.ptr(c) = f.def }
 
-func text(p func(*Run) *string, def string) field {
-	return fieldOf[string]{p, def, func(fs *flag.FlagSet, p *string, name, usage string) { fs.StringVar(p, name, *p, usage) }}
+func text(p func(*Run) *string, def string) fieldOf[string] {
+	return fieldOf[string]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *string, name, usage string) { fs.StringVar(p, name, *p, usage) }}
 }
 
 // boolean settings default to false: a flag turns them on.
-func boolean(p func(*Run) *bool) field {
-	return fieldOf[bool]{p, false, func(fs *flag.FlagSet, p *bool, name, usage string) { fs.BoolVar(p, name, *p, usage) }}
+func boolean(p func(*Run) *bool) fieldOf[bool] {
+	return fieldOf[bool]{ptr: p, def: false, reg: func(fs *flag.FlagSet, p *bool, name, usage string) { fs.BoolVar(p, name, *p, usage) }}
 }
 
 // list settings default to none.
-func list(p func(*Run) *[]string) field {
-	return fieldOf[[]string]{p, nil, func(fs *flag.FlagSet, p *[]string, name, usage string) { fs.Var(&listValue{p: p}, name, usage) }}
+func list(p func(*Run) *[]string) fieldOf[[]string] {
+	return fieldOf[[]string]{ptr: p, def: nil, reg: func(fs *flag.FlagSet, p *[]string, name, usage string) { fs.Var(&listValue{p: p}, name, usage) }}
 }
 
-func duration(p func(*Run) *time.Duration, def time.Duration) field {
-	return fieldOf[time.Duration]{p, def, func(fs *flag.FlagSet, p *time.Duration, name, usage string) { DurationVar(fs, p, name, *p, usage) }}
+func duration(p func(*Run) *time.Duration, def time.Duration) fieldOf[time.Duration] {
+	return fieldOf[time.Duration]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *time.Duration, name, usage string) { DurationVar(fs, p, name, *p, usage) }}
 }
 
 // bound is a duration whose 0 the user writes for worker.NoBound.
-func bound(p func(*Run) *time.Duration, def time.Duration) field {
-	return fieldOf[time.Duration]{p, def, func(fs *flag.FlagSet, p *time.Duration, name, usage string) { BoundVar(fs, p, name, *p, usage) }}
+func bound(p func(*Run) *time.Duration, def time.Duration) fieldOf[time.Duration] {
+	return fieldOf[time.Duration]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *time.Duration, name, usage string) { BoundVar(fs, p, name, *p, usage) }}
 }
 
-func count[T Counter](p func(*Run) *T, def T) field {
-	return fieldOf[T]{p, def, func(fs *flag.FlagSet, p *T, name, usage string) { CountVar(fs, p, name, *p, usage) }}
+func count[T Counter](p func(*Run) *T, def T) fieldOf[T] {
+	return fieldOf[T]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *T, name, usage string) { CountVar(fs, p, name, *p, usage) }}
 }
 
-func rate(p func(*Run) *float64, def float64) field {
-	return fieldOf[float64]{p, def, func(fs *flag.FlagSet, p *float64, name, usage string) { RateVar(fs, p, name, *p, usage) }}
+func rate(p func(*Run) *float64, def float64) fieldOf[float64] {
+	return fieldOf[float64]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *float64, name, usage string) { RateVar(fs, p, name, *p, usage) }}
 }
 
-func size[T ~int | ~int64](p func(*Run) *T, def T) field {
-	return fieldOf[T]{p, def, func(fs *flag.FlagSet, p *T, name, usage string) { ByteSizeVar(fs, p, name, *p, usage) }}
+func size[T ~int | ~int64](p func(*Run) *T, def T) fieldOf[T] {
+	return fieldOf[T]{ptr: p, def: def, reg: func(fs *flag.FlagSet, p *T, name, usage string) { ByteSizeVar(fs, p, name, *p, usage) }}
 }
 
 // FlagSet registers every setting of c as a flag of a new set whose values
