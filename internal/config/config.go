@@ -10,6 +10,12 @@
 // every value is taken as written (no YAML 1.1 booleans: `output: no` is the
 // topic "no"). Validate checks the result and names the setting and the fix
 // in every error.
+//
+// Each setting is one entry of the table in settings.go: its name, section,
+// owner, Run field, default, help words and check. The flags, the
+// defaults, --help, the YAML keys, the variables, the start-up log, the
+// settings a group's members announce and the reference in
+// docs/settings.md are derived from it.
 package config
 
 import (
@@ -25,7 +31,6 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
-	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -407,13 +412,6 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
 }
 
-// secretSettings are never logged.
-var secretSettings = map[string]bool{"sasl-password": true, "sasl-oauth-client-secret": true}
-
-// redactedSettings are logged through a function that removes what may be
-// secret in them.
-var redactedSettings = map[string]func(string) string{"checkpoint-url": checkpoint.RedactURL}
-
 // LogValue logs every setting under its flag name (the YAML key), in the
 // order of --help, with its value as a flag would take it (24h, 10M,
 // 1MiB); secrets show as [redacted] when set, and the checkpoint URL
@@ -423,21 +421,17 @@ func (c *Run) LogValue() slog.Value {
 	cp := *c // FlagSet binds the values it reads: bind a copy
 	fs := cp.FlagSet("log")
 	var attrs []slog.Attr
-	add := func(f *flag.Flag) {
+	for _, s := range settings {
+		f := fs.Lookup(s.name)
 		v := f.Value.String()
 		switch {
-		case secretSettings[f.Name] && v != "":
-			attrs = append(attrs, slog.String(f.Name, "[redacted]"))
-		case redactedSettings[f.Name] != nil:
-			attrs = append(attrs, slog.String(f.Name, redactedSettings[f.Name](v)))
+		case s.log != nil:
+			attrs = append(attrs, slog.String(s.name, s.log(v)))
 		case isBoolValue(f.Value):
-			attrs = append(attrs, slog.Bool(f.Name, v == "true"))
+			attrs = append(attrs, slog.Bool(s.name, v == "true"))
 		default:
-			attrs = append(attrs, slog.String(f.Name, v))
+			attrs = append(attrs, slog.String(s.name, v))
 		}
-	}
-	for _, s := range settings {
-		add(fs.Lookup(s.name))
 	}
 	return slog.GroupValue(attrs...)
 }
