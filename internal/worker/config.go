@@ -244,8 +244,8 @@ type Config struct {
 }
 
 // Defaults of the settings a zero value leaves to the worker. They are the
-// single source of the defaults of `bloomgate run` as well:
-// internal/config.Default takes its values from here.
+// single source of the defaults of `bloomgate run` as well: the table of
+// settings in internal/config takes its defaults from here.
 const (
 	DefaultGroup              = "bloomgate"
 	DefaultPartitioning       = PartitioningSame
