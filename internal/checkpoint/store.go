@@ -54,13 +54,17 @@ const (
 	encodingNone = "none"
 )
 
+// DefaultRetain is Options.Retain's default: the newest manifests kept
+// per partition.
+const DefaultRetain = 3
+
 // Options configure a Store. Zero values take the documented defaults.
 type Options struct {
 	Logger     *slog.Logger          // default: discard
 	Registerer prometheus.Registerer // default: metrics not registered
 
 	// Retain is how many newest manifests per partition (and the objects
-	// they reference) retention keeps. Default 3, minimum 1.
+	// they reference) retention keeps. Default DefaultRetain, minimum 1.
 	Retain int
 	// OrphanGrace protects unreferenced generation objects younger than
 	// this from retention: a writer uploads data before the manifest that
@@ -91,7 +95,7 @@ type Options struct {
 func (o Options) Validate() error {
 	switch {
 	case o.Retain < 0:
-		return fmt.Errorf("checkpoint retain %d: must be >= 1 (0 means default 3)", o.Retain)
+		return fmt.Errorf("checkpoint retain %d: must be >= 1 (0 means default %d)", o.Retain, DefaultRetain)
 	case o.OrphanGrace < 0:
 		return fmt.Errorf("checkpoint orphan grace %s: must be >= 0", o.OrphanGrace)
 	case o.RequestTimeout < 0:
@@ -113,7 +117,7 @@ func (o Options) withDefaults() Options {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if o.Retain == 0 {
-		o.Retain = 3
+		o.Retain = DefaultRetain
 	}
 	if o.OrphanGrace == 0 {
 		o.OrphanGrace = time.Hour

@@ -10,6 +10,12 @@
 // every value is taken as written (no YAML 1.1 booleans: `output: no` is the
 // topic "no"). Validate checks the result and names the setting and the fix
 // in every error.
+//
+// Each setting is one entry of the table in settings.go: its name, section,
+// owner, Run field, default, help words and check. The flags, the
+// defaults, --help, the YAML keys, the variables, the start-up log, the
+// settings a group's members announce and the reference in
+// docs/settings.md are derived from it.
 package config
 
 import (
@@ -25,7 +31,6 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
-	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/memory"
 	"github.com/bloomgate/bloomgate/internal/worker"
@@ -232,47 +237,6 @@ type Run struct {
 	LogLevel        string // debug | info | warn | error
 }
 
-// Default returns the defaults of every setting. The settings the worker
-// takes have the worker's defaults (the worker.Default constants are the
-// one source), so that a setting left at its default and one left unset in
-// a worker.Config mean the same.
-func Default() Run {
-	return Run{
-		Group:                  worker.DefaultGroup,
-		ClientID:               DefaultClientID,
-		Partitioning:           PartitioningSame,
-		Compression:            worker.CompressionInput,
-		IsolationLevel:         ReadCommitted,
-		StartFrom:              "earliest",
-		BatchSize:              worker.DefaultBatchSize,
-		BatchTimeout:           worker.DefaultBatchTimeout,
-		MaxBatchBytes:          worker.DefaultMaxBatchBytes,
-		WriteTimeout:           worker.DefaultWriteTimeout,
-		CommitInterval:         worker.DefaultCommitInterval,
-		Key:                    "key",
-		Normalize:              "none",
-		MaxKeyBytes:            4096,
-		JSONValidation:         JSONValidationStrict,
-		Filter:                 FilterRing,
-		Params:                 filterplan.Params{Window: 24 * time.Hour, Generations: 4, Capacity: 10_000_000, FPR: 0.01},
-		MaxTimeJump:            time.Hour,
-		ExactDir:               DefaultExactDir,
-		CheckpointURL:          "file://./.bloomgate/checkpoints",
-		CheckpointInterval:     worker.DefaultCheckpointInterval,
-		CheckpointRetain:       3,
-		MaxCheckpointStaleness: worker.DefaultMaxCheckpointStaleness,
-		OnRestoreFailure:       OnRestoreFail,
-		MetricsAddr:            "127.0.0.1:9464",
-		ShutdownTimeout:        worker.DefaultShutdownTimeout,
-		SessionTimeout:         worker.DefaultSessionTimeout,
-		HeartbeatInterval:      worker.DefaultHeartbeatInterval,
-		JoinGroupBackoff:       worker.DefaultJoinGroupBackoff,
-		GroupInstanceID:        "auto",
-		LogFormat:              "text",
-		LogLevel:               "info",
-	}
-}
-
 // ErrHelp is returned by Load when -h or --help was given; the usage has
 // been written to the output.
 var ErrHelp = flag.ErrHelp
@@ -448,13 +412,6 @@ func (c *Run) NewLogger(w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: use text or json", c.LogFormat)
 }
 
-// secretSettings are never logged.
-var secretSettings = map[string]bool{"sasl-password": true, "sasl-oauth-client-secret": true}
-
-// redactedSettings are logged through a function that removes what may be
-// secret in them.
-var redactedSettings = map[string]func(string) string{"checkpoint-url": checkpoint.RedactURL}
-
 // LogValue logs every setting under its flag name (the YAML key), in the
 // order of --help, with its value as a flag would take it (24h, 10M,
 // 1MiB); secrets show as [redacted] when set, and the checkpoint URL
@@ -464,33 +421,18 @@ func (c *Run) LogValue() slog.Value {
 	cp := *c // FlagSet binds the values it reads: bind a copy
 	fs := cp.FlagSet("log")
 	var attrs []slog.Attr
-	add := func(f *flag.Flag) {
+	for _, s := range settings {
+		f := fs.Lookup(s.name)
 		v := f.Value.String()
 		switch {
-		case secretSettings[f.Name] && v != "":
-			attrs = append(attrs, slog.String(f.Name, "[redacted]"))
-		case redactedSettings[f.Name] != nil:
-			attrs = append(attrs, slog.String(f.Name, redactedSettings[f.Name](v)))
+		case s.log != nil:
+			attrs = append(attrs, slog.String(s.name, s.log(v)))
 		case isBoolValue(f.Value):
-			attrs = append(attrs, slog.Bool(f.Name, v == "true"))
+			attrs = append(attrs, slog.Bool(s.name, v == "true"))
 		default:
-			attrs = append(attrs, slog.String(f.Name, v))
+			attrs = append(attrs, slog.String(s.name, v))
 		}
 	}
-	listed := map[string]bool{}
-	for _, s := range sections {
-		for _, name := range s.flags {
-			if f := fs.Lookup(name); f != nil {
-				listed[name] = true
-				add(f)
-			}
-		}
-	}
-	fs.VisitAll(func(f *flag.Flag) {
-		if !listed[f.Name] {
-			add(f)
-		}
-	})
 	return slog.GroupValue(attrs...)
 }
 

@@ -7,8 +7,8 @@ import (
 
 func TestSuggest(t *testing.T) {
 	var names []string
-	for _, s := range sections {
-		names = append(names, s.flags...)
+	for _, s := range settings {
+		names = append(names, s.name)
 	}
 	for _, tc := range []struct {
 		in   string

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/bloomgate/bloomgate/internal/checkpoint"
 	"github.com/bloomgate/bloomgate/internal/filterplan"
 	"github.com/bloomgate/bloomgate/internal/keys"
-	"github.com/bloomgate/bloomgate/internal/producer"
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
 
@@ -29,6 +27,9 @@ import (
 // accepts.
 func (c *Run) Validate() error {
 	p := &problems{run: c}
+	for _, s := range settings {
+		p.check(s.name, s.field.check(c))
+	}
 	c.validateKafka(p)
 	c.validateSeeding(p)
 	c.validateOutput(p)
@@ -55,13 +56,11 @@ func (p *problems) bad(setting, format string, args ...any) {
 	p.errs = append(p.errs, &SettingError{Setting: setting, Problem: fmt.Sprintf(format, args...), Source: o.source, File: o.file, Line: o.line})
 }
 
-// oneOf reports v unless it is one of allowed, and says whether it is.
-func (p *problems) oneOf(setting, v string, allowed ...string) bool {
-	if !slices.Contains(allowed, v) {
-		p.bad(setting, "%q is not one of %s", v, strings.Join(allowed, ", "))
-		return false
+// check reports err, if any, as a problem of setting.
+func (p *problems) check(setting string, err error) {
+	if err != nil {
+		p.bad(setting, "%v", err)
 	}
-	return true
 }
 
 // topicSetting is a topic and the flag that names it.
@@ -103,9 +102,6 @@ func (c *Run) validateKafka(p *problems) {
 			}
 		}
 	}
-	p.oneOf("partitioning", c.Partitioning, PartitioningSame, PartitioningHash)
-	p.oneOf("compression", c.Compression, append([]string{worker.CompressionInput}, producer.CodecNames()...)...)
-	p.oneOf("isolation-level", c.IsolationLevel, ReadCommitted, ReadUncommitted)
 	if c.Repartition {
 		for _, t := range topics {
 			if t.name != "" && t.name == c.RepartitionTopic() {
@@ -164,35 +160,15 @@ func (c *Run) validateSeedFrom(p *problems, start Position) {
 
 // validateOutput checks how records are batched, written and committed.
 func (c *Run) validateOutput(p *problems) {
-	if err := worker.CheckBatchSize(c.BatchSize); err != nil {
-		p.bad("batch-size", "%v", err)
-	}
-	if err := worker.CheckPositive(c.BatchTimeout, worker.DefaultBatchTimeout); err != nil {
-		p.bad("batch-timeout", "%v", err)
-	}
-	if err := worker.CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
-		p.bad("max-batch-bytes", "%v", err)
-	}
 	// Unset, it is resolved from the dead-letter topic: always valid.
-	if c.OnUnwritable != "" &&
-		p.oneOf("on-unwritable", c.OnUnwritable, OnUnwritableDeadLetter, OnUnwritableStall, OnUnwritableDrop) &&
-		c.OnUnwritable == OnUnwritableDeadLetter && c.DeadLetter == "" {
-		p.bad("on-unwritable", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
-	}
-	if err := worker.CheckPositive(c.WriteTimeout, worker.DefaultWriteTimeout); err != nil {
-		p.bad("write-timeout", "%v", err)
-	}
-	if err := worker.CheckPositive(c.CommitInterval, worker.DefaultCommitInterval); err != nil {
-		p.bad("commit-interval", "%v", err)
+	if c.OnUnwritable != "" {
+		p.check("on-unwritable", worker.CheckOnUnwritable(worker.UnwritablePolicy(c.OnUnwritable), c.DeadLetter))
 	}
 }
 
 // validateKeys checks how the dedup key is extracted and what happens
 // without one.
 func (c *Run) validateKeys(p *problems) {
-	if err := keys.ValidateSpec(c.Key); err != nil {
-		p.bad("key", "%v", err)
-	}
 	norm, err := keys.ParseNormalize(c.Normalize)
 	if err != nil {
 		p.bad("normalize", "%v", err)
@@ -202,15 +178,9 @@ func (c *Run) validateKeys(p *problems) {
 	} else if (len(c.URLRules) > 0 || len(c.URLStripParams) > 0) && norm != keys.NormURL && norm != "" {
 		p.bad("url-rules", "apply to --normalize url only (normalize is %s): set --normalize url, or remove --url-rules and --url-strip-params", norm)
 	}
-	if c.MaxKeyBytes < 1 || c.MaxKeyBytes > 1<<20 {
-		p.bad("max-key-bytes", "%d: must be between 1 and 1048576", c.MaxKeyBytes)
-	}
-	p.oneOf("json-validation", c.JSONValidation, JSONValidationStrict, JSONValidationLazy)
 	// Unset, it is resolved from the dead-letter topic: always valid.
-	if c.OnMissingKey != "" &&
-		p.oneOf("on-missing-key", c.OnMissingKey, OnMissingDeadLetter, OnMissingForward, OnMissingDrop, OnMissingFail) &&
-		c.OnMissingKey == OnMissingDeadLetter && c.DeadLetter == "" {
-		p.bad("on-missing-key", "dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
+	if c.OnMissingKey != "" {
+		p.check("on-missing-key", worker.CheckOnMissingKey(worker.MissingKeyPolicy(c.OnMissingKey), c.DeadLetter))
 	}
 }
 
@@ -218,7 +188,6 @@ func (c *Run) validateKeys(p *problems) {
 // (filterplan's, which the worker and the filter apply as well), the plan
 // they make, and exact mode.
 func (c *Run) validateFilter(p *problems) {
-	p.oneOf("filter", c.Filter, FilterRing, FilterFingerprint)
 	planned := true
 	for _, r := range c.Params.Check() {
 		p.bad(r.Setting, "%s", r.Problem)
@@ -229,9 +198,6 @@ func (c *Run) validateFilter(p *problems) {
 	if planned {
 		c.validatePlan(p)
 	}
-	if c.MaxTimeJump < 0 {
-		p.bad("max-time-jump", "%v: must be >= 0 (0: unbounded; e.g. 1h)", fd(c.MaxTimeJump))
-	}
 	if c.Exact && c.ExactDir == "" {
 		p.bad("exact-dir", "empty: exact mode needs a local directory for its stores (e.g. %s)", DefaultExactDir)
 	}
@@ -240,15 +206,6 @@ func (c *Run) validateFilter(p *problems) {
 // validateCheckpoints checks where and how often checkpoints are written,
 // and how they are restored.
 func (c *Run) validateCheckpoints(p *problems) {
-	if err := checkCheckpointURL(c.CheckpointURL); err != nil {
-		p.bad("checkpoint-url", "%v", err)
-	}
-	if err := worker.CheckPositive(c.CheckpointInterval, worker.DefaultCheckpointInterval); err != nil {
-		p.bad("checkpoint-interval", "%v", err)
-	}
-	if c.CheckpointRetain < 1 {
-		p.bad("checkpoint-retain", "%d: must be at least 1 (e.g. 3)", c.CheckpointRetain)
-	}
 	switch s := c.MaxCheckpointStaleness; {
 	case s == worker.NoBound, s == 0: // no bound (written 0s); the worker's default
 	case s < 0:
@@ -258,25 +215,15 @@ func (c *Run) validateCheckpoints(p *problems) {
 			p.bad("max-checkpoint-staleness", "%v", err)
 		}
 	}
-	p.oneOf("on-restore-failure", c.OnRestoreFailure, OnRestoreFail, OnRestoreEmpty)
-	if c.MaxReplay < 0 {
-		p.bad("max-replay", "%d: must be 0 (no bound) or more", c.MaxReplay)
-	}
 }
 
 // validateGroup checks the consumer group's timings.
 func (c *Run) validateGroup(p *problems) {
-	if err := worker.CheckSessionTimeout(c.SessionTimeout); err != nil {
-		p.bad("session-timeout", "%v", err)
-	}
 	if err := worker.CheckHeartbeatInterval(c.HeartbeatInterval, c.SessionTimeout); err != nil {
 		p.bad("heartbeat-interval", "%v", err)
 	}
 	if err := worker.CheckRebalanceTimeout(c.RebalanceTimeout, c.SessionTimeout); err != nil {
 		p.bad("rebalance-timeout", "%v", err)
-	}
-	if err := worker.CheckPositive(c.JoinGroupBackoff, worker.DefaultJoinGroupBackoff); err != nil {
-		p.bad("join-group-backoff", "%v", err)
 	}
 }
 
@@ -289,11 +236,6 @@ func (c *Run) validateOperations(p *problems) {
 			p.bad("metrics-addr", "%q: bad port; use host:port (e.g. 127.0.0.1:9464)", c.MetricsAddr)
 		}
 	}
-	if err := worker.CheckPositive(c.ShutdownTimeout, worker.DefaultShutdownTimeout); err != nil {
-		p.bad("shutdown-timeout", "%v", err)
-	}
-	p.oneOf("log-format", c.LogFormat, "text", "json")
-	p.oneOf("log-level", strings.ToLower(c.LogLevel), "debug", "info", "warn", "error")
 }
 
 // MaxPlannedFilterBytes bounds the filter memory a plan may need for the
@@ -332,6 +274,30 @@ func (c *Run) validatePlan(p *problems) {
 			"use the expected distinct keys per window of the whole topic (e.g. 1G), or raise --fpr",
 			FormatCount(c.Capacity), FormatRate(c.FPR), c.Generations, formatMemory(need), formatMemory(MaxPlannedFilterBytes))
 	}
+}
+
+// checkMaxKeyBytes bounds --max-key-bytes.
+func checkMaxKeyBytes(n int) error {
+	if n < 1 || n > 1<<20 {
+		return fmt.Errorf("%d: must be between 1 and 1048576", n)
+	}
+	return nil
+}
+
+// atLeastOne checks a count that must be 1 or more.
+func atLeastOne(n, def int) error {
+	if n < 1 {
+		return fmt.Errorf("%d: must be at least 1 (e.g. %d)", n, def)
+	}
+	return nil
+}
+
+// notNegative checks a duration that 0 turns off.
+func notNegative(d, def time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%v: must be >= 0 (0: unbounded; e.g. %s)", fd(d), fd(def))
+	}
+	return nil
 }
 
 // fd formats a duration for a message.

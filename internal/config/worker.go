@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"strconv"
 
 	"github.com/bloomgate/bloomgate/internal/worker"
 )
@@ -40,18 +39,13 @@ func (c *Run) WorkerConfig() (worker.Config, error) {
 		Group:   c.Group,
 		Input:   input,
 		// The hop creates its topic with --output's partition count.
-		InputMadeLikeOutput: c.Repartition,
-		Output:              c.Output,
-		Duplicates:          c.Duplicates,
-		DeadLetter:          c.DeadLetter,
-		OnMissingKey:        worker.MissingKeyPolicy(c.OnMissingKey),
-		OnUnwritable:        worker.UnwritablePolicy(c.OnUnwritable),
-		Agreement: []worker.Setting{
-			{Name: "key", Value: c.Key}, {Name: "normalize", Value: c.Normalize},
-			{Name: "url-rules", Value: c.KeyIdentity().URLRules}, {Name: "url-strip-params", Value: c.KeyIdentity().URLStripParams},
-			{Name: "exact", Value: strconv.FormatBool(c.Exact)}, {Name: "input", Value: c.Input},
-			{Name: "repartition", Value: strconv.FormatBool(c.Repartition)},
-		},
+		InputMadeLikeOutput:    c.Repartition,
+		Output:                 c.Output,
+		Duplicates:             c.Duplicates,
+		DeadLetter:             c.DeadLetter,
+		OnMissingKey:           worker.MissingKeyPolicy(c.OnMissingKey),
+		OnUnwritable:           worker.UnwritablePolicy(c.OnUnwritable),
+		Agreement:              c.Agreement(),
 		Filter:                 c.Params,
 		Partitioning:           worker.Partitioning(c.Partitioning),
 		Compression:            c.Compression,

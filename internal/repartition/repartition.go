@@ -80,12 +80,14 @@ type Config struct {
 	PartitionsLike string
 	Isolation      fetcher.Isolation
 
-	BatchSize int // most records per produce batch, default 2000
-	// MaxBatchBytes bounds a produce batch (producer.Batch.Size), default
-	// 1 MiB; lowered to a written topic's max.message.bytes.
+	// The defaults of BatchSize, MaxBatchBytes, CommitInterval and
+	// WriteTimeout are the dedup stage's (worker.Default…).
+	BatchSize int // most records per produce batch
+	// MaxBatchBytes bounds a produce batch (producer.Batch.Size); lowered
+	// to a written topic's max.message.bytes.
 	MaxBatchBytes  int64
-	CommitInterval time.Duration // default 1s
-	// WriteTimeout bounds one produce request (default 10s); the writes of
+	CommitInterval time.Duration
+	// WriteTimeout bounds one produce request; the writes of
 	// one fetch get three times as long before it is read again.
 	WriteTimeout time.Duration
 	// Compression of the written batches: a codec name
@@ -180,10 +182,10 @@ func (c Config) Validate() error {
 
 func (c *Config) applyDefaults() {
 	if c.BatchSize == 0 {
-		c.BatchSize = 2000
+		c.BatchSize = worker.DefaultBatchSize
 	}
 	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = 1 << 20
+		c.MaxBatchBytes = worker.DefaultMaxBatchBytes
 	}
 	if c.OnUnwritable == "" {
 		c.OnUnwritable = worker.DefaultOnUnwritable(c.DeadLetter)
@@ -192,14 +194,14 @@ func (c *Config) applyDefaults() {
 		c.UnwritableRetry = worker.UnwritableRetry
 	}
 	if c.CommitInterval == 0 {
-		c.CommitInterval = time.Second
+		c.CommitInterval = worker.DefaultCommitInterval
 	}
 	if c.WriteTimeout == 0 {
-		c.WriteTimeout = 10 * time.Second
+		c.WriteTimeout = worker.DefaultWriteTimeout
 	}
 	c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
 	if c.Dialer == nil {
-		c.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true}
+		c.Dialer = &kafka.Dialer{Timeout: worker.DefaultDialTimeout, DualStack: true}
 	}
 	if c.Transport == nil {
 		c.Transport = &kafka.Transport{DialTimeout: 10 * time.Second}

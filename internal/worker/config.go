@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,8 +57,8 @@ const (
 // record (UnwritableStall) tries it again.
 const UnwritableRetry = 30 * time.Second
 
-// CompressionInput is Config.Compression's default: write each batch with
-// the codec of the input batch its records came from last.
+// CompressionInput writes each batch with the codec of the input batch
+// its records came from last: Config.Compression's default.
 const CompressionInput = "input"
 
 // codec returns the fixed codec of Compression (None for
@@ -243,10 +244,14 @@ type Config struct {
 }
 
 // Defaults of the settings a zero value leaves to the worker. They are the
-// single source of the defaults of `bloomgate run` as well:
-// internal/config.Default takes its values from here.
+// single source of the defaults of `bloomgate run` as well: the table of
+// settings in internal/config takes its defaults from here.
 const (
 	DefaultGroup              = "bloomgate"
+	DefaultPartitioning       = PartitioningSame
+	DefaultCompression        = CompressionInput
+	DefaultIsolationLevel     = ReadCommitted
+	DefaultOnRestoreFailure   = RestoreFail
 	DefaultBatchSize          = 2000
 	DefaultMaxBatchBytes      = 1 << 20 // Kafka's default max.message.bytes
 	DefaultBatchTimeout       = 5 * time.Millisecond
@@ -312,6 +317,69 @@ func CheckMaxBatchBytes(n int64) error {
 		quantity.Size(uint64(max(n, 0))), quantity.Size(MinBatchBytes), quantity.Size(LargestBatchBytes+1), quantity.Size(DefaultMaxBatchBytes))
 }
 
+// The checks of the enumerated settings and MaxReplay, as CheckBatchSize:
+// nil for a value Validate accepts, else what is wrong, in the words
+// `bloomgate run` shows after the setting's name. Validate applies them
+// with the defaults filled in (a zero value is the default);
+// internal/config checks its settings with them.
+
+// CheckOnMissingKey checks an OnMissingKey with the DeadLetter topic it
+// would use.
+func CheckOnMissingKey(p MissingKeyPolicy, deadLetter string) error {
+	if p == MissingKeyDeadLetter && deadLetter == "" {
+		return errors.New("dead-letter needs a dead-letter topic: set --dead-letter NAME or choose forward, drop or fail")
+	}
+	return checkOneOf(p, MissingKeyDeadLetter, MissingKeyForward, MissingKeyDrop, MissingKeyFail)
+}
+
+// CheckOnUnwritable checks an OnUnwritable with the DeadLetter topic it
+// would use.
+func CheckOnUnwritable(p UnwritablePolicy, deadLetter string) error {
+	if p == UnwritableDeadLetter && deadLetter == "" {
+		return errors.New("dead-letter needs a dead-letter topic: set --dead-letter NAME or choose stall or drop")
+	}
+	return checkOneOf(p, UnwritableDeadLetter, UnwritableStall, UnwritableDrop)
+}
+
+// CheckCompression checks a Compression: CompressionInput or a codec's
+// name (producer.CodecNames), as written there.
+func CheckCompression(s string) error {
+	return checkOneOf(s, append([]string{CompressionInput}, producer.CodecNames()...)...)
+}
+
+// CheckPartitioning checks a Partitioning.
+func CheckPartitioning(p Partitioning) error {
+	return checkOneOf(p, PartitioningSame, PartitioningHash)
+}
+
+// CheckIsolationLevel checks an IsolationLevel.
+func CheckIsolationLevel(l IsolationLevel) error {
+	return checkOneOf(l, ReadCommitted, ReadUncommitted)
+}
+
+// CheckOnRestoreFailure checks an OnRestoreFailure.
+func CheckOnRestoreFailure(p RestorePolicy) error { return checkOneOf(p, RestoreFail, RestoreEmpty) }
+
+// CheckMaxReplay checks a MaxReplay.
+func CheckMaxReplay(n int64) error {
+	if n < 0 {
+		return fmt.Errorf("%d: must be 0 (no bound) or more", n)
+	}
+	return nil
+}
+
+// checkOneOf returns nil for the allowed values.
+func checkOneOf[T ~string](v T, allowed ...T) error {
+	if slices.Contains(allowed, v) {
+		return nil
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	return fmt.Errorf("%q is not one of %s", v, strings.Join(names, ", "))
+}
+
 // DefaultOnMissingKey is OnMissingKey's default for a dead-letter topic
 // (possibly ""): dead-letter when there is one, else forward, so that bad
 // input neither stops the stream nor vanishes.
@@ -346,13 +414,13 @@ func (c Config) WithDefaults() Config {
 		c.OnUnwritable = DefaultOnUnwritable(c.DeadLetter)
 	}
 	if c.Partitioning == "" {
-		c.Partitioning = PartitioningSame
+		c.Partitioning = DefaultPartitioning
 	}
 	if c.Compression == "" {
-		c.Compression = CompressionInput
+		c.Compression = DefaultCompression
 	}
 	if c.IsolationLevel == "" {
-		c.IsolationLevel = ReadCommitted
+		c.IsolationLevel = DefaultIsolationLevel
 	}
 	if c.CheckpointInterval == 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
@@ -364,7 +432,7 @@ func (c Config) WithDefaults() Config {
 		c.CheckpointTimeout = max(c.CheckpointInterval, minCheckpointTimeout)
 	}
 	if c.OnRestoreFailure == "" {
-		c.OnRestoreFailure = RestoreFail
+		c.OnRestoreFailure = DefaultOnRestoreFailure
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
@@ -422,6 +490,9 @@ func (c Config) Validate() error {
 	if c.Output == "" {
 		bad("output: the output topic is required")
 	}
+	// Checked as the worker runs them, defaults filled in (a zero is the
+	// default, which passes).
+	r := c.WithDefaults()
 	topics := map[string]string{}
 	for _, t := range []struct{ name, topic string }{{"input", c.Input}, {"output", c.Output}, {"duplicates", c.Duplicates}, {"dead-letter", c.DeadLetter}} {
 		if t.topic == "" {
@@ -433,49 +504,26 @@ func (c Config) Validate() error {
 		}
 		topics[t.topic] = t.name
 	}
-	switch c.OnMissingKey {
-	case "", MissingKeyForward, MissingKeyDrop, MissingKeyFail:
-	case MissingKeyDeadLetter:
-		if c.DeadLetter == "" {
-			bad("on-missing-key: dead-letter needs a dead-letter topic; set dead-letter or choose forward|drop|fail")
+	for _, e := range []struct {
+		name string
+		err  error
+	}{
+		{"on-missing-key", CheckOnMissingKey(r.OnMissingKey, c.DeadLetter)},
+		{"on-unwritable", CheckOnUnwritable(r.OnUnwritable, c.DeadLetter)},
+		{"partitioning", CheckPartitioning(r.Partitioning)},
+		{"compression", CheckCompression(r.Compression)},
+		{"isolation-level", CheckIsolationLevel(r.IsolationLevel)},
+		{"on-restore-failure", CheckOnRestoreFailure(r.OnRestoreFailure)},
+	} {
+		if e.err != nil {
+			bad("%s: %v", e.name, e.err)
 		}
-	default:
-		bad("on-missing-key: %q is not one of dead-letter|forward|drop|fail", c.OnMissingKey)
-	}
-	switch c.OnUnwritable {
-	case "", UnwritableStall, UnwritableDrop:
-	case UnwritableDeadLetter:
-		if c.DeadLetter == "" {
-			bad("on-unwritable: dead-letter needs a dead-letter topic; set dead-letter or choose stall|drop")
-		}
-	default:
-		bad("on-unwritable: %q is not one of dead-letter|stall|drop", c.OnUnwritable)
-	}
-	switch c.Partitioning {
-	case "", PartitioningSame, PartitioningHash:
-	default:
-		bad("partitioning: %q is not one of same|hash", c.Partitioning)
-	}
-	if _, err := c.codec(); err != nil {
-		bad("compression: %v", err)
-	}
-	switch c.IsolationLevel {
-	case "", ReadCommitted, ReadUncommitted:
-	default:
-		bad("isolation-level: %q is not one of read_committed|read_uncommitted", c.IsolationLevel)
-	}
-	switch c.OnRestoreFailure {
-	case "", RestoreFail, RestoreEmpty:
-	default:
-		bad("on-restore-failure: %q is not one of fail|empty", c.OnRestoreFailure)
 	}
 	for _, p := range c.Filter.Check() {
 		errs = append(errs, p)
 	}
-	// The timings are checked as the worker runs them, defaults filled in
-	// (a zero is the default, which passes), by the rules `bloomgate run`
-	// applies to its flags (timings.go).
-	r := c.WithDefaults()
+	// The timings, by the rules `bloomgate run` applies to its flags
+	// (timings.go).
 	for _, d := range []struct {
 		name       string
 		v, example time.Duration
@@ -514,8 +562,8 @@ func (c Config) Validate() error {
 			bad("max-batch-bytes: %v", err)
 		}
 	}
-	if c.MaxReplay < 0 {
-		bad("max-replay: %d is negative", c.MaxReplay)
+	if err := CheckMaxReplay(c.MaxReplay); err != nil {
+		bad("max-replay: %v", err)
 	}
 	return errors.Join(errs...)
 }
