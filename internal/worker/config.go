@@ -404,69 +404,39 @@ func DefaultOnUnwritable(deadLetter string) UnwritablePolicy {
 // New runs the worker with the result; Validate checks the relations
 // between settings on it.
 func (c Config) WithDefaults() Config {
-	if c.Group == "" {
-		c.Group = DefaultGroup
-	}
-	if c.OnMissingKey == "" {
-		c.OnMissingKey = DefaultOnMissingKey(c.DeadLetter)
-	}
-	if c.OnUnwritable == "" {
-		c.OnUnwritable = DefaultOnUnwritable(c.DeadLetter)
-	}
-	if c.Partitioning == "" {
-		c.Partitioning = DefaultPartitioning
-	}
-	if c.Compression == "" {
-		c.Compression = DefaultCompression
-	}
-	if c.IsolationLevel == "" {
-		c.IsolationLevel = DefaultIsolationLevel
-	}
-	if c.CheckpointInterval == 0 {
-		c.CheckpointInterval = DefaultCheckpointInterval
-	}
-	if c.MaxCheckpointStaleness == 0 {
-		c.MaxCheckpointStaleness = stalenessIntervals * c.CheckpointInterval
-	}
-	if c.CheckpointTimeout == 0 {
-		c.CheckpointTimeout = max(c.CheckpointInterval, minCheckpointTimeout)
-	}
-	if c.OnRestoreFailure == "" {
-		c.OnRestoreFailure = DefaultOnRestoreFailure
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = DefaultMaxBatchBytes
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultBatchTimeout
-	}
-	if c.CommitInterval == 0 {
-		c.CommitInterval = DefaultCommitInterval
-	}
-	if c.ShutdownTimeout == 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if c.WriteTimeout == 0 {
-		c.WriteTimeout = DefaultWriteTimeout
-	}
+	setDefault(&c.Group, DefaultGroup)
+	setDefault(&c.OnMissingKey, DefaultOnMissingKey(c.DeadLetter))
+	setDefault(&c.OnUnwritable, DefaultOnUnwritable(c.DeadLetter))
+	setDefault(&c.Partitioning, DefaultPartitioning)
+	setDefault(&c.Compression, DefaultCompression)
+	setDefault(&c.IsolationLevel, DefaultIsolationLevel)
+	setDefault(&c.CheckpointInterval, DefaultCheckpointInterval)
+	setDefault(&c.MaxCheckpointStaleness, stalenessIntervals*c.CheckpointInterval)
+	setDefault(&c.CheckpointTimeout, max(c.CheckpointInterval, minCheckpointTimeout))
+	setDefault(&c.OnRestoreFailure, DefaultOnRestoreFailure)
+	setDefault(&c.BatchSize, DefaultBatchSize)
+	setDefault(&c.MaxBatchBytes, DefaultMaxBatchBytes)
+	setDefault(&c.BatchTimeout, DefaultBatchTimeout)
+	setDefault(&c.CommitInterval, DefaultCommitInterval)
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&c.WriteTimeout, DefaultWriteTimeout)
 	c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval = group.Timings(c.SessionTimeout, c.RebalanceTimeout, c.HeartbeatInterval)
-	if c.JoinGroupBackoff == 0 {
-		c.JoinGroupBackoff = DefaultJoinGroupBackoff
-	}
-	if c.Dialer == nil {
-		c.Dialer = &kafka.Dialer{Timeout: DefaultDialTimeout, DualStack: true}
-	}
-	if c.Transport == nil {
-		c.Transport = &kafka.Transport{}
-	}
+	setDefault(&c.JoinGroupBackoff, DefaultJoinGroupBackoff)
+	setDefault(&c.Dialer, &kafka.Dialer{Timeout: DefaultDialTimeout, DualStack: true})
+	setDefault(&c.Transport, &kafka.Transport{})
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		c.Owner = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	return c
+}
+
+// setDefault sets *p to d if it is the zero value.
+func setDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }
 
 // Validate reports every invalid setting, each naming the setting and the
@@ -522,48 +492,30 @@ func (c Config) Validate() error {
 	for _, p := range c.Filter.Check() {
 		errs = append(errs, p)
 	}
-	// The timings, by the rules `bloomgate run` applies to its flags
-	// (timings.go).
-	for _, d := range []struct {
-		name       string
-		v, example time.Duration
+	for _, e := range []struct {
+		name string
+		err  error
 	}{
-		{"checkpoint-interval", r.CheckpointInterval, DefaultCheckpointInterval},
-		{"checkpoint-timeout", r.CheckpointTimeout, minCheckpointTimeout},
-		{"batch-timeout", r.BatchTimeout, DefaultBatchTimeout},
-		{"commit-interval", r.CommitInterval, DefaultCommitInterval},
-		{"shutdown-timeout", r.ShutdownTimeout, DefaultShutdownTimeout},
-		{"write-timeout", r.WriteTimeout, DefaultWriteTimeout},
-		{"join-group-backoff", r.JoinGroupBackoff, DefaultJoinGroupBackoff},
+		// The timings, by the rules `bloomgate run` applies to its flags
+		// (timings.go).
+		{"checkpoint-interval", CheckPositive(r.CheckpointInterval, DefaultCheckpointInterval)},
+		{"checkpoint-timeout", CheckPositive(r.CheckpointTimeout, minCheckpointTimeout)},
+		{"batch-timeout", CheckPositive(r.BatchTimeout, DefaultBatchTimeout)},
+		{"commit-interval", CheckPositive(r.CommitInterval, DefaultCommitInterval)},
+		{"shutdown-timeout", CheckPositive(r.ShutdownTimeout, DefaultShutdownTimeout)},
+		{"write-timeout", CheckPositive(r.WriteTimeout, DefaultWriteTimeout)},
+		{"join-group-backoff", CheckPositive(r.JoinGroupBackoff, DefaultJoinGroupBackoff)},
+		{"max-checkpoint-staleness", CheckCheckpointStaleness(r.MaxCheckpointStaleness, r.CheckpointInterval)},
+		{"session-timeout", CheckSessionTimeout(r.SessionTimeout)},
+		{"heartbeat-interval", CheckHeartbeatInterval(r.HeartbeatInterval, r.SessionTimeout)},
+		{"rebalance-timeout", CheckRebalanceTimeout(r.RebalanceTimeout, r.SessionTimeout)},
+		{"batch-size", CheckBatchSize(r.BatchSize)}, // 0: the default, which passes
+		{"max-batch-bytes", CheckMaxBatchBytes(r.MaxBatchBytes)},
+		{"max-replay", CheckMaxReplay(c.MaxReplay)},
 	} {
-		if err := CheckPositive(d.v, d.example); err != nil {
-			bad("%s: %v", d.name, err)
+		if e.err != nil {
+			bad("%s: %v", e.name, e.err)
 		}
-	}
-	if err := CheckCheckpointStaleness(r.MaxCheckpointStaleness, r.CheckpointInterval); err != nil {
-		bad("max-checkpoint-staleness: %v", err)
-	}
-	if err := CheckSessionTimeout(r.SessionTimeout); err != nil {
-		bad("session-timeout: %v", err)
-	}
-	if err := CheckHeartbeatInterval(r.HeartbeatInterval, r.SessionTimeout); err != nil {
-		bad("heartbeat-interval: %v", err)
-	}
-	if err := CheckRebalanceTimeout(r.RebalanceTimeout, r.SessionTimeout); err != nil {
-		bad("rebalance-timeout: %v", err)
-	}
-	if c.BatchSize != 0 { // 0: the default
-		if err := CheckBatchSize(c.BatchSize); err != nil {
-			bad("batch-size: %v", err)
-		}
-	}
-	if c.MaxBatchBytes != 0 {
-		if err := CheckMaxBatchBytes(c.MaxBatchBytes); err != nil {
-			bad("max-batch-bytes: %v", err)
-		}
-	}
-	if err := CheckMaxReplay(c.MaxReplay); err != nil {
-		bad("max-replay: %v", err)
 	}
 	return errors.Join(errs...)
 }
