@@ -195,7 +195,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		return nil, err
 	}
 	pp.setState("recovering")
-	pos, err := pp.inputPositions(ctx)
+	pos, err := pp.readPositions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -247,9 +247,9 @@ func (pp *partitionProc) restoreAndClaim(ctx context.Context) (*recoveryPlan, er
 	return pl, nil
 }
 
-// inputPositions reads the input partition's bounds and the group's
+// readPositions reads the input partition's bounds and the group's
 // committed offset.
-func (pp *partitionProc) inputPositions(ctx context.Context) (inputPositions, error) {
+func (pp *partitionProc) readPositions(ctx context.Context) (inputPositions, error) {
 	w := pp.w
 	in, err := w.bounds(ctx, w.cfg.Input, []int{pp.p})
 	if err != nil {
