@@ -38,6 +38,28 @@ type catchUp struct {
 	again       bool
 }
 
+// readableLag sums the readable lag of the assigned partitions of s (lag
+// less the records of open transactions) and says whether all of them
+// are caught up and how many are behind.
+func (w *Worker) readableLag(s Status) (up bool, behind int, lag int64) {
+	up = true
+	for _, p := range s.Partitions {
+		if !slices.Contains(s.Assigned, p.Partition) {
+			continue
+		}
+		readable := max(p.Lag-max(p.LSOLag, 0), 0)
+		lag += readable
+		batch := float64(w.cfg.BatchSize)
+		if p.State != "running" || float64(readable) > max(batch, caughtUpSeconds*p.Rate) {
+			up = false
+		}
+		if float64(readable) > max(batch, behindSeconds*p.Rate) {
+			behind++
+		}
+	}
+	return up, behind, lag
+}
+
 // followCatchUp updates cu from a status sample and logs the transitions.
 func (w *Worker) followCatchUp(cu *catchUp, s Status, cur totals, now time.Time) {
 	grown := false
@@ -59,22 +81,7 @@ func (w *Worker) followCatchUp(cu *catchUp, s Status, cur totals, now time.Time)
 	if len(s.Assigned) == 0 || !s.Joined || !s.Ready {
 		return
 	}
-	up, behind := true, 0
-	var lag int64
-	for _, p := range s.Partitions {
-		if !slices.Contains(s.Assigned, p.Partition) {
-			continue
-		}
-		readable := max(p.Lag-max(p.LSOLag, 0), 0)
-		lag += readable
-		batch := float64(w.cfg.BatchSize)
-		if p.State != "running" || float64(readable) > max(batch, caughtUpSeconds*p.Rate) {
-			up = false
-		}
-		if float64(readable) > max(batch, behindSeconds*p.Rate) {
-			behind++
-		}
-	}
+	up, behind, lag := w.readableLag(s)
 	records := func() uint64 { return cur.consumed + cur.replayed - cu.from.consumed - cu.from.replayed }
 	switch {
 	case !cu.caughtUp && up:

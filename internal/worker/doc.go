@@ -19,14 +19,16 @@
 //	agreement.go    settings members of one group must agree on
 //	crosspartition.go keys met in two partitions: an input not keyed by the dedup key
 //	provenance.go   the bloomgate header of written records: written, read, verified
-//	scan.go         the recovery scan of the written topics
+//	scan.go         the recovery scan of the written topics (scanWritten:
+//	                a writtenScan, one targetScan per written partition)
 //	inputlog.go     a re-created, truncated or retention-shortened input
 //	liveness.go     group timings, the watchdog that rebuilds a stuck membership
 //	partition.go    a partition's lifecycle: session (recover → seed → replay →
 //	                run, one step each), housekeeping, checkpoint, finish on
 //	                revoke or shutdown
-//	recovery.go     exact recovery: restore and claim, C/A/R, the output scan
-//	                (recoveryPlan)
+//	recovery.go     exact recovery in named steps: restore and claim, C/A/R,
+//	                the output scan; returns a recoveryPlan that the session
+//	                takes in one place (applyPlan)
 //	rebuild.go      rebuilding generations a partial restore lost
 //	discards.go     memories discarded once to be rebuilt from the input
 //	skipset.go      records written but not committed, found by the scan

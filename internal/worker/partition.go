@@ -39,21 +39,16 @@ type partitionProc struct {
 	// seedTopic is the unfinished read of Config.SeedTopic (nil: none).
 	seedTopic *SeedProgress
 
-	// Session state, rebuilt by every recovery.
-	filter   Filter
-	next     int64 // next input offset: everything before is handled and acknowledged
-	resume   int64 // input before it is replayed, not written
-	skip     *skipSet
-	scanFrom map[topicPartition]int64
-	scanTo   map[topicPartition]int64
-	// prov writes the provenance header of written records; legacyBefore
-	// is where records without one may still be this memory's
-	// (Checkpoint.LegacyBefore).
-	prov         *provenance
-	legacyBefore map[topicPartition]int64
-	cp           *checkpointer
-	pieces       chan piece
-	joined       []*kafka.Message // the records of the batch being handled (nextBatch)
+	// Session state, rebuilt by every recovery (applyPlan).
+	filter Filter
+	next   int64 // next input offset: everything before is handled and acknowledged
+	resume int64 // input before it is replayed, not written
+	// writtenState: the skip set, the recovery scan's bounds, the
+	// provenance written records carry, legacyBefore (recovery.go).
+	writtenState
+	cp     *checkpointer
+	pieces chan piece
+	joined []*kafka.Message // the records of the batch being handled (nextBatch)
 	// handled are the fetches whose last piece is in the batch being
 	// handled: released by the next nextBatch.
 	handled []*fetcher.Chunk
@@ -238,15 +233,8 @@ func (pp *partitionProc) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, resume, restored := pl.c, pl.resume, pl.restored
-	pp.store, pp.filter, pp.seedTopic = pl.store, restored.Filter, pl.seedTopic
-	pp.skip, pp.scanFrom, pp.scanTo = pl.skip, pl.scanFrom, pl.scanTo
-	pp.prov, pp.legacyBefore = pl.prov, pl.legacyBefore
-	pp.restoredOffset, pp.commitsHeld = restored.InputOffset, false
-	pp.mark = pl.mark
-	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
-	pp.next, pp.resume = c, resume
-	w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.NextOffset, ps.ResumeOffset = c, resume })
+	pp.applyPlan(pl)
+	c, restored := pl.c, pl.restored
 	if err := pp.beforeReading(ctx, pl); err != nil {
 		return err
 	}

@@ -361,9 +361,11 @@ func TestCheckpointKeepsLegacyBound(t *testing.T) {
 	w := &Worker{cfg: Config{Owner: "t"}, out: newOutput(Config{}, nil, nil, nil)}
 	out, dlq := topicPartition{tOut, 0}, topicPartition{tDLQ, 0}
 	pp := &partitionProc{w: w, filter: &exactFilter{last: map[string]time.Time{}},
-		scanFrom: map[topicPartition]int64{out: 10, dlq: 5}, scanTo: map[topicPartition]int64{out: 50, dlq: 5},
-		legacyBefore: map[topicPartition]int64{out: 50, dlq: 5},
-		next:         100, resume: 100, skip: newSkipSet(100, 200)}
+		writtenState: writtenState{
+			scanFrom: map[topicPartition]int64{out: 10, dlq: 5}, scanTo: map[topicPartition]int64{out: 50, dlq: 5},
+			legacyBefore: map[topicPartition]int64{out: 50, dlq: 5},
+			skip:         newSkipSet(100, 200)},
+		next: 100, resume: 100}
 	pp.skip.add(150, skipEntry{kind: toOutput})
 	// The skip set holds a record: output offsets stay at the scan's start.
 	cp := pp.checkpoint()

@@ -55,12 +55,7 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored, otherLog 
 		return err
 	}
 	logStart, hwm := in[pp.p].first, in[pp.p].last
-	start := int64(-1) // the earliest recorded start of a lost generation's keys
-	for _, lg := range r.Lost {
-		if !lg.ExactOnly && lg.KeysFrom >= 0 && (start < 0 || lg.KeysFrom < start) {
-			start = lg.KeysFrom
-		}
-	}
+	start := lostKeysFrom(r.Lost)
 	from, to := max(start, logStart), min(r.InputOffset, hwm)
 	rb, canRebuild := r.Filter.(Rebuilder)
 	canRebuild = canRebuild && !otherLog
@@ -82,6 +77,26 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored, otherLog 
 				"keys", read, "took", w.deps.Now().Sub(began).Round(time.Millisecond))
 		}
 	}
+	pp.lostOutcomes(r, from, to, logStart, hwm, canRebuild)
+	return nil
+}
+
+// lostKeysFrom is the earliest recorded start of the keys of the lost
+// generations that the input can rebuild (-1: none).
+func lostKeysFrom(lost []LostGeneration) int64 {
+	start := int64(-1)
+	for _, lg := range lost {
+		if !lg.ExactOnly && lg.KeysFrom >= 0 && (start < 0 || lg.KeysFrom < start) {
+			start = lg.KeysFrom
+		}
+	}
+	return start
+}
+
+// lostOutcomes decides what became of each lost generation of r after the
+// rebuild read [from, to) (if canRebuild), and shows and reports each one
+// once per assignment.
+func (pp *partitionProc) lostOutcomes(r *Restored, from, to, logStart, hwm int64, canRebuild bool) {
 	for i := range r.Lost {
 		lg := &r.Lost[i]
 		switch {
@@ -107,7 +122,6 @@ func (pp *partitionProc) rebuildLost(ctx context.Context, r *Restored, otherLog 
 			pp.reportLost(*lg, r.InputOffset, logStart, hwm, canRebuild)
 		}
 	}
-	return nil
 }
 
 // readForRebuild hands the keys of input records [from, to) to rb, in

@@ -129,6 +129,7 @@ func (pp *partitionProc) claim(ctx context.Context, h PartitionStore) error {
 // recoveryPlan is what recovery decides before a session reads its input
 // (see the top of this file): the restored and claimed checkpoint, C, A and
 // R, the skip set and where the output scan ran, and the seed topic's read.
+// The session takes it in one place (applyPlan).
 type recoveryPlan struct {
 	store    PartitionStore // this session's handle: claimed
 	restored *Restored
@@ -137,16 +138,15 @@ type recoveryPlan struct {
 	fresh     bool
 	committed int64 // A: the group's committed offset, or where this process got to
 	c, resume int64 // C: where reading starts; R: where forwarding resumes
-	skip      *skipSet
-	scanFrom  map[topicPartition]int64 // per written partition: where the scan began
-	scanTo    map[topicPartition]int64 // … and the high-water mark it ran to
+	// seeding: the replay [c, resume) seeds a new group's memory (begun
+	// by this assignment, or by an earlier process) and is shown so.
+	seeding bool
+	// writtenState: the skip set, where the output scan ran, the
+	// provenance of this memory's records and where records without one
+	// may be this memory's.
+	writtenState
 	scanned   int
 	seedTopic *SeedProgress // the seed topic's unfinished read, if any
-	// prov writes and verifies the provenance of this memory's records.
-	prov *provenance
-	// legacyBefore: where records without provenance may be this memory's
-	// (scanResult.legacyBefore).
-	legacyBefore map[topicPartition]int64
 	// reset: the input's log is another than the memory's, or was cut
 	// short (inputlog.go): nothing the written topics hold counts as
 	// written for it, and a checkpoint and a commit of the new position
@@ -159,12 +159,78 @@ type recoveryPlan struct {
 	mark *InputMark
 }
 
+// writtenState is what recovery found of this partition's records in the
+// written topics, kept by the session: the skip set, the scan's bounds
+// (the output offsets of checkpoints), the provenance this memory's
+// records carry and are judged by, and legacyBefore, where records
+// without provenance may still be this memory's (Checkpoint.LegacyBefore).
+type writtenState struct {
+	skip         *skipSet
+	scanFrom     map[topicPartition]int64 // per written partition: where the scan began
+	scanTo       map[topicPartition]int64 // … and the high-water mark it ran to
+	prov         *provenance
+	legacyBefore map[topicPartition]int64
+}
+
+// inputPositions is what recovery reads of the input partition before it
+// decides C, A and R.
+type inputPositions struct {
+	bounds    offsetBounds // log start and high-water mark
+	committed int64        // the group's committed offset (-1: none), read at every recovery
+	// lastCommitted is what this process committed, if haveCommitted
+	// (group.Committer.LastCommitted).
+	lastCommitted int64
+	haveCommitted bool
+}
+
 // recover restores and claims the partition's newest usable checkpoint and
 // decides C, A and R and the skip set (recovery.go's top comment), logging
-// what it will do. It changes no session state of pp; for a new group it
-// commits the start offset and records the seeding range in pp (assignment
-// state: a later session of the same assignment needs it).
+// what it will do. It changes no session state of pp (applyPlan does); for
+// a new group it commits the start offset and records the seeding range in
+// pp at once (assignment state, startNewGroup: a later session of the same
+// assignment needs it even if this recovery fails after the commit).
 func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
+	pl, err := pp.restoreAndClaim(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pp.setState("recovering")
+	pos, err := pp.readPositions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if pl.fresh = pp.newGroup(pos, pl.restored); pl.fresh {
+		if pos.committed, err = pp.startNewGroup(ctx, pos.bounds); err != nil {
+			return nil, err
+		}
+	}
+	if pl.seedTopic, err = pp.seedTopicRead(ctx, pl.restored); err != nil {
+		return nil, err
+	}
+	pp.planOffsets(ctx, pl, pos)
+	pp.logPlan(pl)
+	if err := pp.scanForSkip(ctx, pl); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+// applyPlan starts the session from pl: the one place where recovery's
+// decisions become session state of pp.
+func (pp *partitionProc) applyPlan(pl *recoveryPlan) {
+	pp.store, pp.filter, pp.seedTopic = pl.store, pl.restored.Filter, pl.seedTopic
+	pp.writtenState = pl.writtenState
+	pp.restoredOffset, pp.commitsHeld = pl.restored.InputOffset, false
+	pp.mark = pl.mark
+	pp.seeding = pl.seeding
+	pp.pm.alreadyWritten.Add(float64(pl.skip.len()))
+	pp.next, pp.resume = pl.c, pl.resume
+	pp.w.updatePartition(pp.p, func(ps *PartitionStatus) { ps.NextOffset, ps.ResumeOffset = pl.c, pl.resume })
+}
+
+// restoreAndClaim starts a plan with the partition's newest usable
+// checkpoint, restored and claimed through a new handle.
+func (pp *partitionProc) restoreAndClaim(ctx context.Context) (*recoveryPlan, error) {
 	w := pp.w
 	pp.setState("restoring")
 	// A fresh handle per session: a handle claims once, and after ErrFenced
@@ -178,69 +244,81 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 	if err := pp.claim(ctx, pl.store); err != nil {
 		return nil, err
 	}
+	return pl, nil
+}
 
-	pp.setState("recovering")
+// readPositions reads the input partition's bounds and the group's
+// committed offset.
+func (pp *partitionProc) readPositions(ctx context.Context) (inputPositions, error) {
+	w := pp.w
 	in, err := w.bounds(ctx, w.cfg.Input, []int{pp.p})
 	if err != nil {
-		return nil, err
+		return inputPositions{}, err
 	}
-	ib := in[pp.p]
-	// The group's committed offset (-1: none), read at every recovery.
 	offsets, err := w.member.FetchOffsets(ctx, []int{pp.p})
 	if err != nil {
-		return nil, err
+		return inputPositions{}, err
 	}
-	committed := offsets[pp.p]
-	lastCommitted, haveCommitted := pp.com.LastCommitted(pp.p)
-	// A new group's partition: where to start forwarding and seeding.
-	fresh := committed < 0 && !haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
-		(!w.cfg.StartFrom.IsEarliest() || w.cfg.SeedFrom != nil || w.cfg.SeedTopic != "")
-	var seed int64
-	if fresh {
-		var start int64
-		if start, seed, err = pp.startOffsets(ctx, ib); err != nil {
-			return nil, err
-		}
-		// Durable before anything is read: a restart must not resolve
-		// "latest" or "72h ago" again and skip or re-forward records.
-		if err := pp.com.CommitNow(ctx, pp.p, start); err != nil {
-			return nil, fmt.Errorf("committing the start offset %d: %w", start, err)
-		}
-		pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
-			"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
-		committed, pp.seeded, pp.seeding = start, seed, seed < start
+	pos := inputPositions{bounds: in[pp.p], committed: offsets[pp.p]}
+	pos.lastCommitted, pos.haveCommitted = pp.com.LastCommitted(pp.p)
+	return pos, nil
+}
+
+// newGroup reports whether the partition starts a new group's memory:
+// nothing committed, no checkpoint, nothing read by this assignment, and a
+// start or seeding other than the whole retained input.
+func (pp *partitionProc) newGroup(pos inputPositions, restored *Restored) bool {
+	cfg := &pp.w.cfg
+	return pos.committed < 0 && !pos.haveCommitted && pp.next < 0 && restored.InputOffset < 0 &&
+		(!cfg.StartFrom.IsEarliest() || cfg.SeedFrom != nil || cfg.SeedTopic != "")
+}
+
+// startNewGroup resolves a new group's start and seed offsets, commits the
+// start and records the seeding range in pp (seeded, seeding: assignment
+// state). It returns the start offset, now the group's committed offset.
+func (pp *partitionProc) startNewGroup(ctx context.Context, ib offsetBounds) (int64, error) {
+	w := pp.w
+	start, seed, err := pp.startOffsets(ctx, ib)
+	if err != nil {
+		return 0, err
 	}
-	// The seed topic's read: where the checkpoint left it, or, for a memory
-	// without a checkpoint, all of it.
-	switch {
-	case restored.InputOffset >= 0:
-		if restored.Seed != nil {
-			s := *restored.Seed
-			pl.seedTopic = &s
-		}
-	case w.cfg.SeedTopic != "":
-		if pl.seedTopic, err = pp.seedRange(ctx); err != nil {
-			return nil, err
-		}
-		pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
-			"from", pl.seedTopic.Next, "to", pl.seedTopic.End, "records", pl.seedTopic.End-pl.seedTopic.Next)
+	// Durable before anything is read: a restart must not resolve
+	// "latest" or "72h ago" again and skip or re-forward records.
+	if err := pp.com.CommitNow(ctx, pp.p, start); err != nil {
+		return 0, fmt.Errorf("committing the start offset %d: %w", start, err)
 	}
-	// A: the group's committed offset, this process's, or where an
-	// earlier session of this assignment got to (-1: none).
-	a := max(committed, -1)
-	if haveCommitted && lastCommitted > a {
-		a = lastCommitted
+	pp.log.Info("new group: starting", "start_from", w.cfg.StartFrom, "start_offset", start,
+		"seed_offset", seed, "seed_records", start-seed, "retained_from", ib.first)
+	pp.seeded, pp.seeding = seed, seed < start
+	return start, nil
+}
+
+// acknowledged is A: the group's committed offset, this process's, or
+// where an earlier session of this assignment got to (-1: none).
+func (pp *partitionProc) acknowledged(pos inputPositions) int64 {
+	a := max(pos.committed, -1)
+	if pos.haveCommitted && pos.lastCommitted > a {
+		a = pos.lastCommitted
 	}
 	if pp.next > a {
 		a = pp.next
 	}
+	return a
+}
+
+// planOffsets decides C, A and R of pl (and whether the input's log was
+// reset under the memory), logging what the input's retention, a reset
+// and max-replay cost.
+func (pp *partitionProc) planOffsets(ctx context.Context, pl *recoveryPlan, pos inputPositions) {
+	restored, ib := pl.restored, pos.bounds
+	a := pp.acknowledged(pos)
 	// Is the log still the one the memory was built from? (inputlog.go)
 	chk := pp.checkInputLog(ctx, restored, ib, a)
 	c := restored.InputOffset
 	if c < 0 && pp.seeded >= 0 {
 		c = pp.seeded
 	}
-	committed = a
+	committed := a
 	pl.mark = restored.Mark
 	switch chk.reason {
 	case resetRecreated:
@@ -275,18 +353,30 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		pp.reportReset(chk, ib, a, restored.InputOffset, resume)
 	}
 	pl.resetReason = chk.reason
-	if w.cfg.MaxReplay > 0 && resume-c > w.cfg.MaxReplay {
+	pl.committed, pl.c, pl.resume = committed, c, resume
+	pp.boundReplay(pl)
+}
+
+// boundReplay shortens the replay [c, resume) of pl to max-replay and
+// decides whether it seeds.
+func (pp *partitionProc) boundReplay(pl *recoveryPlan) {
+	w, restored := pp.w, pl.restored
+	if w.cfg.MaxReplay > 0 && pl.resume-pl.c > w.cfg.MaxReplay {
 		pp.log.Warn("replay bounded by max-replay; older keys of this partition are forgotten",
-			"from", c, "to", resume, "max_replay", w.cfg.MaxReplay)
-		c = resume - w.cfg.MaxReplay
+			"from", pl.c, "to", pl.resume, "max_replay", w.cfg.MaxReplay)
+		pl.c = pl.resume - w.cfg.MaxReplay
 	}
-	if restored.InputOffset >= 0 && pp.seeded < 0 && c < resume && resume <= restored.SeedingUntil {
-		// A seeding that an earlier process began: [c, resume) lies
-		// before the group's start and was never forwarded.
-		pp.seeding = true
-	}
+	// A seeding that an earlier process began: [c, resume) lies before
+	// the group's start and was never forwarded.
+	resumed := restored.InputOffset >= 0 && pp.seeded < 0 && pl.c < pl.resume && pl.resume <= restored.SeedingUntil
+	pl.seeding = pp.seeding || resumed
+}
+
+// logPlan says what the session restored and will replay or seed.
+func (pp *partitionProc) logPlan(pl *recoveryPlan) {
+	w, restored, c, resume := pp.w, pl.restored, pl.c, pl.resume
 	switch {
-	case restored.InputOffset >= 0 && pp.seeding:
+	case restored.InputOffset >= 0 && pl.seeding:
 		st := restored.Filter.Stats()
 		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, resuming the seeding: %d records before the start offset %d",
 			st.EstKeys, restored.Sequence, resume-c, resume),
@@ -300,7 +390,7 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 			attrs = append(attrs, "checkpoint_age", w.deps.Now().Sub(restored.Written).Round(time.Second).String())
 		}
 		pp.log.Info(fmt.Sprintf("restored %d keys from checkpoint seq %d, replaying %d records", st.EstKeys, restored.Sequence, resume-c), attrs...)
-	case pp.seeding:
+	case pl.seeding:
 		// "new group: starting" said what is seeded.
 	case resume == c:
 		pp.log.Info("no checkpoint and nothing to replay: a new memory", "start_offset", resume)
@@ -308,13 +398,20 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		pp.log.Info(fmt.Sprintf("no checkpoint; rebuilding the filter from the retained input, replaying %d records", resume-c),
 			"replay_from", c, "replay_to", resume)
 	}
+}
+
+// scanForSkip scans the written topics for this memory's records at input
+// offsets from resume on (scanWritten), showing its progress as a phase,
+// and fills pl's writtenState.
+func (pp *partitionProc) scanForSkip(ctx context.Context, pl *recoveryPlan) error {
+	w := pp.w
 	var key []byte
-	if k, ok := restored.Filter.(ProvenanceKeyer); ok {
+	if k, ok := pl.restored.Filter.(ProvenanceKeyer); ok {
 		key = k.ProvenanceKey()
 	}
-	pl.prov = newProvenance(key, w.cfg.Group, w.cfg.Input, pp.p)
+	prov := newProvenance(key, w.cfg.Group, w.cfg.Input, pp.p)
 	var scan *progress
-	res, err := w.scanWritten(ctx, pp.p, resume, restored, pl.prov, pl.reset, func(done, total int64) {
+	res, err := w.scanWritten(ctx, pp.p, pl.resume, pl.restored, prov, pl.reset, func(done, total int64) {
 		if scan == nil {
 			scan = pp.beginProgress(phaseScanning, 0, total)
 		}
@@ -324,9 +421,9 @@ func (pp *partitionProc) recover(ctx context.Context) (*recoveryPlan, error) {
 		scan.end()
 	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	pl.skip, pl.scanFrom, pl.scanTo, pl.scanned, pl.legacyBefore = res.skip, res.from, res.to, res.scanned, res.legacyBefore
-	pl.fresh, pl.committed, pl.c, pl.resume = fresh, committed, c, resume
-	return pl, nil
+	pl.writtenState = writtenState{skip: res.skip, scanFrom: res.from, scanTo: res.to, prov: prov, legacyBefore: res.legacyBefore}
+	pl.scanned = res.scanned
+	return nil
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -383,4 +384,92 @@ func TestCrashDuringReplay(t *testing.T) {
 	checkKeys(t, "duplicates", readTopic(t, brokers, tDup, 2), wantDup)
 	b.conservation(t)
 	t.Logf("replay checkpoints at input offsets %d and %d", cps[0].InputOffset, cps[1].InputOffset)
+}
+
+// TestAcknowledged: A is the largest of the group's committed offset, what
+// this process committed and where an earlier session of the assignment
+// got to; -1 when none of them is known.
+func TestAcknowledged(t *testing.T) {
+	cases := []struct {
+		name            string
+		committed, last int64
+		haveCommitted   bool
+		next            int64
+		want            int64
+	}{
+		{"nothing known", -1, 0, false, -1, -1},
+		{"group's offset", 40, 0, false, -1, 40},
+		{"this process committed further", 40, 55, true, -1, 55},
+		{"this process's older commit", 40, 30, true, -1, 40},
+		{"an earlier session got further", 40, 55, true, 70, 70},
+		{"an earlier session got less far", 40, 0, false, 10, 40},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := &partitionProc{next: tc.next}
+			pos := inputPositions{committed: tc.committed, lastCommitted: tc.last, haveCommitted: tc.haveCommitted}
+			if got := pp.acknowledged(pos); got != tc.want {
+				t.Errorf("A = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBoundReplay: max-replay moves C up to R-MaxReplay, and the replay
+// seeds when this assignment began a seeding or a checkpoint says an
+// earlier process did and [C, R) lies before its start offset.
+func TestBoundReplay(t *testing.T) {
+	cases := []struct {
+		name               string
+		maxReplay          int64
+		seeded             int64 // pp.seeded
+		seeding            bool  // pp.seeding
+		inputOffset, until int64 // the restored checkpoint's offset and SeedingUntil
+		c, resume          int64
+		wantC              int64
+		wantSeeding        bool
+	}{
+		{"unbounded", 0, -1, false, 100, 0, 100, 900, 100, false},
+		{"within the bound", 1000, -1, false, 100, 0, 100, 900, 100, false},
+		{"bounded", 500, -1, false, 100, 0, 100, 900, 400, false},
+		{"seeding begun by this assignment", 0, 50, true, -1, 0, 50, 900, 50, true},
+		{"seeding resumed from a checkpoint", 0, -1, false, 100, 900, 100, 900, 100, true},
+		{"checkpoint's seeding ended before R", 0, -1, false, 100, 800, 100, 900, 100, false},
+		{"nothing to replay", 0, -1, false, 900, 900, 900, 900, 900, false},
+		{"no checkpoint", 0, -1, false, -1, 900, 100, 900, 100, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pp := &partitionProc{w: &Worker{cfg: Config{MaxReplay: tc.maxReplay}}, log: slog.New(slog.DiscardHandler),
+				seeded: tc.seeded, seeding: tc.seeding}
+			pl := &recoveryPlan{restored: &Restored{InputOffset: tc.inputOffset, SeedingUntil: tc.until}, c: tc.c, resume: tc.resume}
+			pp.boundReplay(pl)
+			if pl.c != tc.wantC || pl.resume != tc.resume || pl.seeding != tc.wantSeeding {
+				t.Errorf("C, R, seeding = %d, %d, %v; want %d, %d, %v", pl.c, pl.resume, pl.seeding, tc.wantC, tc.resume, tc.wantSeeding)
+			}
+			if pp.seeding != tc.seeding {
+				t.Errorf("boundReplay changed pp.seeding to %v: only applyPlan may", pp.seeding)
+			}
+		})
+	}
+}
+
+// TestLegacyBounds: with a checkpoint of a build from before provenance
+// headers, records without one may be this memory's up to where the scan
+// ends; otherwise only below the bounds the checkpoint carries.
+func TestLegacyBounds(t *testing.T) {
+	out, dlq := topicPartition{tOut, 0}, topicPartition{tDLQ, 0}
+	targets := []topicPartition{out, dlq}
+	to := map[topicPartition]int64{out: 70, dlq: 9}
+	got := legacyBounds(targets, &Restored{LegacyProvenance: true}, to)
+	if len(got) != 2 || got[out] != 70 || got[dlq] != 9 {
+		t.Errorf("legacy checkpoint: %v, want the scan's ends", got)
+	}
+	got = legacyBounds(targets, &Restored{LegacyBefore: map[string]map[int]int64{tOut: {0: 30}}}, to)
+	if len(got) != 1 || got[out] != 30 {
+		t.Errorf("checkpoint with LegacyBefore: %v, want only %s/0 below 30", got, tOut)
+	}
+	if got = legacyBounds(targets, &Restored{}, to); len(got) != 0 {
+		t.Errorf("checkpoint without legacy records: %v, want none", got)
+	}
 }

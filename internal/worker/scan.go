@@ -167,17 +167,46 @@ const maxOtherGroups = 4
 // ends.
 func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored *Restored, pv *provenance, fresh bool,
 	progress func(done, total int64)) (*scanResult, error) {
-	res := &scanResult{from: map[topicPartition]int64{}, to: map[topicPartition]int64{},
-		legacyBefore: map[topicPartition]int64{}, foreign: map[foreignKey]int64{}, others: map[string][]string{}}
-	byTopic := map[string][]int{}
+	res := &scanResult{foreign: map[foreignKey]int64{}, others: map[string][]string{}}
 	targets := w.scanTargets(p)
+	var err error
+	if res.from, res.to, err = w.scanBounds(ctx, targets, restored, fresh); err != nil {
+		return nil, err
+	}
+	res.legacyBefore = legacyBounds(targets, restored, res.to)
+	// After the written topics' bounds: see above.
+	ib, err := w.bounds(ctx, w.cfg.Input, []int{p})
+	if err != nil {
+		return nil, err
+	}
+	s := &writtenScan{w: w, p: p, resume: resume, limit: ib[p].last, pv: pv, res: res}
+	res.skip = newSkipSet(resume, max(s.limit, resume))
+	if err := s.run(ctx, targets, progress); err != nil {
+		return nil, err
+	}
+	if s.beyond > 0 {
+		w.log.Warn("written records name input offsets beyond the input's high-water mark; ignored "+
+			"(the input was truncated or recreated since they were written)",
+			"partition", p, "records", s.beyond, "max_src_offset", s.maxBeyond, "high_water_mark", s.limit)
+	}
+	w.reportForeign(p, res)
+	return res, nil
+}
+
+// scanBounds lists, per written partition of targets, where the recovery
+// scan starts (the restored checkpoint's output offset, else the log
+// start; with fresh, the high-water mark) and the high-water mark it runs
+// to.
+func (w *Worker) scanBounds(ctx context.Context, targets []topicPartition, restored *Restored, fresh bool) (from, to map[topicPartition]int64, err error) {
+	from, to = map[topicPartition]int64{}, map[topicPartition]int64{}
+	byTopic := map[string][]int{}
 	for _, tp := range targets {
 		byTopic[tp.topic] = append(byTopic[tp.topic], tp.partition)
 	}
 	for topic, parts := range byTopic {
 		b, err := w.bounds(ctx, topic, parts)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, q := range parts {
 			tp := topicPartition{topic, q}
@@ -192,156 +221,206 @@ func (w *Worker) scanWritten(ctx context.Context, p int, resume int64, restored 
 			if fresh {
 				start = b[q].last
 			}
-			res.from[tp], res.to[tp] = start, b[q].last
+			from[tp], to[tp] = start, b[q].last
 		}
 	}
-	// Where records without a provenance header may be this memory's.
+	return from, to, nil
+}
+
+// legacyBounds is, per written partition of targets, where records without
+// a provenance header may be this memory's (scanResult.legacyBefore); to is
+// where the scan of each ends.
+func legacyBounds(targets []topicPartition, restored *Restored, to map[topicPartition]int64) map[topicPartition]int64 {
+	legacy := map[topicPartition]int64{}
 	for _, tp := range targets {
 		switch {
 		case restored.LegacyProvenance:
 			// Everything up to now may have been written by an older
 			// build; what this one writes from here on carries provenance.
-			res.legacyBefore[tp] = res.to[tp]
+			legacy[tp] = to[tp]
 		default:
 			if o, ok := restored.LegacyBefore[tp.topic][tp.partition]; ok {
-				res.legacyBefore[tp] = o
+				legacy[tp] = o
 			}
 		}
 	}
-	// After the written topics' bounds: see above.
-	ib, err := w.bounds(ctx, w.cfg.Input, []int{p})
-	if err != nil {
-		return nil, err
-	}
-	limit := ib[p].last
-	res.skip = newSkipSet(resume, max(limit, resume))
-	var beyond, maxBeyond, total, done int64
+	return legacy
+}
+
+// writtenScan is one recovery scan of the written partitions for input
+// partition p (scanWritten): it judges every record read and adds this
+// memory's at src offsets in [resume, limit) to res.skip.
+type writtenScan struct {
+	w             *Worker
+	p             int
+	resume, limit int64 // limit: the input's high-water mark, listed after the written topics'
+	pv            *provenance
+	res           *scanResult
+	// beyond counts the records of p naming src offsets at or beyond
+	// limit (ignored), maxBeyond the largest.
+	beyond, maxBeyond int64
+}
+
+// run scans each of targets in turn from res.from to res.to, reporting
+// progress (if not nil) over all of them.
+func (s *writtenScan) run(ctx context.Context, targets []topicPartition, progress func(done, total int64)) error {
+	res := s.res
+	var total, done int64
 	for _, tp := range targets {
 		total += res.to[tp] - res.from[tp]
 	}
 	for _, tp := range targets {
-		kind := w.kindOf(tp.topic)
 		var at func(int64)
 		if progress != nil && total > 0 {
 			base, start := done, res.from[tp]
 			at = func(o int64) { progress(base+o-start, total) }
 		}
-		legacyTo, legacy := res.legacyBefore[tp]
-		// apply counts a record found here as its verdict says; this
-		// memory's go to the skip set.
-		apply := func(verdict provenanceVerdict, sp int, so int64, reason func() string, who string) {
-			switch verdict {
-			case provOurs:
-			case provOtherPartition, provHop:
-				return
-			case provOtherGroup:
-				res.foreign[foreignKey{tp.topic, verdict}]++
-				if others := res.others[tp.topic]; len(others) < maxOtherGroups && !slices.Contains(others, who) {
-					res.others[tp.topic] = append(others, who)
-				}
-				return
-			case provNoHeaders:
-				res.foreign[foreignKey{tp.topic, verdict}]++
-				return
-			default:
-				if sp == p || verdict != provNone {
-					res.foreign[foreignKey{tp.topic, verdict}]++
-				}
-				return
-			}
-			if sp != p || so < resume {
-				return
-			}
-			if so >= limit {
-				beyond, maxBeyond = beyond+1, max(maxBeyond, so)
-				return
-			}
-			e := skipEntry{kind: kind}
-			if kind == toDeadLetter {
-				e.reason = reason()
-			}
-			res.skip.add(so, e)
-		}
-		// Format 2 records wait here for the seal of their batch, the
-		// last record of it; those no verified seal covers are not this
-		// memory's (provenance.go).
-		var pend []pendingRecord
-		orphans := func(rs []pendingRecord) {
-			for _, r := range rs {
-				apply(provNone, r.sp, r.so, nil, "")
-			}
-		}
-		n, err := w.scanRange(ctx, tp.topic, tp.partition, res.from[tp], res.to[tp], func(m *kafka.Message) {
-			o := originOf(m.Headers)
-			if o.format != 2 || !o.srcOK {
-				orphans(pend)
-				pend = pend[:0]
-				verdict, who := provMalformed, ""
-				if o.format != 2 {
-					verdict, who = pv.judge(o, tp.topic)
-				}
-				if verdict == provNone && legacy && m.Offset < legacyTo {
-					verdict = provOurs
-				}
-				if _, hop := lastHeader(m.Headers, HeaderOriginPartition); verdict == provNoHeaders && hop {
-					verdict = provHop
-				}
-				apply(verdict, o.partition, o.offset, func() string { return headerValue(m.Headers, HeaderError) }, who)
-				return
-			}
-			if len(pend) > 0 && (pend[len(pend)-1].at+1 != m.Offset || len(pend) >= maxSealed) {
-				orphans(pend)
-				pend = pend[:0]
-			}
-			r := pendingRecord{at: m.Offset, sp: o.partition, so: o.offset}
-			if kind == toDeadLetter {
-				r.reason = headerValue(m.Headers, HeaderError)
-			}
-			if !o.sealed {
-				pend = append(pend, r)
-				return
-			}
-			k := o.n - 1
-			covered := k <= len(pend)
-			var grp []pendingRecord
-			if covered {
-				grp = pend[len(pend)-k:]
-				for i := range grp {
-					covered = covered && grp[i].at == m.Offset-int64(k-i) && grp[i].sp == o.partition
-				}
-			}
-			if !covered {
-				grp = nil
-			}
-			orphans(pend[:len(pend)-len(grp)])
-			verdict, who := pv.verifySeal(o, tp.topic, func(i int) int64 {
-				if i < len(grp) {
-					return grp[i].so
-				}
-				return o.offset
-			})
-			if !covered && verdict == provOurs {
-				verdict = provInvalid // cannot happen: the mac covers n offsets
-			}
-			for _, g := range append(grp, r) {
-				apply(verdict, g.sp, g.so, func() string { return g.reason }, who)
-			}
-			pend = pend[:0]
-		}, at)
-		orphans(pend)
+		t := &targetScan{writtenScan: s, tp: tp, kind: s.w.kindOf(tp.topic)}
+		t.legacyTo, t.legacy = res.legacyBefore[tp]
+		n, err := s.w.scanRange(ctx, tp.topic, tp.partition, res.from[tp], res.to[tp], t.record, at)
+		t.orphans(t.pend)
 		done += res.to[tp] - res.from[tp]
 		res.scanned += n
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if beyond > 0 {
-		w.log.Warn("written records name input offsets beyond the input's high-water mark; ignored "+
-			"(the input was truncated or recreated since they were written)",
-			"partition", p, "records", beyond, "max_src_offset", maxBeyond, "high_water_mark", limit)
+	return nil
+}
+
+// targetScan is the scan of one written partition tp.
+type targetScan struct {
+	*writtenScan
+	tp   topicPartition
+	kind writtenKind
+	// legacy: records without provenance below legacyTo count as this
+	// memory's.
+	legacy   bool
+	legacyTo int64
+	// pend holds format 2 records waiting for the seal of their batch,
+	// the last record of it; those no verified seal covers are not this
+	// memory's (provenance.go).
+	pend []pendingRecord
+}
+
+// record judges the record m read from t.tp.
+func (t *targetScan) record(m *kafka.Message) {
+	o := originOf(m.Headers)
+	if o.format != 2 || !o.srcOK {
+		t.orphans(t.pend)
+		t.pend = t.pend[:0]
+		t.single(m, o)
+		return
 	}
-	w.reportForeign(p, res)
-	return res, nil
+	if len(t.pend) > 0 && (t.pend[len(t.pend)-1].at+1 != m.Offset || len(t.pend) >= maxSealed) {
+		t.orphans(t.pend)
+		t.pend = t.pend[:0]
+	}
+	r := pendingRecord{at: m.Offset, sp: o.partition, so: o.offset}
+	if t.kind == toDeadLetter {
+		r.reason = headerValue(m.Headers, HeaderError)
+	}
+	if !o.sealed {
+		t.pend = append(t.pend, r)
+		return
+	}
+	t.seal(o, r)
+}
+
+// single judges a record that belongs to no sealed batch: one of an older
+// format, or one whose provenance does not parse.
+func (t *targetScan) single(m *kafka.Message, o origin) {
+	verdict, who := provMalformed, ""
+	if o.format != 2 {
+		verdict, who = t.pv.judge(o, t.tp.topic)
+	}
+	if verdict == provNone && t.legacy && m.Offset < t.legacyTo {
+		verdict = provOurs
+	}
+	if _, hop := lastHeader(m.Headers, HeaderOriginPartition); verdict == provNoHeaders && hop {
+		verdict = provHop
+	}
+	t.count(verdict, o.partition, o.offset, func() string { return headerValue(m.Headers, HeaderError) }, who)
+}
+
+// seal judges the batch that the seal r (with origin o) closes: the
+// records pending right before it, if they are the batch's, and r itself.
+// Pending records the seal does not cover are orphans.
+func (t *targetScan) seal(o origin, r pendingRecord) {
+	k := o.n - 1
+	covered := k <= len(t.pend)
+	var grp []pendingRecord
+	if covered {
+		grp = t.pend[len(t.pend)-k:]
+		for i := range grp {
+			covered = covered && grp[i].at == r.at-int64(k-i) && grp[i].sp == o.partition
+		}
+	}
+	if !covered {
+		grp = nil
+	}
+	t.orphans(t.pend[:len(t.pend)-len(grp)])
+	verdict, who := t.pv.verifySeal(o, t.tp.topic, func(i int) int64 {
+		if i < len(grp) {
+			return grp[i].so
+		}
+		return o.offset
+	})
+	if !covered && verdict == provOurs {
+		verdict = provInvalid // cannot happen: the mac covers n offsets
+	}
+	for _, g := range append(grp, r) {
+		t.count(verdict, g.sp, g.so, func() string { return g.reason }, who)
+	}
+	t.pend = t.pend[:0]
+}
+
+// orphans counts format 2 records no verified seal covers: not this
+// memory's.
+func (t *targetScan) orphans(rs []pendingRecord) {
+	for _, r := range rs {
+		t.count(provNone, r.sp, r.so, nil, "")
+	}
+}
+
+// count records one record found in t.tp, naming input partition sp and
+// offset so, as its verdict says: this memory's go to the skip set (with
+// reason, for the dead letter topic, called only then), other writers'
+// are counted as foreign (who: the other group), records of this group's
+// other input partitions and of a repartition hop are neither.
+func (t *targetScan) count(verdict provenanceVerdict, sp int, so int64, reason func() string, who string) {
+	res := t.res
+	switch verdict {
+	case provOurs:
+	case provOtherPartition, provHop:
+		return
+	case provOtherGroup:
+		res.foreign[foreignKey{t.tp.topic, verdict}]++
+		if others := res.others[t.tp.topic]; len(others) < maxOtherGroups && !slices.Contains(others, who) {
+			res.others[t.tp.topic] = append(others, who)
+		}
+		return
+	case provNoHeaders:
+		res.foreign[foreignKey{t.tp.topic, verdict}]++
+		return
+	default:
+		if sp == t.p || verdict != provNone {
+			res.foreign[foreignKey{t.tp.topic, verdict}]++
+		}
+		return
+	}
+	if sp != t.p || so < t.resume {
+		return
+	}
+	if so >= t.limit {
+		t.beyond, t.maxBeyond = t.beyond+1, max(t.maxBeyond, so)
+		return
+	}
+	e := skipEntry{kind: t.kind}
+	if t.kind == toDeadLetter {
+		e.reason = reason()
+	}
+	res.skip.add(so, e)
 }
 
 // pendingRecord is a format 2 record the recovery scan read, waiting for

@@ -36,6 +36,30 @@ func (w *Worker) checkSeedTopic(ctx context.Context) error {
 	return nil
 }
 
+// seedTopicRead is the seed topic's read a session begins with: where the
+// checkpoint left it, or, for a memory without a checkpoint, all of it
+// (logged); nil if none.
+func (pp *partitionProc) seedTopicRead(ctx context.Context, restored *Restored) (*SeedProgress, error) {
+	w := pp.w
+	switch {
+	case restored.InputOffset >= 0:
+		if restored.Seed == nil {
+			return nil, nil
+		}
+		s := *restored.Seed
+		return &s, nil
+	case w.cfg.SeedTopic == "":
+		return nil, nil
+	}
+	sp, err := pp.seedRange(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pp.log.Info("seeding from another topic first", "seed_topic", w.cfg.SeedTopic,
+		"from", sp.Next, "to", sp.End, "records", sp.End-sp.Next)
+	return sp, nil
+}
+
 // seedRange resolves the seeding read of a memory that has no checkpoint:
 // partition pp.p of the seed topic from SeedFrom (or its start) to its
 // high-water mark now.
