@@ -72,11 +72,23 @@ func (PartitionBalancer) Balance(m kafka.Message, partitions ...int) int {
 	return 0
 }
 
+// newTransport is a Transport of its own for one call, closed with the
+// test: kafka-go's DefaultTransport keeps metadata per broker address for
+// seconds, and a cluster started on the port of one a parallel test just
+// closed would be seen through the old cluster's metadata (a produce then
+// fails with "topic partition not found").
+func newTransport(t testing.TB) *kafka.Transport {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
 // Produce writes evs to topic, each to its partition (acks=all).
 func Produce(t testing.TB, brokers []string, topic string, evs []Event) {
 	t.Helper()
+	tr := newTransport(t)
 	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, Balancer: PartitionBalancer{},
-		RequiredAcks: kafka.RequireAll, BatchSize: 1000, BatchTimeout: time.Millisecond}
+		RequiredAcks: kafka.RequireAll, BatchSize: 1000, BatchTimeout: time.Millisecond, Transport: tr}
 	defer w.Close()
 	msgs := make([]kafka.Message, len(evs))
 	for i, e := range evs {
@@ -96,7 +108,7 @@ func ReadTopic(t testing.TB, brokers []string, topic string, partitions int) map
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	client := &kafka.Client{Addr: kafka.TCP(brokers...)}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: newTransport(t)}
 	reqs := []kafka.OffsetRequest{}
 	for p := 0; p < partitions; p++ {
 		reqs = append(reqs, kafka.LastOffsetOf(p))
